@@ -1,0 +1,27 @@
+from .canonical import snapshot_digest
+from .client import Client
+from .errors import (
+    BadRequest,
+    Conflict,
+    InvalidSnapshot,
+    IOFailure,
+    NoSpace,
+    NotFound,
+    SessionStoreError,
+    TooLarge,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BadRequest",
+    "Client",
+    "Conflict",
+    "IOFailure",
+    "InvalidSnapshot",
+    "NoSpace",
+    "NotFound",
+    "SessionStoreError",
+    "TooLarge",
+    "snapshot_digest",
+]

@@ -1,0 +1,434 @@
+# Theory of operation
+#
+# The wire is a CBOR sequence (RFC 8742) each way: items back to back, no length
+# prefix. cbor2 decodes one item but ignores trailing bytes and will happily
+# allocate whatever a header claims, so this module finds item boundaries itself
+# with a small resumable walker over the CBOR headers (ItemScanner). The walker
+# enforces the size cap (a declared string length over the cap is refused before
+# a byte of it is buffered) and the nesting cap, and rejects the few encodings the
+# store does not accept (tags other than bignums, simple values other than
+# false/true/null), so cbor2 only ever sees one complete, bounded item.
+#
+# When the first byte a peer sends is "{", the connection speaks newline-delimited
+# JSON instead, with byte strings spelled {"$bytes": "<base64>"}.
+#
+# No I/O happens here (the h11 pattern): Connection.receive_data() takes bytes,
+# next_message() hands back decoded messages, encode() turns a message into
+# bytes. Feeding one byte at a time gives the same messages as feeding all at
+# once, which the tests check.
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import cbor2
+
+PROTOCOL_VERSION = 1
+DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+MAX_NESTING_DEPTH = 64
+BIGNUM_TAGS = (2, 3)
+
+ERROR_CODES = (
+    "bad_request",
+    "unknown_op",
+    "not_found",
+    "conflict",
+    "fenced",
+    "invalid_snapshot",
+    "too_large",
+    "compacted",
+    "no_space",
+    "io_error",
+    "read_only",
+    "unauthorized",
+    "overloaded",
+    "shutting_down",
+    "internal",
+)
+
+
+class ProtocolError(Exception):
+    """A peer's mistake, reported on the wire as `code`; `fatal` closes the connection."""
+
+    def __init__(self, code: str, message: str, *, fatal: bool) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.fatal = fatal
+
+
+class Mode(enum.Enum):
+    UNDECIDED = "undecided"
+    CBOR = "cbor"
+    JSON = "json"
+
+
+class NeedData:
+    pass
+
+
+NEED_DATA = NeedData()
+
+
+class _Frame:
+    __slots__ = ("kind", "remaining")
+
+    # kind: "c" counted container (array, map, tag), "i" indefinite container,
+    # 2 or 3: indefinite byte/text string whose chunks must have that major type.
+    def __init__(self, kind: str | int, remaining: int) -> None:
+        self.kind = kind
+        self.remaining = remaining
+
+
+class ItemScanner:
+    """Finds where one CBOR item ends, resumably, without decoding it."""
+
+    def __init__(self, max_item_bytes: int, max_depth: int = MAX_NESTING_DEPTH) -> None:
+        self.max_item_bytes = max_item_bytes
+        self.max_depth = max_depth
+        self.reset(0)
+
+    def reset(self, start: int) -> None:
+        self.start = start
+        self.pos = start
+        self.stack: list[_Frame] = []
+
+    def _too_large(self) -> ProtocolError:
+        return ProtocolError(
+            "too_large", f"request exceeds max_request_bytes={self.max_item_bytes}", fatal=True
+        )
+
+    def _bad(self, message: str) -> ProtocolError:
+        return ProtocolError(
+            "bad_request", f"{message} at byte {self.pos - self.start}", fatal=True
+        )
+
+    def scan(self, buf: bytes | bytearray) -> int | None:
+        """Return the end offset of the item that starts at self.start, or None."""
+        end = len(buf)
+        limit = self.start + self.max_item_bytes
+        while True:
+            pos = self.pos
+            if pos >= limit:
+                raise self._too_large()
+            if pos >= end:
+                return None
+            initial = buf[pos]
+            major = initial >> 5
+            info = initial & 0x1F
+            if info < 24:
+                argument = info
+                header = 1
+            elif info < 28:
+                width = 1 << (info - 24)
+                if pos + 1 + width > end:
+                    return None
+                argument = int.from_bytes(buf[pos + 1 : pos + 1 + width], "big")
+                header = 1 + width
+            elif info == 31:
+                argument = -1
+                header = 1
+            else:
+                raise self._bad("reserved additional information")
+
+            top = self.stack[-1] if self.stack else None
+            chunk_major = top.kind if top is not None and isinstance(top.kind, int) else None
+            if (
+                chunk_major is not None
+                and initial != 0xFF
+                and (major != chunk_major or argument < 0)
+            ):
+                raise self._bad("bad chunk in indefinite-length string")
+
+            if initial == 0xFF:
+                if top is None or top.kind == "c":
+                    raise self._bad("unexpected break")
+                self.stack.pop()
+                self.pos = pos + 1
+                if self._item_done():
+                    return self.pos
+                continue
+
+            if major in (0, 1):
+                if argument < 0:
+                    raise self._bad("indefinite integer")
+                self.pos = pos + header
+            elif major in (2, 3):
+                if argument < 0:
+                    self._push(major, -1)
+                    self.pos = pos + header
+                    continue
+                if pos + header + argument > limit:
+                    raise self._too_large()
+                if pos + header + argument > end:
+                    return None
+                self.pos = pos + header + argument
+            elif major in (4, 5):
+                self.pos = pos + header
+                if argument < 0:
+                    self._push("i", -1)
+                    continue
+                count = argument * (2 if major == 5 else 1)
+                if count > self.max_item_bytes:
+                    raise self._too_large()
+                if count:
+                    self._push("c", count)
+                    continue
+            elif major == 6:
+                if argument not in BIGNUM_TAGS:
+                    raise self._bad(f"CBOR tag {argument} is not accepted")
+                self.pos = pos + header
+                self._push("c", 1)
+                continue
+            else:  # major 7
+                if info in (20, 21, 22) or info in (25, 26, 27):
+                    self.pos = pos + header
+                else:
+                    raise self._bad("simple value other than false/true/null")
+            if self._item_done():
+                return self.pos
+
+    def _push(self, kind: str | int, remaining: int) -> None:
+        if len(self.stack) >= self.max_depth:
+            raise ProtocolError(
+                "bad_request", f"nesting deeper than {self.max_depth} levels", fatal=True
+            )
+        self.stack.append(_Frame(kind, remaining))
+
+    def _item_done(self) -> bool:
+        """One item finished: count it against its container; True when the top item ends."""
+        while self.stack:
+            top = self.stack[-1]
+            if top.remaining < 0:
+                return False
+            top.remaining -= 1
+            if top.remaining:
+                return False
+            self.stack.pop()
+        return True
+
+
+def _from_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1 and "$bytes" in value and isinstance(value["$bytes"], str):
+            return base64.b64decode(value["$bytes"], validate=True)
+        return {k: _from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    return value
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, RawCBOR):
+        return _to_json(cbor2.loads(value.data))
+    if isinstance(value, dict):
+        return {
+            (k if isinstance(k, str) else json.dumps(_to_json(k))): _to_json(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [_to_json(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
+def _json_depth_ok(value: Any, max_depth: int) -> bool:
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth >= max_depth:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+@dataclass(frozen=True)
+class RawCBOR:
+    """Bytes that already are one encoded CBOR item, spliced into a message as they are."""
+
+    data: bytes
+
+
+def _encode_raw(encoder: Any, value: Any) -> None:
+    if isinstance(value, RawCBOR):
+        encoder.write(value.data)
+        return
+    raise cbor2.CBOREncodeTypeError(f"cannot encode {type(value).__name__}")
+
+
+def encode(message: Any, mode: Mode) -> bytes:
+    if mode is Mode.JSON:
+        return (
+            json.dumps(_to_json(message), separators=(",", ":"), allow_nan=False).encode() + b"\n"
+        )
+    return bytes(cbor2.dumps(message, default=_encode_raw))
+
+
+@dataclass
+class Connection:
+    """One side of a connection: bytes in, decoded messages out."""
+
+    max_message_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_depth: int = MAX_NESTING_DEPTH
+    mode: Mode = Mode.UNDECIDED
+    _buffer: bytearray = field(default_factory=bytearray)
+    _scanner: ItemScanner | None = None
+    _json_scanned: int = 0
+    _eof: bool = False
+    _broken: bool = False
+
+    def receive_data(self, data: bytes) -> None:
+        self._buffer += data
+
+    def receive_eof(self) -> None:
+        self._eof = True
+
+    @property
+    def at_eof(self) -> bool:
+        return self._eof and not self._buffer
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def next_message(self) -> Any:
+        """A decoded message, NEED_DATA, or raise ProtocolError.
+
+        Returns None at a clean end of stream (EOF with nothing buffered).
+        """
+        if self._broken:
+            raise ProtocolError("bad_request", "connection already failed", fatal=True)
+        if self.mode is Mode.UNDECIDED:
+            if not self._buffer:
+                return None if self._eof else NEED_DATA
+            self.mode = Mode.JSON if self._buffer[0] == 0x7B else Mode.CBOR
+        try:
+            if self.mode is Mode.JSON:
+                return self._next_json()
+            return self._next_cbor()
+        except ProtocolError as error:
+            if error.fatal:
+                self._broken = True
+            raise
+
+    def _next_cbor(self) -> Any:
+        if not self._buffer:
+            return None if self._eof else NEED_DATA
+        if self._scanner is None:
+            self._scanner = ItemScanner(self.max_message_bytes, self.max_depth)
+        end = self._scanner.scan(self._buffer)
+        if end is None:
+            if self._eof:
+                raise ProtocolError("bad_request", "stream ended inside a CBOR item", fatal=True)
+            return NEED_DATA
+        item = bytes(self._buffer[:end])
+        del self._buffer[:end]
+        self._scanner.reset(0)
+        try:
+            return cbor2.loads(item)
+        except (cbor2.CBORDecodeError, ValueError, TypeError, OverflowError) as error:
+            raise ProtocolError(
+                "bad_request", f"undecodable CBOR item: {error}", fatal=True
+            ) from None
+
+    def _next_json(self) -> Any:
+        while True:
+            newline = self._buffer.find(b"\n", self._json_scanned)
+            if newline < 0:
+                if len(self._buffer) > self.max_message_bytes:
+                    raise ProtocolError(
+                        "too_large",
+                        f"request exceeds max_request_bytes={self.max_message_bytes}",
+                        fatal=True,
+                    )
+                self._json_scanned = len(self._buffer)
+                if not self._eof:
+                    return NEED_DATA
+                if not self._buffer.strip():
+                    self._buffer.clear()
+                    return None
+                newline = len(self._buffer)
+            line = bytes(self._buffer[:newline])
+            del self._buffer[: newline + 1]
+            self._json_scanned = 0
+            if len(line) > self.max_message_bytes:
+                raise ProtocolError(
+                    "too_large",
+                    f"request exceeds max_request_bytes={self.max_message_bytes}",
+                    fatal=True,
+                )
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except (ValueError, RecursionError) as error:
+                raise ProtocolError(
+                    "bad_request", f"invalid JSON line: {error}", fatal=False
+                ) from None
+            if not _json_depth_ok(value, self.max_depth):
+                raise ProtocolError(
+                    "bad_request", f"nesting deeper than {self.max_depth} levels", fatal=False
+                )
+            try:
+                return _from_json(value)
+            except (binascii.Error, ValueError) as error:
+                raise ProtocolError(
+                    "bad_request", f"bad $bytes value: {error}", fatal=False
+                ) from None
+
+    def encode(self, message: Any) -> bytes:
+        return encode(message, Mode.CBOR if self.mode is Mode.UNDECIDED else self.mode)
+
+
+SCALAR_TYPES = (str, int, float, bool, bytes, type(None))
+
+
+@dataclass(frozen=True)
+class Request:
+    op: str
+    args: dict[str, Any]
+    rid: Any = None
+    has_rid: bool = False
+
+
+def parse_request(message: Any) -> Request:
+    """Classify a decoded item as a request; a well-framed but wrong item is a soft error."""
+    if not isinstance(message, dict):
+        raise ProtocolError("bad_request", "a request must be a map", fatal=False)
+    if not all(isinstance(key, str) for key in message):
+        raise ProtocolError("bad_request", "request keys must be text", fatal=False)
+    op = message.get("op")
+    if not isinstance(op, str) or not op:
+        raise ProtocolError("bad_request", "missing or non-text 'op'", fatal=False)
+    has_rid = "rid" in message
+    rid = message.get("rid")
+    if has_rid and not isinstance(rid, SCALAR_TYPES):
+        raise ProtocolError("bad_request", "'rid' must be a scalar", fatal=False)
+    return Request(op=op, args=message, rid=rid, has_rid=has_rid)
+
+
+def ok_response(request: Request | None, **fields: Any) -> dict[str, Any]:
+    response: dict[str, Any] = {"ok": True}
+    if request is not None and request.has_rid:
+        response["rid"] = request.rid
+    response.update(fields)
+    return response
+
+
+def error_response(
+    request: Request | None, code: str, message: str, **details: Any
+) -> dict[str, Any]:
+    response: dict[str, Any] = {"ok": False}
+    if request is not None and request.has_rid:
+        response["rid"] = request.rid
+    response["error"] = {"code": code, "message": message, **details}
+    return response

@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from .config import Config, ConfigError, build_config
+from .failpoints import Failpoints
+from .notify import notify
+from .server import Server, StartupError, open_listener
+from .storage.fs import RealFileSystem
+from .storage.recovery import StoreFormatError
+from .storage.store import Store, StoreLocked
+
+log = logging.getLogger("sessionstored")
+
+EXIT_BAD_CONFIG = 2
+EXIT_CANNOT_START = 1
+SYSLOG_PRIORITY = {
+    logging.DEBUG: 7,
+    logging.INFO: 6,
+    logging.WARNING: 4,
+    logging.ERROR: 3,
+    logging.CRITICAL: 2,
+}
+
+
+class _JournalFormatter(logging.Formatter):
+    """stderr goes to the journal: a <N> priority prefix instead of a timestamp."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"<{SYSLOG_PRIORITY.get(record.levelno, 6)}>{super().format(record)}"
+
+
+def _setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if os.environ.get("JOURNAL_STREAM"):
+        handler.setFormatter(_JournalFormatter("%(name)s: %(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"sessionstored: {message}", file=sys.stderr)
+    return code
+
+
+def run(config: Config) -> int:
+    _setup_logging(config.log_level)
+    try:
+        os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
+    except OSError as error:
+        return _fail(f"cannot create state directory {config.state_dir}: {error.strerror}", 1)
+    failpoints = Failpoints(config.failpoints)
+    store = Store(
+        RealFileSystem(),
+        config.state_dir,
+        max_document_bytes=config.max_snapshot_bytes,
+        failpoint=failpoints.hit,
+    )
+    notify(f"STATUS=recovering {config.state_dir}")
+    try:
+        report = store.open()
+    except StoreLocked as error:
+        return _fail(str(error), EXIT_CANNOT_START)
+    except StoreFormatError as error:
+        return _fail(str(error), EXIT_CANNOT_START)
+    except OSError as error:
+        return _fail(f"cannot open store in {config.state_dir}: {error}", EXIT_CANNOT_START)
+    log.info("recovered %s: %s", config.state_dir, report.summary())
+
+    async def serve() -> int:
+        try:
+            listener, path = await open_listener(config)
+        except StartupError as error:
+            return _fail(str(error), EXIT_CANNOT_START)
+        return await Server(config, store, report).run(listener, path)
+
+    code = trio.run(serve)
+    if code:
+        log.critical("exiting with status %d so that recovery runs at the next start", code)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config = build_config(
+            sys.argv[1:] if argv is None else argv, os.environ, pid=os.getpid(), uid=os.getuid()
+        )
+    except ConfigError as error:
+        return _fail(str(error), EXIT_BAD_CONFIG)
+    return run(config)

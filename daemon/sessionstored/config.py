@@ -1,0 +1,128 @@
+# argv and environment -> one frozen Config. No I/O happens here; a bad value
+# raises ConfigError with a one-line reason, which the CLI prints before exiting 2.
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sessionstore.paths import default_socket_path
+from sessionstore.protocol import DEFAULT_MAX_REQUEST_BYTES
+
+from . import __version__
+from .failpoints import FailpointSpec, parse_failpoints
+
+SYSTEMD_FIRST_FD = 3
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Config:
+    state_dir: str
+    socket_path: str | None
+    inherited_fd: int | None
+    socket_mode: int
+    log_level: str
+    max_request_bytes: int
+    max_snapshot_bytes: int
+    failpoints: tuple[FailpointSpec, ...]
+    shutdown_grace_s: float
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sessionstored", description="Crash-safe snapshot store for AI-agent session state."
+    )
+    parser.add_argument("--version", action="version", version=f"sessionstored {__version__}")
+    parser.add_argument("--state-dir", help="where the store lives")
+    parser.add_argument("--socket", help="Unix socket path to listen on")
+    parser.add_argument("--socket-mode", default="0660", help="octal mode of the socket (0660)")
+    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    parser.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        help="largest request accepted, in bytes (64 MiB)",
+    )
+    parser.add_argument(
+        "--max-snapshot-bytes",
+        type=int,
+        default=None,
+        help="largest stored snapshot (canonical CBOR), in bytes (defaults to --max-request-bytes)",
+    )
+    parser.add_argument(
+        "--shutdown-grace-seconds",
+        type=float,
+        default=10.0,
+        help="how long SIGTERM waits for in-flight requests",
+    )
+    return parser
+
+
+def resolve_state_dir(explicit: str | None, env: Mapping[str, str]) -> str:
+    if explicit:
+        return explicit
+    if env.get("SESSIONSTORED_STATE_DIR"):
+        return env["SESSIONSTORED_STATE_DIR"]
+    if env.get("STATE_DIRECTORY"):
+        return env["STATE_DIRECTORY"].split(":")[0]
+    if env.get("XDG_STATE_HOME"):
+        return os.path.join(env["XDG_STATE_HOME"], "sessionstored")
+    home = env.get("HOME") or os.path.expanduser("~")
+    return os.path.join(home, ".local", "state", "sessionstored")
+
+
+def _inherited_fd(env: Mapping[str, str], pid: int) -> int | None:
+    if env.get("LISTEN_PID") != str(pid):
+        return None
+    try:
+        count = int(env.get("LISTEN_FDS", "0"))
+    except ValueError as error:
+        raise ConfigError(f"LISTEN_FDS is not a number: {env.get('LISTEN_FDS')!r}") from error
+    if count < 1:
+        return None
+    names = env.get("LISTEN_FDNAMES", "").split(":")
+    for offset in range(count):
+        if offset < len(names) and names[offset] in ("sessionstored", "sessionstored.socket"):
+            return SYSTEMD_FIRST_FD + offset
+    return SYSTEMD_FIRST_FD
+
+
+def build_config(argv: Sequence[str], env: Mapping[str, str], *, pid: int, uid: int) -> Config:
+    args = _parser().parse_args(list(argv))
+    try:
+        socket_mode = int(args.socket_mode, 8)
+    except ValueError as error:
+        raise ConfigError(f"--socket-mode must be octal, got {args.socket_mode!r}") from error
+    if not 0 <= socket_mode <= 0o777:
+        raise ConfigError(f"--socket-mode out of range: {args.socket_mode}")
+    if args.max_request_bytes < 1024:
+        raise ConfigError("--max-request-bytes must be at least 1024")
+    max_snapshot = args.max_snapshot_bytes or args.max_request_bytes
+    if max_snapshot < 256:
+        raise ConfigError("--max-snapshot-bytes must be at least 256")
+    explicit_socket = args.socket or env.get("SESSIONSTORE_SOCKET") or None
+    inherited = None if explicit_socket else _inherited_fd(env, pid)
+    socket_path = explicit_socket
+    if socket_path is None and inherited is None:
+        socket_path = default_socket_path(env, uid)
+    try:
+        failpoints = parse_failpoints(env.get("SESSIONSTORED_FAILPOINTS", ""))
+    except ValueError as error:
+        raise ConfigError(f"SESSIONSTORED_FAILPOINTS: {error}") from error
+    return Config(
+        state_dir=resolve_state_dir(args.state_dir, env),
+        socket_path=socket_path,
+        inherited_fd=inherited,
+        socket_mode=socket_mode,
+        log_level=args.log_level,
+        max_request_bytes=args.max_request_bytes,
+        max_snapshot_bytes=max_snapshot,
+        failpoints=failpoints,
+        shutdown_grace_s=args.shutdown_grace_seconds,
+    )

@@ -1,0 +1,243 @@
+# The trio side of the daemon: bind (or inherit) the socket, one task pair per
+# connection, graceful drain on SIGTERM/SIGINT, fail-stop on a storage failure.
+#
+# Each connection has a reader and a responder. The reader parses requests and
+# queues one Step per request in a small channel (the pipelining bound); a
+# mutation's job is handed to the writer as soon as it is queued, so pipelined
+# saves share a batch. The responder resolves Steps strictly in order and
+# writes the responses, so replies come back in request order and a read sees
+# every write sent before it on the same connection.
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket as stdlib_socket
+import stat
+from typing import Any
+
+import trio
+from sessionstore.protocol import (
+    NEED_DATA,
+    Connection,
+    ProtocolError,
+    error_response,
+    parse_request,
+)
+
+from .config import Config
+from .notify import notify
+from .ops import Ops, Step
+from .storage.recovery import RecoveryReport
+from .storage.store import Outcome, Store
+from .writer import Writer
+
+log = logging.getLogger("sessionstored.server")
+
+RECEIVE_BYTES = 256 * 1024
+MAX_PIPELINED_REQUESTS = 128
+LISTEN_BACKLOG = 512
+EXIT_STORAGE_FAILURE = 3
+
+
+class StartupError(Exception):
+    pass
+
+
+def _prepare_socket_path(path: str) -> None:
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    if os.path.lexists(path):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise StartupError(f"{path} exists and is not a socket; refusing to replace it")
+        probe = stdlib_socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except OSError:
+            os.unlink(path)  # stale: nobody answers there
+        else:
+            raise StartupError(f"another daemon is already listening on {path}")
+        finally:
+            probe.close()
+
+
+async def open_listener(config: Config) -> tuple[trio.SocketListener, str | None]:
+    if config.inherited_fd is not None:
+        sock = trio.socket.socket(fileno=config.inherited_fd)
+        if sock.family != stdlib_socket.AF_UNIX:
+            raise StartupError(f"socket passed on fd {config.inherited_fd} is not a Unix socket")
+        return trio.SocketListener(sock), None
+    assert config.socket_path is not None
+    path = config.socket_path
+    try:
+        _prepare_socket_path(path)
+        sock = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
+        await sock.bind(path)
+        os.chmod(path, config.socket_mode)
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as error:
+        raise StartupError(f"cannot listen on {path}: {error.strerror or error}") from error
+    return trio.SocketListener(sock), path
+
+
+class Server:
+    def __init__(self, config: Config, store: Store, report: RecoveryReport) -> None:
+        self.config = config
+        self.store = store
+        self.report = report
+        self.exit_code = 0
+        self.connections = 0
+        self.connections_total = 0
+        self.writer = Writer(store, self._on_fatal)
+        self.ops = Ops(
+            store,
+            self.writer,
+            max_snapshot_bytes=config.max_snapshot_bytes,
+            max_request_bytes=config.max_request_bytes,
+            stats_extra=self._stats_extra,
+        )
+        self._stop = trio.Event()
+        self._readers: set[trio.CancelScope] = set()
+        self._idle = trio.Event()
+        self._idle.set()
+
+    def _stats_extra(self) -> dict[str, Any]:
+        return {
+            "connections": self.connections,
+            "connections_total": self.connections_total,
+            "batches": self.writer.batches,
+            "committed": self.writer.committed_jobs,
+            "recovery": self.report.as_dict(),
+        }
+
+    def _on_fatal(self, reason: str) -> None:
+        self.exit_code = EXIT_STORAGE_FAILURE
+        self._stop.set()
+
+    async def run(self, listener: trio.SocketListener, socket_path: str | None) -> int:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.writer.run)
+            nursery.start_soon(self._watch_signals)
+            async with trio.open_nursery() as connections:
+                accept_scope = trio.CancelScope()
+                connections.start_soon(self._accept, listener, connections, accept_scope)
+                where = socket_path or "the socket passed by systemd"
+                notify(
+                    "READY=1", f"STATUS=serving {self.store.session_count()} sessions on {where}"
+                )
+                log.info("serving on %s", where)
+                await self._stop.wait()
+                notify("STOPPING=1", "STATUS=stopping")
+                log.info("stopping: no new connections, finishing in-flight requests")
+                accept_scope.cancel()
+                for scope in list(self._readers):
+                    scope.cancel()
+                with trio.move_on_after(self.config.shutdown_grace_s):
+                    await self._idle.wait()
+                connections.cancel_scope.cancel()
+            self.writer.close()
+        if socket_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(socket_path)
+        if self.exit_code == 0:
+            await trio.to_thread.run_sync(self.store.close)
+        return self.exit_code
+
+    async def _watch_signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("received %s", signal.Signals(signum).name)
+                self._stop.set()
+                return
+
+    async def _accept(
+        self, listener: trio.SocketListener, nursery: trio.Nursery, scope: trio.CancelScope
+    ) -> None:
+        with scope:
+            async with listener:
+                while True:
+                    try:
+                        stream = await listener.accept()
+                    except OSError as error:  # EMFILE and friends: back off, keep serving
+                        log.warning("accept failed: %s", error)
+                        await trio.sleep(0.1)
+                        continue
+                    nursery.start_soon(self._connection, stream)
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        self.connections += 1
+        self.connections_total += 1
+        self._idle = trio.Event() if self._idle.is_set() else self._idle
+        conn = Connection(max_message_bytes=self.config.max_request_bytes)
+        send_steps, receive_steps = trio.open_memory_channel[Step](MAX_PIPELINED_REQUESTS)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._respond, stream, conn, receive_steps)
+                async with send_steps:
+                    with trio.CancelScope() as reader_scope:
+                        self._readers.add(reader_scope)
+                        try:
+                            await self._read_requests(stream, conn, send_steps)
+                        finally:
+                            self._readers.discard(reader_scope)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self.connections -= 1
+            if self.connections == 0:
+                self._idle.set()
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await stream.aclose()
+
+    async def _read_requests(
+        self, stream: trio.SocketStream, conn: Connection, steps: trio.MemorySendChannel[Step]
+    ) -> None:
+        while True:
+            while True:
+                try:
+                    message = conn.next_message()
+                except ProtocolError as error:
+                    await steps.send(Step(None, error_response(None, error.code, error.message)))
+                    if error.fatal:
+                        return
+                    continue
+                if message is NEED_DATA:
+                    break
+                if message is None:
+                    return
+                try:
+                    request = parse_request(message)
+                except ProtocolError as error:
+                    await steps.send(Step(None, error_response(None, error.code, error.message)))
+                    continue
+                step = self.ops.dispatch(request)
+                await steps.send(step)
+                if step.job is not None:
+                    try:
+                        await self.writer.enqueue(step.job)
+                    except trio.Cancelled:
+                        step.job.outcome = Outcome(
+                            False, code="shutting_down", message="the daemon is stopping"
+                        )
+                        step.job.done.set()
+                        raise
+            data = await stream.receive_some(RECEIVE_BYTES)
+            if data:
+                conn.receive_data(data)
+            else:
+                conn.receive_eof()
+
+    async def _respond(
+        self, stream: trio.SocketStream, conn: Connection, steps: trio.MemoryReceiveChannel[Step]
+    ) -> None:
+        async with steps:
+            async for step in steps:
+                try:
+                    response = await step.resolve()
+                except Exception as error:  # our bug, not the client's: report it, keep serving
+                    log.exception("internal error answering %r", step.request and step.request.op)
+                    response = error_response(step.request, "internal", f"internal error: {error}")
+                await stream.send_all(conn.encode(response))

@@ -1,0 +1,125 @@
+# The snapshot document rules of the wire contract ("invalid_snapshot when ...")
+# and the id rules shared by every op that names a session.
+from __future__ import annotations
+
+from typing import Any, TypeGuard
+
+SCHEMA_VERSION = 1
+MAX_ID_BYTES = 1024
+COMPONENTS = (
+    "artifacts",
+    "retained_artifact_uris",
+    "trace_events",
+    "run_records",
+    "verification_reports",
+    "subagent_tasks",
+)
+
+
+class InvalidSnapshot(Exception):
+    pass
+
+
+def id_problem(value: Any) -> str | None:
+    if not isinstance(value, str) or not value:
+        return "must be non-empty text"
+    if "\0" in value:
+        return "must not contain NUL"
+    try:
+        encoded = value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid UTF-8 text"
+    if len(encoded) > MAX_ID_BYTES:
+        return f"must be at most {MAX_ID_BYTES} UTF-8 bytes"
+    return None
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def validate_component(name: str, value: Any, session_id: str) -> None:
+    if not isinstance(value, list):
+        raise InvalidSnapshot(f"{name} must be an array")
+    if name == "retained_artifact_uris":
+        if not all(isinstance(uri, str) for uri in value):
+            raise InvalidSnapshot("retained_artifact_uris must hold text only")
+    elif name == "run_records":
+        _validate_run_records(value, session_id)
+    elif name == "subagent_tasks":
+        for position, task in enumerate(value):
+            if not isinstance(task, dict):
+                raise InvalidSnapshot(f"subagent_tasks[{position}] must be a map")
+            parent = task.get("parent_session_id")
+            if parent not in (None, "") and parent != session_id:
+                raise InvalidSnapshot(
+                    f"subagent_tasks[{position}].parent_session_id {parent!r} is not session.id"
+                )
+
+
+def _validate_run_records(records: list[Any], session_id: str) -> None:
+    seen_ids: set[Any] = set()
+    for position, record in enumerate(records):
+        where = f"run_records[{position}]"
+        if not isinstance(record, dict):
+            raise InvalidSnapshot(f"{where} must be a map")
+        snapshot = record.get("snapshot")
+        if not isinstance(snapshot, dict):
+            raise InvalidSnapshot(f"{where}.snapshot must be a map")
+        if "session_id" in snapshot and snapshot["session_id"] != session_id:
+            raise InvalidSnapshot(f"{where}.snapshot.session_id is not session.id")
+        run_id = snapshot.get("id")
+        if run_id is not None:
+            if not isinstance(run_id, (str, int, bytes)):
+                raise InvalidSnapshot(f"{where}.snapshot.id must be text")
+            if run_id in seen_ids:
+                raise InvalidSnapshot(f"{where}.snapshot.id {run_id!r} appears twice")
+            seen_ids.add(run_id)
+        events = record.get("events", [])
+        if not isinstance(events, list):
+            raise InvalidSnapshot(f"{where}.events must be an array")
+        largest = -1
+        for event_position, event in enumerate(events):
+            sequence = event.get("sequence") if isinstance(event, dict) else None
+            if not _is_int(sequence):
+                raise InvalidSnapshot(
+                    f"{where}.events[{event_position}].sequence must be an integer"
+                )
+            if sequence <= largest:
+                raise InvalidSnapshot(f"{where}.events[].sequence is not strictly increasing")
+            largest = sequence
+        event_count = snapshot.get("event_count")
+        if event_count is not None:
+            if not _is_int(event_count):
+                raise InvalidSnapshot(f"{where}.snapshot.event_count must be an integer")
+            if event_count < largest + 1:
+                raise InvalidSnapshot(
+                    f"{where}.snapshot.event_count {event_count} is below the largest "
+                    f"retained sequence + 1 ({largest + 1})"
+                )
+
+
+def validate_session(session: Any) -> str:
+    if not isinstance(session, dict):
+        raise InvalidSnapshot("session must be a map")
+    problem = id_problem(session.get("id"))
+    if problem:
+        raise InvalidSnapshot(f"session.id {problem}")
+    session_id: str = session["id"]
+    return session_id
+
+
+def validate_snapshot(snapshot: Any) -> str:
+    """Check a whole snapshot; return its session id."""
+    if not isinstance(snapshot, dict):
+        raise InvalidSnapshot("snapshot must be a map")
+    version = snapshot.get("schema_version")
+    if not _is_int(version) or version != SCHEMA_VERSION:
+        raise InvalidSnapshot(f"schema_version must be {SCHEMA_VERSION}, got {version!r}")
+    if "session" not in snapshot:
+        raise InvalidSnapshot("session is missing")
+    session_id = validate_session(snapshot["session"])
+    for name in COMPONENTS:
+        if name in snapshot:
+            validate_component(name, snapshot[name], session_id)
+    return session_id

@@ -1,0 +1,66 @@
+# The in-memory index: (kind, id) -> (seq, digest, size) of the committed
+# generation, plus the session ids in UTF-8 byte order for `list`. It is
+# rebuilt at every start from the WAL (or, after WAL loss, from the files).
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+SESSION = "s"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    seq: int
+    digest: bytes
+    size: int
+
+
+class Index:
+    def __init__(self) -> None:
+        self._entries: dict[str, dict[str, Entry]] = {}
+        self._sorted_session_keys: list[bytes] = []
+
+    def get(self, kind: str, doc_id: str) -> Entry | None:
+        return self._entries.get(kind, {}).get(doc_id)
+
+    def put(self, kind: str, doc_id: str, entry: Entry) -> None:
+        table = self._entries.setdefault(kind, {})
+        if doc_id not in table and kind == SESSION:
+            bisect.insort(self._sorted_session_keys, doc_id.encode("utf-8"))
+        table[doc_id] = entry
+
+    def remove(self, kind: str, doc_id: str) -> None:
+        table = self._entries.get(kind, {})
+        if table.pop(doc_id, None) is not None and kind == SESSION:
+            key = doc_id.encode("utf-8")
+            position = bisect.bisect_left(self._sorted_session_keys, key)
+            del self._sorted_session_keys[position]
+
+    def count(self, kind: str) -> int:
+        return len(self._entries.get(kind, {}))
+
+    def items(self, kind: str) -> list[tuple[str, Entry]]:
+        return list(self._entries.get(kind, {}).items())
+
+    def kinds(self) -> list[str]:
+        return list(self._entries)
+
+    def list_sessions(
+        self, prefix: str, after: str | None, limit: int
+    ) -> tuple[list[str], str | None]:
+        keys = self._sorted_session_keys
+        prefix_bytes = prefix.encode("utf-8")
+        start = bisect.bisect_left(keys, prefix_bytes)
+        if after is not None:
+            start = max(start, bisect.bisect_right(keys, after.encode("utf-8")))
+        ids: list[str] = []
+        position = start
+        while position < len(keys) and len(ids) < limit:
+            key = keys[position]
+            if not key.startswith(prefix_bytes):
+                return ids, None
+            ids.append(key.decode("utf-8"))
+            position += 1
+        more = position < len(keys) and keys[position].startswith(prefix_bytes)
+        return ids, (ids[-1] if more and ids else None)

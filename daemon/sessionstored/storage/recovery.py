@@ -1,0 +1,283 @@
+# Theory of operation
+#
+# Recovery runs at every open, before anything is served, and is idempotent:
+# recovering twice leaves the same store as recovering once.
+#
+#   1. Lay out and lock: state dir with wal/, docs/, tmp/ (real directories, no
+#      symlinks), the FORMAT marker, and an exclusive flock on "lock" so a
+#      second daemon on the same directory refuses to start.
+#   2. Read the WAL (wal.py cuts a torn tail, keeping a .broken copy).
+#   3. Replay: intents are held by seq, a commit applies one to the index, an
+#      abort drops it. Sequence numbers that repeat or go backwards, or a commit
+#      with no intent, fail closed as corruption.
+#   4. Resolve what is left: only the last batch can still hold intents (its
+#      commit records ride on the next fsync). An intent whose effect is on disk
+#      (the file carries its seq and digest; a removed file is gone) is sealed
+#      with a commit record; any other is rolled back with an abort record and
+#      the previous generation stands.
+#   5. Remove every temp file under tmp/.
+#
+# If the WAL is corrupt (not a torn tail), the damage is reported with file and
+# offset, the log directory is moved aside as wal.corrupt-N, and the index is
+# rebuilt from the document files, which carry their own id, seq and digest. The
+# new log continues from the highest seq seen anywhere, so seq never goes back.
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .files import DOCS_DIR, TMP_DIR, CorruptDocument
+from .index import Entry, Index
+from .wal import WalCorruption, WalRecord
+
+if TYPE_CHECKING:
+    from .store import Store
+
+FORMAT_FILE = "FORMAT"
+FORMAT_TEXT = b"sessionstore-format 1\n"
+LOCK_FILE = "lock"
+WAL_DIR = "wal"
+
+
+class StoreFormatError(Exception):
+    pass
+
+
+@dataclass
+class RecoveryReport:
+    records_replayed: int = 0
+    sealed: list[int] = field(default_factory=list)
+    rolled_back: list[int] = field(default_factory=list)
+    temps_removed: int = 0
+    torn_tail: dict[str, Any] | None = None
+    wal_corruption: dict[str, Any] | None = None
+    rebuilt_from_files: bool = False
+    unreadable_files: list[dict[str, Any]] = field(default_factory=list)
+    documents: int = 0
+    seq: int = 0
+    duration_ms: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "records_replayed": self.records_replayed,
+            "sealed": len(self.sealed),
+            "rolled_back": len(self.rolled_back),
+            "temps_removed": self.temps_removed,
+            "torn_tail": self.torn_tail,
+            "wal_corruption": self.wal_corruption,
+            "rebuilt_from_files": self.rebuilt_from_files,
+            "unreadable_files": self.unreadable_files,
+            "documents": self.documents,
+            "seq": self.seq,
+            "duration_ms": round(self.duration_ms, 3),
+        }
+
+    def summary(self) -> str:
+        parts = [f"{self.documents} documents at seq {self.seq}"]
+        parts.append(f"{self.records_replayed} WAL records replayed")
+        if self.sealed:
+            parts.append(f"{len(self.sealed)} intents sealed")
+        if self.rolled_back:
+            parts.append(f"{len(self.rolled_back)} intents rolled back")
+        if self.temps_removed:
+            parts.append(f"{self.temps_removed} temp files removed")
+        if self.torn_tail:
+            parts.append(
+                f"torn WAL tail cut at {self.torn_tail['path']}:{self.torn_tail['offset']}"
+            )
+        if self.wal_corruption:
+            c = self.wal_corruption
+            parts.append(
+                f"WAL corrupt at {c['path']}:{c['offset']} ({c['reason']}), rebuilt from files"
+            )
+        return "; ".join(parts) + f" in {self.duration_ms:.0f} ms"
+
+
+@dataclass
+class _Replay:
+    index: Index
+    pending: dict[int, list[Any]]
+    last_seq: int
+
+
+def _replay(records: list[WalRecord]) -> _Replay:
+    index = Index()
+    pending: dict[int, list[Any]] = {}
+    last_seq = 0
+    for record in records:
+        payload = record.payload
+        kind = payload[0]
+        seq = payload[1] if len(payload) > 1 else None
+        if not isinstance(seq, int):
+            raise WalCorruption(
+                record.path, record.offset, f"record without a seq: {payload!r}", []
+            )
+        if kind in ("I", "R"):
+            if seq <= last_seq:
+                raise WalCorruption(
+                    record.path,
+                    record.offset,
+                    f"intent seq {seq} not above committed seq {last_seq} (duplicate sequence)",
+                    [],
+                )
+            pending[seq] = payload
+        elif kind == "C":
+            intent = pending.pop(seq, None)
+            if intent is None or seq <= last_seq:
+                raise WalCorruption(record.path, record.offset, f"commit of unknown seq {seq}", [])
+            _apply(index, intent)
+            last_seq = seq
+        elif kind == "A":
+            pending.pop(seq, None)
+        else:
+            raise WalCorruption(record.path, record.offset, f"unknown record type {kind!r}", [])
+    return _Replay(index, pending, last_seq)
+
+
+def _apply(index: Index, intent: list[Any]) -> None:
+    if intent[0] == "I":
+        _, seq, kind, doc_id, digest, size = intent
+        index.put(kind, doc_id, Entry(seq, digest, size))
+    else:
+        _, _, kind, doc_id = intent
+        index.remove(kind, doc_id)
+
+
+def _effect_on_disk(store: Store, intent: list[Any]) -> bool:
+    kind, doc_id = intent[2], intent[3]
+    try:
+        doc = store.files.read(kind, doc_id)
+    except CorruptDocument:
+        return False
+    if intent[0] == "R":
+        return doc is None
+    return doc is not None and doc.seq == intent[1] and doc.digest == intent[4]
+
+
+def _prepare_layout(store: Store) -> None:
+    fs, root = store.fs, store.root
+    if not fs.is_dir(root):
+        raise StoreFormatError(f"{root}: state directory missing or not a directory")
+    lock_fd = fs.lock_exclusive(f"{root}/{LOCK_FILE}")
+    if lock_fd is None:
+        from .store import StoreLocked
+
+        raise StoreLocked(f"{root}: another sessionstored holds the lock on this state directory")
+    store._lock_fd = lock_fd
+    created = False
+    for name in (WAL_DIR, DOCS_DIR, TMP_DIR):
+        path = f"{root}/{name}"
+        if fs.exists(path) and not fs.is_dir(path):
+            raise StoreFormatError(f"{path}: not a directory (symlinks are refused)")
+        if not fs.exists(path):
+            fs.mkdir(path)
+            created = True
+    format_path = f"{root}/{FORMAT_FILE}"
+    if fs.exists(format_path):
+        found = fs.read_file(format_path, 4096)
+        if found != FORMAT_TEXT:
+            raise StoreFormatError(f"{format_path}: unknown store format {found[:40]!r}")
+    else:
+        temp = f"{root}/{TMP_DIR}/FORMAT.tmp"
+        if fs.exists(temp):
+            fs.unlink(temp)
+        fd = fs.create_exclusive(temp)
+        try:
+            fs.write(fd, FORMAT_TEXT)
+            fs.fsync(fd)
+        finally:
+            fs.close(fd)
+        fs.rename(temp, format_path)
+        created = True
+    if created:
+        fs.fsync_dir(root)
+
+
+def _rebuild_from_files(store: Store, report: RecoveryReport, floor_seq: int) -> _Replay:
+    index = Index()
+    last_seq = floor_seq
+    for name in sorted(store.files.list_names()):
+        try:
+            doc = store.files.read_path(name)
+        except (CorruptDocument, OSError) as error:
+            report.unreadable_files.append({"file": name, "error": str(error)})
+            continue
+        if name != store.files.path(doc.kind, doc.id).rsplit("/", 1)[1]:
+            report.unreadable_files.append(
+                {"file": name, "error": "file name does not match its id"}
+            )
+            continue
+        index.put(doc.kind, doc.id, Entry(doc.seq, doc.digest, len(doc.body)))
+        last_seq = max(last_seq, doc.seq)
+    report.rebuilt_from_files = True
+    return _Replay(index, {}, last_seq)
+
+
+def _quarantine_wal(store: Store) -> str:
+    fs, root = store.fs, store.root
+    number = 1
+    while fs.exists(f"{root}/{WAL_DIR}.corrupt-{number}"):
+        number += 1
+    aside = f"{root}/{WAL_DIR}.corrupt-{number}"
+    fs.rename(f"{root}/{WAL_DIR}", aside)
+    fs.mkdir(f"{root}/{WAL_DIR}")
+    fs.fsync_dir(root)
+    return aside
+
+
+def recover(store: Store) -> RecoveryReport:
+    started = time.monotonic()
+    report = RecoveryReport()
+    _prepare_layout(store)
+    try:
+        records, repair = store.wal.read_all()
+        if repair is not None:
+            report.torn_tail = {
+                "path": repair.path,
+                "offset": repair.offset,
+                "dropped_bytes": repair.dropped_bytes,
+                "broken_copy": repair.broken_copy,
+            }
+        replay = _replay(records)
+        report.records_replayed = len(records)
+        if not records and store.files.list_names():
+            replay = _rebuild_from_files(store, report, 0)
+    except WalCorruption as corruption:
+        salvaged_seqs = [
+            r.payload[1]
+            for r in corruption.salvaged
+            if len(r.payload) > 1 and isinstance(r.payload[1], int)
+        ]
+        aside = _quarantine_wal(store)
+        report.wal_corruption = {
+            "path": corruption.path,
+            "offset": corruption.offset,
+            "reason": corruption.reason,
+            "moved_to": aside,
+        }
+        replay = _rebuild_from_files(store, report, max(salvaged_seqs, default=0))
+
+    store.wal.open_for_append(replay.last_seq + 1)
+    resolution: list[list[Any]] = []
+    for seq in sorted(replay.pending):
+        intent = replay.pending[seq]
+        if _effect_on_disk(store, intent):
+            _apply(replay.index, intent)
+            resolution.append(["C", seq])
+            report.sealed.append(seq)
+            replay.last_seq = seq
+        else:
+            resolution.append(["A", seq])
+            report.rolled_back.append(seq)
+    if resolution:
+        store.wal.append(resolution)
+        store.wal.sync()
+    report.temps_removed = len(store.files.sweep_temps())
+
+    store.index = replay.index
+    store.seq = replay.last_seq
+    report.seq = replay.last_seq
+    report.documents = sum(replay.index.count(k) for k in replay.index.kinds())
+    report.duration_ms = (time.monotonic() - started) * 1000
+    return report

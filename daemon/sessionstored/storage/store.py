@@ -1,0 +1,368 @@
+# The storage engine: commits batches of document mutations durably, serves
+# committed documents, and (through recovery.py) rebuilds itself at every open.
+#
+# One batch, in order (the failpoint names of the wire contract in brackets):
+#   1. decide every mutation against the index: CAS (`expect`) is checked here,
+#      in commit order, so nothing can slip between a check and its commit;
+#   2. [before-intent] append an intent per accepted mutation, fsync the WAL
+#      [after-intent];
+#   3. write each new generation to tmp/ and fsync it (in parallel threads);
+#   4. [before-rename] rename each into docs/ (or unlink, for a removal)
+#      [after-rename], then one fsync of docs/ for the whole batch;
+#   5. [before-commit-record] append a commit record per mutation
+#      [after-commit-record]; the caller may now acknowledge.
+#
+# The commit records of step 5 are written but not fsynced: the next batch's
+# intent fsync (or close) carries them to disk. That is safe because recovery
+# seals an intent whose effect is on disk (the file with that seq and digest is
+# in place, or the removed file is gone), and step 4's directory fsync put it
+# there before any reply. It saves one fsync round per batch.
+#
+# Failure rules. Before any rename the batch can be undone: temps are removed,
+# an abort record per intent is written and synced, and the batch's seqs are
+# reused, so `seq` counts committed mutations only. A full disk there is
+# `no_space`, an injected fault `io_error`; any other I/O error is fatal. From
+# the first rename on nothing can be undone: every error is FatalStorageError,
+# the daemon fails the batch and exits, and recovery decides at the next start.
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from .files import CorruptDocument, Document, DocumentFiles
+from .fs import ENOSPC_ERRNOS, FileSystem
+from .index import SESSION, Entry, Index
+from .wal import WriteAheadLog
+
+DEFAULT_MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
+
+
+class _AnyValue:
+    def __repr__(self) -> str:
+        return "ANY"
+
+
+ANY: Any = _AnyValue()
+
+
+class FatalStorageError(Exception):
+    """The store can no longer promise durability: stop, and let recovery run at the next start."""
+
+
+class InjectedFault(OSError):
+    def __init__(self, point: str) -> None:
+        super().__init__(errno.EIO, f"injected fault at failpoint {point}")
+        self.point = point
+
+
+class StoreLocked(Exception):
+    pass
+
+
+class ReadRace(Exception):
+    """The document is being replaced by the batch in flight; retry once it is published."""
+
+
+@dataclass(frozen=True)
+class Put:
+    kind: str
+    id: str
+    body: bytes
+    digest: bytes
+    expect: Any = ANY  # ANY, None (must not exist) or the current digest
+
+
+@dataclass(frozen=True)
+class Remove:
+    kind: str
+    id: str
+    expect: Any = ANY
+
+
+Mutation = Put | Remove
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    seq: int | None = None
+    digest: bytes | None = None
+    existed: bool = False
+    code: str | None = None
+    message: str = ""
+    current: bytes | None = None
+
+
+@dataclass
+class Batch:
+    outcomes: list[Outcome]
+    changes: list[tuple[str, str, Entry | None]] = field(default_factory=list)
+    last_seq: int = 0
+
+
+Failpoint = Callable[[str], None]
+
+
+def _no_failpoint(_name: str) -> None:
+    return None
+
+
+class Store:
+    def __init__(
+        self,
+        fs: FileSystem,
+        root: str,
+        *,
+        max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+        failpoint: Failpoint = _no_failpoint,
+        executor: Executor | None = None,
+    ) -> None:
+        self.fs = fs
+        self.root = root
+        self.max_document_bytes = max_document_bytes
+        self.failpoint = failpoint
+        self.executor = executor
+        self.files = DocumentFiles(fs, root, max_document_bytes)
+        self.wal = WriteAheadLog(fs, f"{root}/wal")
+        self.index = Index()
+        self.seq = 0
+        self._inflight: frozenset[tuple[str, str]] = frozenset()
+        self._lock_fd: int | None = None
+        self._failed = False
+
+    def open(self) -> Any:
+        from .recovery import recover
+
+        return recover(self)
+
+    # -- reads (any thread; never blocks on the writer) --------------------
+
+    def head(self, kind: str, doc_id: str) -> Entry | None:
+        return self.index.get(kind, doc_id)
+
+    def read(self, kind: str, doc_id: str) -> Document | None:
+        entry = self.index.get(kind, doc_id)
+        if entry is None:
+            return None
+        doc = self.files.read(kind, doc_id)
+        if doc is not None and doc.seq == entry.seq and doc.digest == entry.digest:
+            return doc
+        if (kind, doc_id) in self._inflight:
+            raise ReadRace(doc_id)
+        path = self.files.path(kind, doc_id)
+        if doc is None:
+            raise CorruptDocument(path, 0, f"file missing for committed seq {entry.seq}")
+        raise CorruptDocument(
+            path, 0, f"file holds seq {doc.seq}, the committed generation is seq {entry.seq}"
+        )
+
+    # -- the commit path (the writer's thread only) -------------------------
+
+    def commit(self, mutations: Sequence[Mutation]) -> list[Outcome]:
+        """Commit and publish in one call: for tests and tools that own the store."""
+        outcomes: list[Outcome] = []
+        for batch in self._split_unique(mutations):
+            result = self.commit_durably(batch)
+            self.publish(result)
+            outcomes.extend(result.outcomes)
+        return outcomes
+
+    @staticmethod
+    def _split_unique(mutations: Sequence[Mutation]) -> list[list[Mutation]]:
+        batches: list[list[Mutation]] = [[]]
+        seen: set[tuple[str, str]] = set()
+        for mutation in mutations:
+            key = (mutation.kind, mutation.id)
+            if key in seen:
+                batches.append([])
+                seen = set()
+            seen.add(key)
+            batches[-1].append(mutation)
+        return [b for b in batches if b]
+
+    def commit_durably(self, mutations: Sequence[Mutation]) -> Batch:
+        """Make one batch durable. Ids must be unique within the batch. Publish with publish()."""
+        if self._failed:
+            raise FatalStorageError("the store failed earlier and must be reopened")
+        outcomes: list[Outcome | None] = [None] * len(mutations)
+        accepted: list[tuple[int, Mutation, int]] = []
+        next_seq = self.seq + 1
+        for position, mutation in enumerate(mutations):
+            entry = self.index.get(mutation.kind, mutation.id)
+            current = entry.digest if entry else None
+            if mutation.expect is not ANY and mutation.expect != current:
+                outcomes[position] = Outcome(
+                    False, code="conflict", message="expectation not met", current=current
+                )
+                continue
+            if isinstance(mutation, Remove) and entry is None:
+                outcomes[position] = Outcome(True, seq=next_seq - 1, existed=False)
+                continue
+            accepted.append((position, mutation, next_seq))
+            next_seq += 1
+        batch = Batch([], last_seq=self.seq)
+        if accepted:
+            try:
+                self._commit_accepted(accepted, outcomes, batch)
+            except FatalStorageError:
+                self._failed = True
+                raise
+        batch.outcomes = [o for o in outcomes if o is not None]
+        assert len(batch.outcomes) == len(mutations)
+        return batch
+
+    def publish(self, batch: Batch) -> None:
+        """Make a durable batch visible to readers (the event loop's thread in the daemon)."""
+        for kind, doc_id, entry in batch.changes:
+            if entry is None:
+                self.index.remove(kind, doc_id)
+            else:
+                self.index.put(kind, doc_id, entry)
+        self.seq = batch.last_seq
+        self._inflight = frozenset()
+
+    def _commit_accepted(
+        self,
+        accepted: list[tuple[int, Mutation, int]],
+        outcomes: list[Outcome | None],
+        batch: Batch,
+    ) -> None:
+        intents: list[list[Any]] = []
+        for _, mutation, seq in accepted:
+            if isinstance(mutation, Put):
+                intents.append(
+                    ["I", seq, mutation.kind, mutation.id, mutation.digest, len(mutation.body)]
+                )
+            else:
+                intents.append(["R", seq, mutation.kind, mutation.id])
+        try:
+            self.failpoint("before-intent")
+            self.wal.append(intents)
+        except OSError as error:
+            self._fail_undoable(accepted, outcomes, error, intents_written=False, temps=[])
+            return
+        self._sync_wal("intent records")
+        try:
+            self.wal.rotate_if_full(accepted[0][2])
+        except OSError as error:
+            raise FatalStorageError(f"cannot start a new WAL segment: {error}") from error
+
+        temps: list[str] = []
+        try:
+            self.failpoint("after-intent")
+            puts = [(m, seq) for _, m, seq in accepted if isinstance(m, Put)]
+            temps = self._write_temps(puts)
+        except OSError as error:
+            self._fail_undoable(accepted, outcomes, error, intents_written=True, temps=temps)
+            return
+
+        self._inflight = frozenset((m.kind, m.id) for _, m, _ in accepted)
+        try:
+            temp_of = dict(zip((id(m) for m, _ in puts), temps, strict=True))
+            for _, mutation, _ in accepted:
+                self.failpoint("before-rename")
+                if isinstance(mutation, Put):
+                    self.files.install(temp_of[id(mutation)], mutation.kind, mutation.id)
+                else:
+                    self.files.remove(mutation.kind, mutation.id)
+                self.failpoint("after-rename")
+            self.files.sync()
+            self.failpoint("before-commit-record")
+            self.wal.append([["C", seq] for _, _, seq in accepted])
+            self.failpoint("after-commit-record")
+        except OSError as error:
+            raise FatalStorageError(
+                f"commit failed after the point of no return: {error}"
+            ) from error
+
+        for position, mutation, seq in accepted:
+            if isinstance(mutation, Put):
+                entry = Entry(seq, mutation.digest, len(mutation.body))
+                batch.changes.append((mutation.kind, mutation.id, entry))
+                outcomes[position] = Outcome(True, seq=seq, digest=mutation.digest)
+            else:
+                batch.changes.append((mutation.kind, mutation.id, None))
+                outcomes[position] = Outcome(True, seq=seq, existed=True)
+        batch.last_seq = accepted[-1][2]
+
+    def _write_temps(self, puts: list[tuple[Put, int]]) -> list[str]:
+        docs = [Document(m.kind, m.id, seq, m.digest, m.body) for m, seq in puts]
+        if self.executor is None or len(docs) < 2:
+            written: list[str] = []
+            try:
+                for doc in docs:
+                    written.append(self.files.write_temp(doc))
+            except OSError:
+                self._remove_temps(written)
+                raise
+            return written
+        futures = [self.executor.submit(self.files.write_temp, doc) for doc in docs]
+        paths, first_error = [], None
+        for future in futures:
+            try:
+                paths.append(future.result())
+            except OSError as error:
+                first_error = first_error or error
+        if first_error is not None:
+            self._remove_temps(paths)
+            raise first_error
+        return paths
+
+    def _remove_temps(self, paths: list[str]) -> None:
+        for path in paths:
+            try:
+                self.fs.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                raise FatalStorageError(f"cannot remove temp file {path}: {error}") from error
+
+    def _fail_undoable(
+        self,
+        accepted: list[tuple[int, Mutation, int]],
+        outcomes: list[Outcome | None],
+        error: OSError,
+        *,
+        intents_written: bool,
+        temps: list[str],
+    ) -> None:
+        if isinstance(error, InjectedFault):
+            code = "io_error"
+        elif error.errno in ENOSPC_ERRNOS:
+            code = "no_space"
+        else:
+            raise FatalStorageError(f"I/O error while preparing a batch: {error}") from error
+        self._remove_temps(temps)
+        if intents_written:
+            try:
+                self.wal.append([["A", seq] for _, _, seq in accepted])
+            except OSError as abort_error:
+                raise FatalStorageError(
+                    f"cannot write abort records: {abort_error}"
+                ) from abort_error
+            self._sync_wal("abort records")
+        message = "disk full" if code == "no_space" else str(error)
+        for position, _, _ in accepted:
+            outcomes[position] = Outcome(False, code=code, message=message)
+
+    def _sync_wal(self, what: str) -> None:
+        try:
+            self.wal.sync()
+        except OSError as error:
+            raise FatalStorageError(f"fsync of the WAL failed ({what}): {error}") from error
+
+    def close(self) -> None:
+        if not self._failed:
+            try:
+                self.wal.close()
+            except OSError as error:
+                raise FatalStorageError(f"closing the WAL failed: {error}") from error
+        if self._lock_fd is not None:
+            self.fs.close(self._lock_fd)
+            self._lock_fd = None
+
+    def session_count(self) -> int:
+        return self.index.count(SESSION)

@@ -1,0 +1,271 @@
+# Theory of operation
+#
+# The write-ahead log orders every mutation of the store. It holds identities
+# and digests only, never session content: an intent names (seq, kind, id,
+# digest, size) of a document about to be replaced or removed, a commit or an
+# abort seals or drops that intent by seq. The document itself lives in its own
+# file (files.py), written temp -> fsync -> rename -> fsync(dir) between the
+# intent and the commit.
+#
+# Framing: a segment starts with SEGMENT_HEADER; each record is
+#     RECORD_MAGIC (4 bytes) | payload length (u32 LE)
+#     | xxh3_64(length + payload) (u64 LE) | payload
+# where the payload is one CBOR array. Segments are named by the first seq they
+# may hold (16 hex digits) and rotate at SEGMENT_TARGET_BYTES.
+#
+# Torn tail vs corruption (the etcd rule): a crash in the middle of an append
+# leaves a bad record at the end of the last segment with nothing valid after
+# it. That tail was never acknowledged (acknowledgement waits for fsync), so it
+# is cut off, after a copy of the segment is kept as "<segment>.broken". A bad
+# record anywhere else, or one followed by valid records, is corruption: the
+# scan reports the file and offset and recovery decides what to do with it.
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import cbor2
+import xxhash
+
+from .fs import FileSystem
+
+SEGMENT_HEADER = b"SSWAL\x00\x01\n"
+RECORD_MAGIC = b"\xa5WR1"
+RECORD_HEAD = struct.Struct("<4sIQ")
+MAX_RECORD_PAYLOAD_BYTES = 64 * 1024
+SEGMENT_TARGET_BYTES = 64 * 1024 * 1024
+SEGMENT_SUFFIX = ".wal"
+
+
+class WalRecord(NamedTuple):
+    path: str
+    offset: int
+    payload: list[Any]
+
+
+class WalCorruption(Exception):
+    def __init__(self, path: str, offset: int, reason: str, salvaged: list[WalRecord]) -> None:
+        super().__init__(f"{path}: offset {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+        self.salvaged = salvaged
+
+
+def encode_record(payload: list[Any]) -> bytes:
+    body = cbor2.dumps(payload)
+    length = struct.pack("<I", len(body))
+    checksum = xxhash.xxh3_64_intdigest(length + body)
+    return RECORD_HEAD.pack(RECORD_MAGIC, len(body), checksum) + body
+
+
+def _record_at(data: bytes, offset: int) -> tuple[list[Any], int] | None:
+    """The record at offset and the offset after it, or None when it is not valid."""
+    end = offset + RECORD_HEAD.size
+    if end > len(data):
+        return None
+    magic, length, checksum = RECORD_HEAD.unpack_from(data, offset)
+    if magic != RECORD_MAGIC or length > MAX_RECORD_PAYLOAD_BYTES or end + length > len(data):
+        return None
+    body = data[end : end + length]
+    if xxhash.xxh3_64_intdigest(data[offset + 4 : offset + 8] + body) != checksum:
+        return None
+    try:
+        payload = cbor2.loads(body)
+    except (cbor2.CBORDecodeError, ValueError):
+        return None
+    if not isinstance(payload, list) or not payload:
+        return None
+    return payload, end + length
+
+
+def _valid_record_after(data: bytes, offset: int) -> int | None:
+    probe = data.find(RECORD_MAGIC, offset + 1)
+    while probe >= 0:
+        if _record_at(data, probe) is not None:
+            return probe
+        probe = data.find(RECORD_MAGIC, probe + 1)
+    return None
+
+
+@dataclass
+class SegmentScan:
+    records: list[tuple[int, list[Any]]]
+    valid_bytes: int
+    bad_offset: int | None
+    valid_after_bad: int | None
+
+
+def scan_segment(data: bytes) -> SegmentScan:
+    if not data.startswith(SEGMENT_HEADER):
+        after = _valid_record_after(data, -1) if data else None
+        return SegmentScan([], 0, 0, after)
+    records: list[tuple[int, list[Any]]] = []
+    offset = len(SEGMENT_HEADER)
+    while offset < len(data):
+        found = _record_at(data, offset)
+        if found is None:
+            return SegmentScan(records, offset, offset, _valid_record_after(data, offset))
+        payload, end = found
+        records.append((offset, payload))
+        offset = end
+    return SegmentScan(records, offset, None, None)
+
+
+def segment_name(first_seq: int) -> str:
+    return f"{first_seq:016x}{SEGMENT_SUFFIX}"
+
+
+@dataclass
+class TailRepair:
+    path: str
+    offset: int
+    dropped_bytes: int
+    broken_copy: str
+
+
+class WriteAheadLog:
+    def __init__(self, fs: FileSystem, directory: str) -> None:
+        self.fs = fs
+        self.directory = directory
+        self._fd: int | None = None
+        self._segment_path = ""
+        self._segment_bytes = 0
+        self._dirty = False
+        self.segments: list[str] = []
+
+    def _path(self, name: str) -> str:
+        return f"{self.directory}/{name}"
+
+    def list_segments(self) -> list[str]:
+        return sorted(n for n in self.fs.listdir(self.directory) if n.endswith(SEGMENT_SUFFIX))
+
+    def read_all(self) -> tuple[list[WalRecord], TailRepair | None]:
+        """Every record in order; repairs a torn tail, raises WalCorruption otherwise."""
+        names = self.list_segments()
+        records: list[WalRecord] = []
+        repair = None
+        for position, name in enumerate(names):
+            path = self._path(name)
+            data = self.fs.read_file(path, 1 << 40)
+            scan = scan_segment(data)
+            records.extend(WalRecord(path, offset, payload) for offset, payload in scan.records)
+            if scan.bad_offset is None:
+                continue
+            is_last = position == len(names) - 1
+            if not is_last or scan.valid_after_bad is not None:
+                reason = (
+                    "bad record followed by valid records"
+                    if scan.valid_after_bad is not None
+                    else "bad record in a sealed segment"
+                )
+                raise WalCorruption(
+                    path, scan.bad_offset, reason, records + self._salvage(names, position)
+                )
+            broken = path + ".broken"
+            if self.fs.exists(broken):
+                self.fs.unlink(broken)
+            fd = self.fs.create_exclusive(broken)
+            try:
+                self.fs.write(fd, data)
+                self.fs.fsync(fd)
+            finally:
+                self.fs.close(fd)
+            if scan.bad_offset == 0:
+                self.fs.unlink(path)
+            else:
+                self.fs.truncate(path, scan.bad_offset)
+            self.fs.fsync_dir(self.directory)
+            repair = TailRepair(path, scan.bad_offset, len(data) - scan.bad_offset, broken)
+        return records, repair
+
+    def _salvage(self, names: list[str], failed: int) -> list[WalRecord]:
+        """Whatever valid records can still be found from the failed segment on."""
+        salvaged: list[WalRecord] = []
+        for name in names[failed:]:
+            path = self._path(name)
+            try:
+                data = self.fs.read_file(path, 1 << 40)
+            except OSError:
+                continue
+            offset = 0
+            while True:
+                probe = data.find(RECORD_MAGIC, offset)
+                if probe < 0:
+                    break
+                found = _record_at(data, probe)
+                if found is None:
+                    offset = probe + 1
+                    continue
+                salvaged.append(WalRecord(path, probe, found[0]))
+                offset = found[1]
+        return salvaged
+
+    def open_for_append(self, next_seq: int) -> None:
+        names = self.list_segments()
+        if not names:
+            self._create_segment(next_seq)
+            return
+        self._segment_path = self._path(names[-1])
+        self._segment_bytes = self.fs.file_size(self._segment_path)
+        self._fd = self.fs.open_append(self._segment_path, create=False)
+        self.segments = names
+
+    def _create_segment(self, first_seq: int) -> None:
+        name = segment_name(first_seq)
+        path = self._path(name)
+        if self.fs.exists(path):
+            self.fs.unlink(path)
+        fd = self.fs.create_exclusive(path)
+        self.fs.write(fd, SEGMENT_HEADER)
+        self.fs.fsync(fd)
+        self.fs.fsync_dir(self.directory)
+        if self._fd is not None:
+            self.fs.close(self._fd)
+        self._fd = fd
+        self._segment_path = path
+        self._segment_bytes = len(SEGMENT_HEADER)
+        self.segments = self.list_segments()
+
+    def append(self, payloads: list[list[Any]]) -> None:
+        """Write records to the OS; durable only after sync()."""
+        assert self._fd is not None, "WAL not open"
+        data = b"".join(encode_record(p) for p in payloads)
+        try:
+            self.fs.write(self._fd, data)
+        except OSError:
+            # a short write (disk full) must not leave half a record in front of later ones
+            self.fs.truncate(self._segment_path, self._segment_bytes)
+            raise
+        self._segment_bytes += len(data)
+        self._dirty = True
+
+    def sync(self) -> None:
+        assert self._fd is not None, "WAL not open"
+        self.fs.fsync(self._fd)  # durability point: every record appended so far is on disk
+        self._dirty = False
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def rotate_if_full(self, next_seq: int) -> None:
+        """Start a new segment once the current one is large; call only right after sync()."""
+        if self._segment_bytes >= SEGMENT_TARGET_BYTES and not self._dirty:
+            self._create_segment(next_seq)
+
+    @property
+    def size_bytes(self) -> int:
+        total = 0
+        for name in self.segments:
+            path = self._path(name)
+            total += self._segment_bytes if path == self._segment_path else self.fs.file_size(path)
+        return total
+
+    def close(self) -> None:
+        if self._fd is not None:
+            if self._dirty:
+                self.sync()
+            self.fs.close(self._fd)
+            self._fd = None

@@ -1,0 +1,158 @@
+# The single writer: the only task that mutates the store. Connection tasks send
+# it jobs through a small channel (a slow disk makes senders wait instead of
+# growing memory); it takes the first job, drains whatever else is already
+# queued (group commit: one WAL fsync and one directory fsync for all of them),
+# runs the batch in a worker thread, publishes it to the index, then resolves
+# each job. Once a batch is in the thread it is shielded from cancellation: it
+# completes and its outcome is delivered.
+#
+# A FatalStorageError (an fsync failed, or an error after the point of no
+# return) fails the batch and everything queued with io_error, and asks the
+# daemon to exit non-zero so systemd restarts it and recovery runs.
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from .storage.store import FatalStorageError, Mutation, Outcome, Store
+
+log = logging.getLogger("sessionstored.writer")
+
+QUEUE_DEPTH = 64
+MAX_BATCH_JOBS = 512
+MAX_BATCH_BYTES = 128 * 1024 * 1024
+FILE_SYNC_THREADS = 16
+
+
+@dataclass(eq=False)
+class Job:
+    mutation: Mutation | None = None
+    exclusive: Callable[[], Any] | None = None  # runs in the thread with no batch in flight
+    done: trio.Event = field(default_factory=trio.Event)
+    outcome: Outcome | None = None
+    result: Any = None
+    error: BaseException | None = None
+
+    def size(self) -> int:
+        body = getattr(self.mutation, "body", b"")
+        return len(body) if isinstance(body, bytes) else 0
+
+
+class Writer:
+    def __init__(self, store: Store, on_fatal: Callable[[str], None]) -> None:
+        self.store = store
+        self.on_fatal = on_fatal
+        self._send, self._receive = trio.open_memory_channel[Job](QUEUE_DEPTH)
+        self._published = trio.Event()
+        self._executor = ThreadPoolExecutor(FILE_SYNC_THREADS, thread_name_prefix="fsync")
+        store.executor = self._executor
+        self.failed: str | None = None
+        self.batches = 0
+        self.committed_jobs = 0
+        self.on_batch: Callable[[], None] | None = None
+
+    async def enqueue(self, job: Job) -> None:
+        """Hand a job to the writer; job.done is set once its outcome is known."""
+        if self.failed is not None:
+            self._fail([job], self.failed)
+            return
+        try:
+            await self._send.send(job)
+        except trio.ClosedResourceError:
+            job.outcome = Outcome(False, code="shutting_down", message="the daemon is stopping")
+            job.done.set()
+
+    async def wait_published(self) -> None:
+        await self._published.wait()
+
+    def close(self) -> None:
+        self._send.close()
+
+    async def run(self) -> None:
+        try:
+            async with self._receive:
+                async for first in self._receive:
+                    jobs = [first]
+                    size = first.size()
+                    while len(jobs) < MAX_BATCH_JOBS and size < MAX_BATCH_BYTES:
+                        try:
+                            job = self._receive.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                        jobs.append(job)
+                        size += job.size()
+                    with trio.CancelScope(shield=True):
+                        await self._run_jobs(jobs)
+        finally:
+            self._executor.shutdown(wait=False)
+
+    async def _run_jobs(self, jobs: list[Job]) -> None:
+        pending: list[Job] = []
+        for job in jobs:
+            if job.exclusive is not None:
+                await self._commit(pending)
+                pending = []
+                await self._run_exclusive(job)
+            else:
+                keys = {(j.mutation.kind, j.mutation.id) for j in pending if j.mutation}
+                assert job.mutation is not None
+                if (job.mutation.kind, job.mutation.id) in keys:
+                    await self._commit(pending)
+                    pending = []
+                pending.append(job)
+        await self._commit(pending)
+
+    async def _run_exclusive(self, job: Job) -> None:
+        assert job.exclusive is not None
+        try:
+            job.result = await trio.to_thread.run_sync(job.exclusive)
+        except Exception as error:  # reported to the one client that asked
+            job.error = error
+        job.done.set()
+
+    async def _commit(self, jobs: list[Job]) -> None:
+        if not jobs:
+            return
+        if self.failed is not None:
+            self._fail(jobs, self.failed)
+            return
+        mutations = [job.mutation for job in jobs if job.mutation is not None]
+        try:
+            batch = await trio.to_thread.run_sync(self.store.commit_durably, mutations)
+        except FatalStorageError as error:
+            self.failed = f"storage failure, daemon stopping: {error}"
+            log.critical("%s", self.failed)
+            self._fail(jobs, self.failed)
+            self.on_fatal(self.failed)
+            self._drain_failed()
+            return
+        self.store.publish(batch)
+        self.batches += 1
+        for job, outcome in zip(jobs, batch.outcomes, strict=True):
+            job.outcome = outcome
+            if outcome.ok:
+                self.committed_jobs += 1
+            job.done.set()
+        published, self._published = self._published, trio.Event()
+        published.set()
+        if self.on_batch is not None:
+            self.on_batch()
+
+    def _drain_failed(self) -> None:
+        while True:
+            try:
+                job = self._receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return
+            self._fail([job], self.failed or "storage failure")
+
+    @staticmethod
+    def _fail(jobs: list[Job], message: str) -> None:
+        for job in jobs:
+            job.outcome = Outcome(False, code="io_error", message=message)
+            job.done.set()
