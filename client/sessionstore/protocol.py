@@ -212,28 +212,28 @@ class ItemScanner:
         return True
 
 
-def _from_json(value: Any) -> Any:
+def from_json_value(value: Any) -> Any:
     if isinstance(value, dict):
         if len(value) == 1 and "$bytes" in value and isinstance(value["$bytes"], str):
             return base64.b64decode(value["$bytes"], validate=True)
-        return {k: _from_json(v) for k, v in value.items()}
+        return {k: from_json_value(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_from_json(v) for v in value]
+        return [from_json_value(v) for v in value]
     return value
 
 
-def _to_json(value: Any) -> Any:
+def to_json_value(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, RawCBOR):
-        return _to_json(cbor2.loads(value.data))
+        return to_json_value(cbor2.loads(value.data))
     if isinstance(value, dict):
         return {
-            (k if isinstance(k, str) else json.dumps(_to_json(k))): _to_json(v)
+            (k if isinstance(k, str) else json.dumps(to_json_value(k))): to_json_value(v)
             for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):
-        return [_to_json(v) for v in value]
+        return [to_json_value(v) for v in value]
     if isinstance(value, float) and value != value:
         return None
     return value
@@ -268,7 +268,8 @@ def _encode_raw(encoder: Any, value: Any) -> None:
 def encode(message: Any, mode: Mode) -> bytes:
     if mode is Mode.JSON:
         return (
-            json.dumps(_to_json(message), separators=(",", ":"), allow_nan=False).encode() + b"\n"
+            json.dumps(to_json_value(message), separators=(",", ":"), allow_nan=False).encode()
+            + b"\n"
         )
     return bytes(cbor2.dumps(message, default=_encode_raw))
 
@@ -379,7 +380,7 @@ class Connection:
                     "bad_request", f"nesting deeper than {self.max_depth} levels", fatal=False
                 )
             try:
-                return _from_json(value)
+                return from_json_value(value)
             except (binascii.Error, ValueError) as error:
                 raise ProtocolError(
                     "bad_request", f"bad $bytes value: {error}", fatal=False

@@ -1,0 +1,161 @@
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sessionstore.client import Client
+
+READY_TIMEOUT_S = 30.0
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-slow", action="store_true", help="run soak tests marked slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-slow"):
+        return
+    skip = pytest.mark.skip(reason="slow soak: run with --run-slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+def snapshot(session_id: str, **extra: Any) -> dict[str, Any]:
+    return {"schema_version": 1, "session": {"id": session_id, **extra}}
+
+
+class DaemonProcess:
+    """A real sessionstored process on a real socket, readiness via a fake NOTIFY_SOCKET."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.state_dir = workdir / "state"
+        self.socket_path = str(workdir / "sock")
+        self.notify_path = str(workdir / "notify")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / "daemon.log"
+        self.notifications: list[str] = []
+        self._notify_sock: socket.socket | None = None
+
+    def command(self, *extra: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "sessionstored",
+            "--state-dir",
+            str(self.state_dir),
+            "--socket",
+            self.socket_path,
+            *extra,
+        ]
+
+    def start(self, *extra: str, env: dict[str, str] | None = None, wait: bool = True) -> None:
+        assert self.proc is None or self.proc.poll() is not None, "daemon already running"
+        if self._notify_sock is None:
+            if os.path.exists(self.notify_path):
+                os.unlink(self.notify_path)
+            self._notify_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self._notify_sock.bind(self.notify_path)
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSTORE")}
+        full_env["NOTIFY_SOCKET"] = self.notify_path
+        full_env.update(env or {})
+        self.notifications = []
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            self.command(*extra), env=full_env, stdout=log, stderr=subprocess.STDOUT
+        )
+        log.close()
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        assert self.proc is not None and self._notify_sock is not None
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
+            if self.wait_notification("READY=1", timeout=0.2):
+                return
+        raise AssertionError(f"daemon not ready after {READY_TIMEOUT_S}s:\n{self.log()}")
+
+    def wait_notification(self, field: str, timeout: float) -> bool:
+        assert self._notify_sock is not None
+        deadline = time.monotonic() + timeout
+        while not any(field in n.split("\n") for n in self.notifications):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._notify_sock.settimeout(remaining)
+            try:
+                self.notifications.append(self._notify_sock.recv(4096).decode())
+            except TimeoutError:
+                return False
+        return True
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def client(self, timeout: float = 30.0) -> Client:
+        return Client(self.socket_path, timeout=timeout)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+    def wait_exit(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def cleanup(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        if self._notify_sock is not None:
+            self._notify_sock.close()
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    # AF_UNIX paths are limited to 107 bytes: pytest's tmp_path can be longer
+    path = Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon(short_tmp: Path) -> Iterator[DaemonProcess]:
+    process = DaemonProcess(short_tmp)
+    yield process
+    try:
+        if process.proc is not None and process.proc.poll() is None:
+            with process.client() as client:
+                result = client.verify()
+            assert result["problems"] == [], result
+            assert process.stop() == 0, process.log()
+    finally:
+        process.cleanup()
+
+
+@pytest.fixture
+def running(daemon: DaemonProcess) -> DaemonProcess:
+    daemon.start()
+    return daemon
