@@ -71,11 +71,10 @@ class DaemonProcess:
         full_env["NOTIFY_SOCKET"] = self.notify_path
         full_env.update(env or {})
         self.notifications = []
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            self.command(*extra), env=full_env, stdout=log, stderr=subprocess.STDOUT
-        )
-        log.close()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.command(*extra), env=full_env, stdout=log, stderr=subprocess.STDOUT
+            )
         if wait:
             self.wait_ready()
 

@@ -25,7 +25,11 @@ def _print(value: Any) -> None:
 
 
 def _read_json(source: str) -> Any:
-    text = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()
+    if source == "-":
+        text = sys.stdin.read()
+    else:
+        with open(source, encoding="utf-8") as handle:
+            text = handle.read()
     return from_json_value(json.loads(text))
 
 
