@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from sessionstore.client import Client
 
 READY_TIMEOUT_S = 30.0

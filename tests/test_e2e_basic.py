@@ -12,6 +12,7 @@ from pathlib import Path
 
 import cbor2
 import pytest
+
 from sessionstore import Conflict, InvalidSnapshot, TooLarge, snapshot_digest
 from sessionstore.client import Client
 from sessionstore.errors import BadRequest, ConnectionLost

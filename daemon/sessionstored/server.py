@@ -18,6 +18,7 @@ import stat
 from typing import Any
 
 import trio
+
 from sessionstore.protocol import (
     NEED_DATA,
     Connection,
@@ -118,9 +119,10 @@ class Server:
         self._stop.set()
 
     async def run(self, listener: trio.SocketListener, socket_path: str | None) -> int:
+        signal_scope = trio.CancelScope()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.writer.run)
-            nursery.start_soon(self._watch_signals)
+            nursery.start_soon(self._watch_signals, signal_scope)
             async with trio.open_nursery() as connections:
                 accept_scope = trio.CancelScope()
                 connections.start_soon(self._accept, listener, connections, accept_scope)
@@ -139,6 +141,7 @@ class Server:
                     await self._idle.wait()
                 connections.cancel_scope.cancel()
             self.writer.close()
+            signal_scope.cancel()
         if socket_path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(socket_path)
@@ -146,8 +149,8 @@ class Server:
             await trio.to_thread.run_sync(self.store.close)
         return self.exit_code
 
-    async def _watch_signals(self) -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    async def _watch_signals(self, scope: trio.CancelScope) -> None:
+        with scope, trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
                 log.info("received %s", signal.Signals(signum).name)
                 self._stop.set()

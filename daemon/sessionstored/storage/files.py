@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import cbor2
 import xxhash
+
 from sessionstore.canonical import digest_bytes_of_canonical
 
 from .fs import FileSystem

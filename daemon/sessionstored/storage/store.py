@@ -260,10 +260,17 @@ class Store:
             return
 
         self._inflight = frozenset((m.kind, m.id) for _, m, _ in accepted)
+        temp_of = dict(zip((id(m) for m, _ in puts), temps, strict=True))
         try:
-            temp_of = dict(zip((id(m) for m, _ in puts), temps, strict=True))
-            for _, mutation, _ in accepted:
-                self.failpoint("before-rename")
+            self.failpoint("before-rename")
+        except OSError as error:  # nothing renamed yet: still undoable
+            self._inflight = frozenset()
+            self._fail_undoable(accepted, outcomes, error, intents_written=True, temps=temps)
+            return
+        try:
+            for position, (_, mutation, _) in enumerate(accepted):
+                if position:
+                    self.failpoint("before-rename")
                 if isinstance(mutation, Put):
                     self.files.install(temp_of[id(mutation)], mutation.kind, mutation.id)
                 else:

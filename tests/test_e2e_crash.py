@@ -1,0 +1,206 @@
+# Crashes of a real daemon: the S-PE-01 port, every failpoint of the contract,
+# and kill -9 in the middle of concurrent writers. After every restart the
+# last acknowledged generation must be there, whole, and verify must be clean.
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sessionstore import snapshot_digest
+from sessionstore.errors import ConnectionLost, IOFailure, SessionStoreError
+
+from .conftest import DaemonProcess, snapshot
+
+FAILPOINTS = (
+    "before-intent",
+    "after-intent",
+    "before-rename",
+    "after-rename",
+    "before-commit-record",
+    "after-commit-record",
+)
+# Without power loss, a rename that happened stays: recovery seals those intents.
+EFFECT_ON_DISK_FROM = FAILPOINTS.index("after-rename")
+
+
+def _generation(name: str, prompt: str) -> dict:
+    snap = snapshot("test-session-1", config={"name": name, "system_prompt": prompt})
+    snap["trace_events"] = [{"generation": name}]
+    return snap
+
+
+def _temp_files(daemon: DaemonProcess) -> list[str]:
+    return os.listdir(daemon.state_dir / "tmp")
+
+
+def test_s_pe_01_forty_generations_five_crashes_before_rename(daemon: DaemonProcess) -> None:
+    crashes = 0
+    for cycle in range(40):
+        generation, prompt = f"GEN-{cycle:02}", f"PROMPT-{cycle:02}"
+        staged_crash = cycle % 8 == 0
+        env = {"SESSIONSTORED_FAILPOINTS": "before-rename=crash@2"} if staged_crash else {}
+        daemon.start(env=env)
+        durable = _generation(generation, prompt)
+        with daemon.client() as client:
+            assert client.save(durable)["digest"] == snapshot_digest(durable)
+            if staged_crash:
+                torn = _generation(f"TORN-{cycle:02}", prompt)
+                with pytest.raises(ConnectionLost):
+                    client.save(torn)
+                assert daemon.wait_exit() == -9
+                crashes += 1
+                assert _temp_files(daemon), "the crash should leave the synced temp file behind"
+        if not staged_crash:
+            assert daemon.stop() == 0
+        daemon.start()
+        with daemon.client() as client:
+            loaded = client.load_with_meta("test-session-1")
+            assert loaded["digest"] == snapshot_digest(durable), f"cycle {cycle}"
+            assert loaded["snapshot"]["session"]["config"]["name"] == generation
+            assert loaded["snapshot"]["session"]["config"]["system_prompt"] == prompt
+            assert client.verify()["problems"] == []
+            recovery = client.stats()["recovery"]
+            if staged_crash:
+                assert recovery["rolled_back"] == 1 and recovery["temps_removed"] == 1
+        assert _temp_files(daemon) == []
+        assert daemon.stop() == 0
+    assert crashes == 5
+
+
+@pytest.mark.parametrize("point", FAILPOINTS)
+def test_crash_at_every_failpoint(daemon: DaemonProcess, point: str) -> None:
+    first, second = snapshot("fp", gen=1), snapshot("fp", gen=2)
+    daemon.start(env={"SESSIONSTORED_FAILPOINTS": f"{point}=crash@2"})
+    with daemon.client() as client:
+        acked = client.save(first)
+        with pytest.raises(ConnectionLost):
+            client.save(second)
+    assert daemon.wait_exit() == -9
+    daemon.start()
+    expected = second if FAILPOINTS.index(point) >= EFFECT_ON_DISK_FROM else first
+    with daemon.client() as client:
+        loaded = client.load_with_meta("fp")
+        assert loaded["snapshot"] == expected
+        assert loaded["seq"] == (2 if expected is second else acked["seq"])
+        after = client.save(snapshot("fp", gen=3))
+        assert after["seq"] == loaded["seq"] + 1
+    assert _temp_files(daemon) == []
+
+
+@pytest.mark.parametrize("point", FAILPOINTS)
+def test_error_at_every_failpoint(daemon: DaemonProcess, point: str) -> None:
+    first, second, third = (snapshot("fp", gen=n) for n in (1, 2, 3))
+    daemon.start(env={"SESSIONSTORED_FAILPOINTS": f"{point}=error@2"})
+    undoable = FAILPOINTS.index(point) < EFFECT_ON_DISK_FROM
+    with daemon.client() as client:
+        client.save(first)
+        with pytest.raises(IOFailure):
+            client.save(second)
+        if undoable:
+            # the batch was rolled back cleanly: the daemon goes on, seq is not consumed
+            assert client.load("fp") == first
+            assert client.save(third)["seq"] == 2
+            return
+    # past the point of no return the daemon fails stop, and recovery decides
+    assert daemon.wait_exit() == 3
+    assert "exiting with status 3" in daemon.log()
+    daemon.start()
+    with daemon.client() as client:
+        assert client.load_with_meta("fp")["snapshot"] == second
+        assert client.save(third)["seq"] == 3
+
+
+def test_hang_blocks_writes_but_reads_are_served(daemon: DaemonProcess) -> None:
+    daemon.start(env={"SESSIONSTORED_FAILPOINTS": "before-rename=hang@2"})
+    with daemon.client() as client:
+        client.save(snapshot("h", gen=1))
+    stuck = daemon.client(timeout=1.0)
+    with pytest.raises(ConnectionLost):
+        stuck.save(snapshot("h", gen=2))
+    stuck.close()
+    with daemon.client(timeout=10) as reader:
+        reader.ping()
+        assert reader.load("h") == snapshot("h", gen=1)
+    daemon.kill9()
+    daemon.start()
+    with daemon.client() as client:
+        assert client.load("h") == snapshot("h", gen=1)
+        assert client.stats()["recovery"]["rolled_back"] == 1
+
+
+def _writer_loop(
+    daemon: DaemonProcess,
+    worker: int,
+    stop: threading.Event,
+    acked: dict[str, int],
+    inflight: dict[str, int],
+) -> None:
+    session_id = f"writer-{worker}"
+    generation = 0
+    try:
+        with daemon.client(timeout=10) as client:
+            while not stop.is_set():
+                generation += 1
+                inflight[session_id] = generation
+                client.save(snapshot(session_id, gen=generation, pad="p" * (worker * 97)))
+                acked[session_id] = generation
+    except SessionStoreError:
+        return
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_kill9_under_16_concurrent_writers_loses_nothing(
+    daemon: DaemonProcess, round_: int
+) -> None:
+    daemon.start()
+    acked: dict[str, int] = {}
+    inflight: dict[str, int] = {}
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=_writer_loop, args=(daemon, n, stop, acked, inflight))
+        for n in range(16)
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(acked) < 16 or min(acked.values()) < 5 + round_ * 3:
+        assert time.monotonic() < deadline, f"writers made no progress: {acked}"
+        time.sleep(0.01)
+    daemon.kill9()
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    daemon.start()
+    with daemon.client() as client:
+        for session_id, generation in acked.items():
+            loaded = client.load(session_id)
+            assert loaded is not None, session_id
+            # the acknowledged generation, or the one in flight when the daemon died
+            assert loaded["session"]["gen"] in (generation, inflight[session_id]), session_id
+        assert client.verify()["problems"] == []
+        assert client.stats()["seq"] >= sum(acked.values())
+
+
+def test_recovery_twice_equals_once(daemon: DaemonProcess, tmp_path: Path) -> None:
+    daemon.start(env={"SESSIONSTORED_FAILPOINTS": "after-rename=crash@3"})
+    with daemon.client() as client:
+        client.save(snapshot("r", gen=1))
+        client.save(snapshot("r", gen=2))
+        with pytest.raises(ConnectionLost):
+            client.save(snapshot("r", gen=3))
+    daemon.wait_exit()
+    daemon.start()
+    with daemon.client() as client:
+        once = (client.load_with_meta("r"), client.stats()["seq"])
+        assert client.stats()["recovery"]["sealed"] == 1
+    assert daemon.stop() == 0
+    daemon.start()
+    with daemon.client() as client:
+        twice = (client.load_with_meta("r"), client.stats()["seq"])
+        recovery = client.stats()["recovery"]
+        assert recovery["sealed"] == 0 and recovery["rolled_back"] == 0
+    assert once == twice
