@@ -141,8 +141,11 @@ class DocumentFiles:
         try:
             self.fs.write(fd, encode_document(doc))
             self.fs.fsync(fd)  # the new generation is on disk before it can be renamed in
-        finally:
+        except OSError:
             self.fs.close(fd)
+            self.fs.unlink(path)  # a full disk must not keep half a document around
+            raise
+        self.fs.close(fd)
         return path
 
     def install(self, temp_path: str, kind: str, doc_id: str) -> None:

@@ -136,7 +136,16 @@ class Store:
     def open(self) -> Any:
         from .recovery import recover
 
-        return recover(self)
+        try:
+            return recover(self)
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            self.fs.close(self._lock_fd)
+            self._lock_fd = None
 
     # -- reads (any thread; never blocks on the writer) --------------------
 
@@ -344,13 +353,16 @@ class Store:
             raise FatalStorageError(f"I/O error while preparing a batch: {error}") from error
         self._remove_temps(temps)
         if intents_written:
+            # Abort records only save recovery a look at the files: an intent left open is
+            # rolled back at boot, and a later intent with the same seq supersedes it. So a
+            # full disk here is no reason to stop.
             try:
                 self.wal.append([["A", seq] for _, _, seq in accepted])
             except OSError as abort_error:
-                raise FatalStorageError(
-                    f"cannot write abort records: {abort_error}"
-                ) from abort_error
-            self._sync_wal("abort records")
+                if abort_error.errno not in ENOSPC_ERRNOS:
+                    raise FatalStorageError(f"cannot write abort records: {abort_error}") from None
+            else:
+                self._sync_wal("abort records")
         message = "disk full" if code == "no_space" else str(error)
         for position, _, _ in accepted:
             outcomes[position] = Outcome(False, code=code, message=message)
@@ -367,9 +379,7 @@ class Store:
                 self.wal.close()
             except OSError as error:
                 raise FatalStorageError(f"closing the WAL failed: {error}") from error
-        if self._lock_fd is not None:
-            self.fs.close(self._lock_fd)
-            self._lock_fd = None
+        self._release_lock()
 
     def session_count(self) -> int:
         return self.index.count(SESSION)

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from typing import Any
+
+from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical
+from sessionstored.storage.check import check
+from sessionstored.storage.store import ANY, Put, Remove, Store
+
+from .simfs import SimFileSystem
+
+ROOT = "/state"
+
+
+def body_for(session_id: str, value: Any) -> bytes:
+    return canonical_dumps({"schema_version": 1, "session": {"id": session_id}, "value": value})
+
+
+def put(session_id: str, value: Any, expect: Any = ANY) -> Put:
+    body = body_for(session_id, value)
+    return Put("s", session_id, body, digest_bytes_of_canonical(body), expect)
+
+
+def remove(session_id: str, expect: Any = ANY) -> Remove:
+    return Remove("s", session_id, expect)
+
+
+def new_fs() -> SimFileSystem:
+    fs = SimFileSystem()
+    fs.makedirs_durable(ROOT)
+    return fs
+
+
+def open_store(fs: SimFileSystem, **kwargs: Any) -> Store:
+    store = Store(fs, ROOT, **kwargs)
+    store.open()
+    return store
+
+
+def snapshot_of(store: Store) -> dict[str, tuple[int, bytes]]:
+    """Every committed session: id -> (seq, body), read back from the files."""
+    out = {}
+    for doc_id, _entry in store.index.items("s"):
+        doc = store.read("s", doc_id)
+        assert doc is not None
+        out[doc_id] = (doc.seq, doc.body)
+    return out
+
+
+def assert_clean(store: Store) -> None:
+    checked, problems = check(store)
+    assert problems == [], problems
+    assert checked == sum(store.index.count(k) for k in store.index.kinds())

@@ -1,0 +1,48 @@
+# Architecture rules that a refactor could silently break.
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STORAGE = ROOT / "daemon" / "sessionstored" / "storage"
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_storage_imports_no_trio() -> None:
+    for path in STORAGE.glob("*.py"):
+        assert "trio" not in _imports(path), path
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, sessionstored.storage.store, sessionstored.storage.recovery,"
+            " sessionstored.storage.check; print('trio' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "False"
+
+
+def test_only_the_seam_calls_os_for_data_files() -> None:
+    for path in STORAGE.glob("*.py"):
+        if path.name == "fs.py":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                assert node.value.id != "os", f"{path.name} calls os.{node.attr}"
+        assert "os" not in _imports(path), path

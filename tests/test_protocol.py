@@ -1,0 +1,208 @@
+# The sans-IO protocol module: framing is independent of how bytes arrive, and
+# arbitrary bytes only ever yield requests or a bad_request/too_large error.
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import cbor2
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sessionstore.protocol import (
+    NEED_DATA,
+    Connection,
+    ItemScanner,
+    Mode,
+    ProtocolError,
+    RawCBOR,
+    encode,
+    parse_request,
+)
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**64) + 1, 2**64 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=20),
+    st.binary(max_size=20),
+)
+values = st.recursive(
+    scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=5), st.dictionaries(st.text(max_size=8), children, max_size=5)
+    ),
+    max_leaves=30,
+)
+requests = st.dictionaries(st.text(max_size=8), values, max_size=5).map(
+    lambda d: {**d, "op": "save"}
+)
+
+
+def _drain(conn: Connection) -> list[Any]:
+    out = []
+    while True:
+        message = conn.next_message()
+        if message is NEED_DATA or message is None:
+            return out
+        out.append(message)
+
+
+def _feed(chunks: list[bytes], eof: bool = True) -> list[Any]:
+    conn = Connection()
+    out: list[Any] = []
+    for chunk in chunks:
+        conn.receive_data(chunk)
+        out.extend(_drain(conn))
+    if eof:
+        conn.receive_eof()
+        out.extend(_drain(conn))
+    return out
+
+
+@given(st.lists(requests, min_size=1, max_size=5), st.data())
+def test_whole_vs_byte_at_a_time_vs_random_chunks(
+    messages: list[dict], data: st.DataObject
+) -> None:
+    stream = b"".join(cbor2.dumps(m) for m in messages)
+    whole = _feed([stream])
+    bytewise = _feed([stream[i : i + 1] for i in range(len(stream))])
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    assert whole == bytewise == _feed(pieces) == messages
+
+
+@given(st.lists(requests, min_size=1, max_size=4))
+def test_json_lines_mode_same_messages(messages: list[dict]) -> None:
+    from sessionstore.protocol import to_json_value
+
+    stream = b"".join(json.dumps(to_json_value(m)).encode() + b"\n" for m in messages)
+    conn = Connection()
+    conn.receive_data(stream)
+    conn.receive_eof()
+    got = _drain(conn)
+    assert conn.mode is Mode.JSON
+    assert len(got) == len(messages)
+    bytewise = _feed([stream[i : i + 1] for i in range(len(stream))])
+    assert bytewise == got
+
+
+@settings(max_examples=400)
+@given(st.binary(max_size=300))
+def test_garbage_only_yields_messages_or_classified_errors(junk: bytes) -> None:
+    conn = Connection(max_message_bytes=4096)
+    conn.receive_data(junk)
+    conn.receive_eof()
+    for _ in range(len(junk) + 2):
+        try:
+            message = conn.next_message()
+        except ProtocolError as error:
+            assert error.code in ("bad_request", "too_large")
+            if error.fatal:
+                return
+            continue
+        if message is None or message is NEED_DATA:
+            return
+        try:
+            parse_request(message)
+        except ProtocolError as error:
+            assert error.code == "bad_request" and not error.fatal
+
+
+def test_trailing_bytes_stay_for_the_next_item() -> None:
+    conn = Connection()
+    conn.receive_data(cbor2.dumps({"op": "ping"}) + b"\xa1")
+    assert conn.next_message() == {"op": "ping"}
+    assert conn.next_message() is NEED_DATA
+    conn.receive_data(cbor2.dumps("op") + cbor2.dumps("hello"))
+    assert conn.next_message() == {"op": "hello"}
+
+
+def test_eof_inside_an_item_is_bad_request() -> None:
+    conn = Connection()
+    conn.receive_data(cbor2.dumps({"op": "ping"})[:-1])
+    assert conn.next_message() is NEED_DATA
+    conn.receive_eof()
+    with pytest.raises(ProtocolError) as error:
+        conn.next_message()
+    assert error.value.code == "bad_request" and error.value.fatal
+
+
+def test_declared_length_over_cap_refused_before_buffering() -> None:
+    scanner = ItemScanner(max_item_bytes=1000)
+    header = b"\x5b" + (10**12).to_bytes(8, "big")  # a 1 TB byte string, only the header sent
+    with pytest.raises(ProtocolError) as error:
+        scanner.scan(header)
+    assert error.value.code == "too_large"
+    with pytest.raises(ProtocolError):
+        ItemScanner(1000).scan(b"\x9b" + (10**12).to_bytes(8, "big"))  # a 10^12-element array
+
+
+def test_nesting_cap() -> None:
+    deep_ok = b"\x81" * 63 + b"\x01"
+    assert ItemScanner(10_000).scan(deep_ok) == len(deep_ok)
+    with pytest.raises(ProtocolError) as error:
+        ItemScanner(10_000).scan(b"\x81" * 65 + b"\x01")
+    assert error.value.code == "bad_request"
+    conn = Connection()
+    conn.receive_data(b'{"op":' + b"[" * 100 + b"]" * 100 + b'}\n{"op":"ping"}\n')
+    with pytest.raises(ProtocolError) as json_error:
+        conn.next_message()
+    assert json_error.value.code == "bad_request" and not json_error.value.fatal
+    assert conn.next_message() == {"op": "ping"}
+
+
+def test_indefinite_lengths_and_bignums_accepted() -> None:
+    item = (
+        b"\xbf"
+        + b"\x62op"
+        + b"\x7f\x62pi\x62ng\xff"
+        + b"\x61n"
+        + b"\xc2\x49"
+        + b"\x01" * 9
+        + b"\xff"
+    )
+    conn = Connection()
+    conn.receive_data(item)
+    assert conn.next_message() == {"op": "ping", "n": int.from_bytes(b"\x01" * 9, "big")}
+
+
+@pytest.mark.parametrize(
+    "item",
+    [b"\xc1\x00", b"\xf7", b"\xf8\x20", b"\x1c", b"\xff", b"\x5f\x61a\xff", b"\x9f\x5f\x41a\x5f"],
+)
+def test_rejected_encodings(item: bytes) -> None:
+    with pytest.raises(ProtocolError) as error:
+        ItemScanner(1000).scan(item)
+    assert error.value.code == "bad_request"
+
+
+def test_json_line_over_cap_is_too_large() -> None:
+    conn = Connection(max_message_bytes=1024)
+    conn.receive_data(b'{"op":"' + b"x" * 2000)
+    with pytest.raises(ProtocolError) as error:
+        conn.next_message()
+    assert error.value.code == "too_large" and error.value.fatal
+
+
+def test_parse_request_rules() -> None:
+    assert parse_request({"op": "ping", "rid": 5}).rid == 5
+    for bad in ([1], {"op": 1}, {"op": ""}, {1: "x", "op": "ping"}, {"op": "ping", "rid": [1]}):
+        with pytest.raises(ProtocolError) as error:
+            parse_request(bad)
+        assert error.value.code == "bad_request" and not error.value.fatal
+
+
+def test_raw_cbor_is_spliced_and_json_mode_decodes_it() -> None:
+    body = cbor2.dumps({"b": b"\x00", "a": 1})
+    message = {"ok": True, "snapshot": RawCBOR(body)}
+    assert cbor2.loads(encode(message, Mode.CBOR)) == {
+        "ok": True,
+        "snapshot": {"b": b"\x00", "a": 1},
+    }
+    assert json.loads(encode(message, Mode.JSON)) == {
+        "ok": True,
+        "snapshot": {"b": {"$bytes": "AA=="}, "a": 1},
+    }
