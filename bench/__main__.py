@@ -1,0 +1,273 @@
+# `make bench` (python -m bench): this daemon, SQLite (WAL, synchronous=FULL)
+# and the naive upstream algorithm on the same bytes, in one run on one disk.
+# Prints a table and writes bench/results/latest.json. `--quick` is the short
+# run that the README's foundation figures come from.
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sessionstore.client import Client
+
+from . import anchors
+from .load import Sample, run_clients, run_in_processes
+from .workload import snapshot_bytes
+
+RESULTS = Path(__file__).resolve().parent / "results"
+KIB = 1024
+
+
+@dataclass
+class Row:
+    name: str
+    clients: int
+    size: int
+    ops_per_s: float
+    p50_ms: float
+    p99_ms: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def _row(name: str, clients: int, size: int, samples: list[Sample]) -> Row:
+    rates = [s.operations / s.elapsed_s for s in samples]
+    latencies = [lat for s in samples for lat in s.latencies_s]
+    errors = sum(s.errors for s in samples)
+    if errors:
+        raise SystemExit(f"bench: {name} had {errors} failed requests")
+    return Row(
+        name, clients, size, statistics.median(rates), _pct(latencies, 0.5), _pct(latencies, 0.99)
+    )
+
+
+class Daemon:
+    def __init__(self, workdir: Path, *extra: str) -> None:
+        self.socket = str(workdir / "sock")
+        self.log = open(workdir / "daemon.log", "ab")  # noqa: SIM115 - lives as long as the daemon
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sessionstored",
+                "--state-dir",
+                str(workdir / "state"),
+                "--socket",
+                self.socket,
+                "--log-level",
+                "warning",
+                *extra,
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with Client(self.socket, timeout=5) as client:
+                    client.ping()
+                return
+            except Exception:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("bench: daemon did not start") from None
+                time.sleep(0.05)
+
+    def rss_kib(self) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(60)
+        self.log.close()
+
+
+def bench_daemon(workdir: Path, args: argparse.Namespace) -> list[Row]:
+    rows = []
+    daemon = Daemon(workdir)
+    try:
+        for size in args.sizes:
+            for clients in args.clients:
+                samples = [
+                    run_clients(
+                        daemon.socket, "save", clients, size, args.seconds, f"{size}-{clients}-{r}"
+                    )
+                    for r in range(args.repeats)
+                ]
+                rows.append(_row("sessionstored save", clients, size, samples))
+                print(_format(rows[-1]), flush=True)
+        samples = [
+            run_clients(
+                daemon.socket,
+                "load",
+                args.load_clients,
+                4 * KIB,
+                args.seconds,
+                f"{4 * KIB}-{args.load_clients}-0",
+            )
+            for _ in range(args.repeats)
+        ]
+        rows.append(_row("sessionstored load", args.load_clients, 4 * KIB, samples))
+        rows[-1].extra["rss_kib_after"] = daemon.rss_kib()
+        print(_format(rows[-1]), flush=True)
+    finally:
+        daemon.stop()
+    return rows
+
+
+def _anchor_rows(
+    name: str, target: Any, make_args: Any, args: argparse.Namespace, process_counts: list[int]
+) -> list[Row]:
+    rows = []
+    for size in args.sizes:
+        for processes in process_counts:
+            samples = []
+            for _ in range(args.repeats):
+                deadline = time.perf_counter() + args.seconds
+                results = run_in_processes(
+                    target, [make_args(size, n, deadline) for n in range(processes)]
+                )
+                latencies = [lat for lats in results for lat in lats]
+                samples.append(Sample(len(latencies), args.seconds, latencies, 0))
+            rows.append(_row(name, processes, size, samples))
+            print(_format(rows[-1]), flush=True)
+    return rows
+
+
+def _format(row: Row) -> str:
+    return (
+        f"{row.name:<28} {row.clients:>4} {row.size // KIB:>4} KiB "
+        f"{row.ops_per_s:>10.0f}/s  p50 {row.p50_ms:>7.2f} ms  p99 {row.p99_ms:>7.2f} ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--quick", action="store_true", help="short run: 4 KiB, 1 and 64 clients")
+    parser.add_argument("--dir", default=None, help="where to put the stores (a real disk)")
+    parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--repeats", type=int, default=None)
+    args = parser.parse_args()
+    args.sizes = [4 * KIB] if args.quick else [4 * KIB, 64 * KIB]
+    args.clients = [1, 64] if args.quick else [1, 8, 64]
+    args.seconds = args.seconds or (3.0 if args.quick else 5.0)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.load_clients = 16
+    base = Path(tempfile.mkdtemp(prefix="ssbench-", dir=args.dir))
+    print(
+        f"bench: stores under {base}; {args.seconds:.0f} s per point, median of {args.repeats}",
+        flush=True,
+    )
+    rows: list[Row] = []
+    try:
+        floor_dir = base / "floor"
+        floor_dir.mkdir()
+        fsyncs = anchors.fsync_floor(str(floor_dir), 200)
+        renames = anchors.rename_floor(str(floor_dir), snapshot_bytes("floor", 4 * KIB), 200)
+        rows.append(
+            Row(
+                "floor: fsync",
+                1,
+                64,
+                1 / statistics.median(fsyncs),
+                _pct(fsyncs, 0.5),
+                _pct(fsyncs, 0.99),
+            )
+        )
+        rows.append(
+            Row(
+                "floor: temp+fsync+rename+dir",
+                1,
+                4 * KIB,
+                1 / statistics.median(renames),
+                _pct(renames, 0.5),
+                _pct(renames, 0.99),
+            )
+        )
+        for row in rows:
+            print(_format(row), flush=True)
+
+        daemon_dir = base / "daemon"
+        daemon_dir.mkdir()
+        rows += bench_daemon(daemon_dir, args)
+
+        sqlite_dir = base / "sqlite"
+        sqlite_dir.mkdir()
+        db = str(sqlite_dir / "sessions.db")
+        anchors.open_sqlite(db).close()
+        sqlite_counts = [1, 64] if args.quick else [1, 8, 64]
+        rows += _anchor_rows(
+            "sqlite WAL sync=FULL save",
+            anchors.sqlite_saves,
+            lambda size, n, deadline: (db, f"s{n}", snapshot_bytes(f"s{n}", size), deadline),
+            args,
+            sqlite_counts,
+        )
+        ids = [f"s{n}" for n in range(64)]
+        deadline = time.perf_counter() + args.seconds
+        loads = run_in_processes(anchors.sqlite_loads, [(db, ids, deadline)] * args.load_clients)
+        rows.append(
+            Row(
+                "sqlite load",
+                args.load_clients,
+                4 * KIB,
+                sum(loads) / args.seconds,
+                float("nan"),
+                float("nan"),
+            )
+        )
+        print(_format(rows[-1]), flush=True)
+
+        naive_dir = base / "naive"
+        naive_dir.mkdir()
+        rows += _anchor_rows(
+            "naive upstream save",
+            anchors.naive_saves,
+            lambda size, n, deadline: (
+                str(naive_dir),
+                f"s{n}",
+                snapshot_bytes(f"s{n}", size),
+                deadline,
+            ),
+            args,
+            [1, 64] if args.quick else [1, 8, 64],
+        )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    RESULTS.mkdir(exist_ok=True)
+    out = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join(["python -m bench", *sys.argv[1:]]),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "kernel": platform.release(),
+        },
+        "rows": [row.__dict__ for row in rows],
+    }
+    (RESULTS / "latest.json").write_text(json.dumps(out, indent=2))
+    print(f"bench: wrote {RESULTS / 'latest.json'}")
+
+
+if __name__ == "__main__":
+    main()

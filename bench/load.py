@@ -1,0 +1,98 @@
+# Client load for the daemon: C clients spread over several processes (threads
+# inside each, blocking sockets) so the client side is not the bottleneck. Each
+# client pre-encodes its request once and sends the same canonical bytes every
+# time, then waits for the reply: one save in flight per client.
+from __future__ import annotations
+
+import multiprocessing
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from threading import Thread
+from typing import Any
+
+import cbor2
+
+from sessionstore.protocol import NEED_DATA, Connection, Mode, RawCBOR
+
+from .workload import snapshot_bytes
+
+CLIENTS_PER_PROCESS = 8
+
+
+@dataclass
+class Sample:
+    operations: int
+    elapsed_s: float
+    latencies_s: list[float]
+    errors: int
+
+
+def _client(
+    socket_path: str, request: bytes, start_at: float, deadline: float, out: list[Any]
+) -> None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(socket_path)
+    conn = Connection(max_message_bytes=1 << 30, mode=Mode.CBOR)
+    latencies = []
+    errors = 0
+    while time.time() < start_at:
+        time.sleep(0.001)
+    while time.time() < deadline:
+        started = time.perf_counter()
+        sock.sendall(request)
+        while (message := conn.next_message()) is NEED_DATA:
+            conn.receive_data(sock.recv(1 << 20))
+        latencies.append(time.perf_counter() - started)
+        if not message.get("ok"):
+            errors += 1
+    sock.close()
+    out.append((latencies, errors))
+
+
+def _process(args: tuple[str, str, list[str], int, float, float]) -> tuple[list[float], int]:
+    socket_path, op, session_ids, size, start_at, deadline = args
+    results: list[Any] = []
+    threads = []
+    for session_id in session_ids:
+        if op == "save":
+            body = snapshot_bytes(session_id, size)
+            request = cbor2.dumps({"op": "save", "snapshot": RawCBOR(body)}, default=_raw)
+        else:
+            request = cbor2.dumps({"op": "load", "session_id": session_id})
+        threads.append(
+            Thread(target=_client, args=(socket_path, request, start_at, deadline, results))
+        )
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    latencies = [lat for lats, _ in results for lat in lats]
+    return latencies, sum(e for _, e in results)
+
+
+def _raw(encoder: Any, value: Any) -> None:
+    encoder.write(value.data)
+
+
+def run_clients(
+    socket_path: str, op: str, clients: int, size: int, duration_s: float, tag: str
+) -> Sample:
+    ids = [f"bench/{tag}/{n}" for n in range(clients)]
+    groups = [ids[i : i + CLIENTS_PER_PROCESS] for i in range(0, clients, CLIENTS_PER_PROCESS)]
+    start_at = time.time() + 1.0 + 0.05 * len(groups)
+    deadline = start_at + duration_s
+    context = multiprocessing.get_context("fork")
+    with context.Pool(len(groups)) as pool:
+        results = pool.map(
+            _process, [(socket_path, op, group, size, start_at, deadline) for group in groups]
+        )
+    latencies = [lat for lats, _ in results for lat in lats]
+    return Sample(len(latencies), duration_s, latencies, sum(e for _, e in results))
+
+
+def run_in_processes(target: Callable[..., Any], argument_sets: list[tuple[Any, ...]]) -> list[Any]:
+    context = multiprocessing.get_context("fork")
+    with context.Pool(len(argument_sets)) as pool:
+        return pool.starmap(target, argument_sets)
