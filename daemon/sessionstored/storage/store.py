@@ -276,6 +276,7 @@ class Store:
             self._inflight = frozenset()
             self._fail_undoable(accepted, outcomes, error, intents_written=True, temps=temps)
             return
+        step = "rename into docs/"
         try:
             for position, (_, mutation, _) in enumerate(accepted):
                 if position:
@@ -285,13 +286,15 @@ class Store:
                 else:
                     self.files.remove(mutation.kind, mutation.id)
                 self.failpoint("after-rename")
+            step = "fsync of docs/"
             self.files.sync()
+            step = "commit records"
             self.failpoint("before-commit-record")
             self.wal.append([["C", seq] for _, _, seq in accepted])
             self.failpoint("after-commit-record")
         except OSError as error:
             raise FatalStorageError(
-                f"commit failed after the point of no return: {error}"
+                f"{step} failed after the point of no return: {error}"
             ) from error
 
         for position, mutation, seq in accepted:

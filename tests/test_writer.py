@@ -1,0 +1,69 @@
+# The writer task in-process under trio (pytest-trio), over the simulated
+# filesystem: concurrent submitters are group-committed, each gets its own
+# outcome in commit order, and a fatal storage error fails everyone queued.
+from __future__ import annotations
+
+import trio
+
+from sessionstored.storage.store import Outcome, Store
+from sessionstored.writer import Job, Writer
+
+from .storage_helpers import ROOT, body_for, new_fs, put
+
+
+async def _submit(writer: Writer, job: Job, results: list[Outcome]) -> None:
+    await writer.enqueue(job)
+    await job.done.wait()
+    assert job.outcome is not None
+    results.append(job.outcome)
+
+
+async def test_concurrent_saves_are_group_committed() -> None:
+    fs = new_fs()
+    store = Store(fs, ROOT)
+    store.open()
+    writer = Writer(store, on_fatal=lambda reason: None)
+    results: list[Outcome] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        async with trio.open_nursery() as clients:
+            for n in range(64):
+                clients.start_soon(_submit, writer, Job(put(f"c{n}", n)), results)
+        writer.close()
+    assert len(results) == 64 and all(o.ok for o in results)
+    assert sorted(o.seq for o in results) == list(range(1, 65))
+    assert writer.batches < 64, "concurrent saves should share batches"
+    assert store.read("s", "c7").body == body_for("c7", 7)
+
+
+async def test_same_id_twice_in_one_drain_commits_in_order() -> None:
+    store = Store(new_fs(), ROOT)
+    store.open()
+    writer = Writer(store, on_fatal=lambda reason: None)
+    jobs = [Job(put("same", n)) for n in range(5)]
+    async with trio.open_nursery() as nursery:
+        for job in jobs:
+            await writer.enqueue(job)  # all queued before the writer runs
+        nursery.start_soon(writer.run)
+        for job in jobs:
+            await job.done.wait()
+        writer.close()
+    assert [j.outcome.seq for j in jobs if j.outcome] == [1, 2, 3, 4, 5]
+    assert store.read("s", "same").body == body_for("same", 4)
+
+
+async def test_fatal_error_fails_the_batch_and_everything_after() -> None:
+    fs = new_fs()
+    store = Store(fs, ROOT)
+    store.open()
+    fatal: list[str] = []
+    writer = Writer(store, on_fatal=fatal.append)
+    fs.fail_fsync_paths.add(f"{ROOT}/docs")
+    results: list[Outcome] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        await _submit(writer, Job(put("a", 1)), results)
+        await _submit(writer, Job(put("b", 1)), results)
+        writer.close()
+    assert [o.code for o in results] == ["io_error", "io_error"]
+    assert fatal and "fsync" in fatal[0]
