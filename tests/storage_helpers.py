@@ -4,7 +4,8 @@ from typing import Any
 
 from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical
 from sessionstored.storage.check import check
-from sessionstored.storage.store import ANY, Put, Remove, Store
+from sessionstored.storage.mutations import ANY, Put, Remove
+from sessionstored.storage.store import Store
 
 from .simfs import SimFileSystem
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from sessionstored.storage.store import Mutation, Put, Store
+from sessionstored.storage.mutations import Mutation, Put
+from sessionstored.storage.store import Store
 
 from .simfs import SimulatedCrash
 from .storage_helpers import assert_clean, body_for, new_fs, open_store, put, remove, snapshot_of

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from sessionstore.canonical import digest_bytes_of_canonical
-from sessionstored.storage.store import ANY, Store
+from sessionstored.storage.mutations import ANY
+from sessionstored.storage.store import Store
 
 from .storage_helpers import ROOT, assert_clean, body_for, new_fs, put, remove, snapshot_of
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import trio
 
-from sessionstored.storage.store import Outcome, Store
+from sessionstored.storage.mutations import Outcome
+from sessionstored.storage.store import Store
 from sessionstored.writer import Job, Writer
 
 from .storage_helpers import ROOT, body_for, new_fs, put

@@ -1,7 +1,8 @@
 # Request -> Step. A Step is what a connection does with one request, in order:
 # an immediate response, a job for the writer whose outcome becomes the
-# response, or a read evaluated when every earlier request on the connection
-# has been answered (so a pipelined load sees the save sent before it).
+# response, a read evaluated when every earlier request on the connection has
+# been answered (so a pipelined load sees the save sent before it), or a
+# stream (watch) that takes over the connection's replies.
 from __future__ import annotations
 
 import logging
@@ -9,6 +10,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+import cbor2
 
 from sessionstore.canonical import (
     canonical_dumps,
@@ -19,11 +22,32 @@ from sessionstore.canonical import (
 from sessionstore.protocol import PROTOCOL_VERSION, RawCBOR, Request, error_response, ok_response
 
 from . import __version__
-from .snapshot import InvalidSnapshot, id_problem, validate_snapshot
+from .snapshot import (
+    UPDATABLE,
+    InvalidSnapshot,
+    forked,
+    id_problem,
+    validate_snapshot,
+    with_component,
+)
 from .storage.check import check
 from .storage.files import CorruptDocument
-from .storage.index import SESSION
-from .storage.store import ANY, Outcome, Put, ReadRace, Remove, Store
+from .storage.mutations import (
+    ANY,
+    LEASE,
+    LEASE_ID,
+    LOOP_CHECKPOINT,
+    SESSION,
+    WORKFLOW_CHECKPOINT,
+    Mutation,
+    Outcome,
+    Put,
+    Refused,
+    Remove,
+    Rewrite,
+)
+from .storage.store import ReadRace, Store
+from .watch import Broadcaster
 from .writer import Job, Writer
 
 log = logging.getLogger("sessionstored.ops")
@@ -31,7 +55,11 @@ log = logging.getLogger("sessionstored.ops")
 LIST_DEFAULT_LIMIT = 1000
 LIST_MAX_LIMIT = 10000
 READ_RACE_RETRIES = 3
-READ_OPS = frozenset(
+CHECKPOINT_KINDS = {
+    "loop": (LOOP_CHECKPOINT, "run_id"),
+    "workflow": (WORKFLOW_CHECKPOINT, "workflow_id"),
+}
+READ_ONLY_OPS = frozenset(
     {
         "hello",
         "ping",
@@ -47,6 +75,9 @@ READ_OPS = frozenset(
     }
 )
 
+Response = dict[str, Any]
+Send = Callable[[Response], Awaitable[None]]
+
 
 class RequestError(Exception):
     def __init__(self, code: str, message: str, **details: Any) -> None:
@@ -56,9 +87,6 @@ class RequestError(Exception):
         self.details = details
 
 
-Response = dict[str, Any]
-
-
 @dataclass
 class Step:
     request: Request | None
@@ -66,6 +94,7 @@ class Step:
     job: Job | None = None
     on_outcome: Callable[[Outcome], Response] | None = None
     read: Callable[[], Awaitable[Response]] | None = None
+    stream: Callable[[Send], Awaitable[None]] | None = None
 
     async def resolve(self) -> Response:
         if self.response is not None:
@@ -83,7 +112,10 @@ class Step:
         return self.on_outcome(self.job.outcome)
 
 
-def _session_id_arg(args: dict[str, Any], name: str = "session_id") -> str:
+# -- argument parsing --------------------------------------------------------
+
+
+def _id_arg(args: dict[str, Any], name: str) -> str:
     value = args.get(name)
     problem = id_problem(value)
     if problem:
@@ -104,8 +136,44 @@ def _expect_arg(args: dict[str, Any]) -> Any:
     return digest
 
 
-def _text_digest(raw: bytes | None) -> str | None:
-    return None if raw is None else digest_text(raw)
+def _lease_arg(args: dict[str, Any]) -> Any:
+    lease = args.get("lease")
+    if lease is None:
+        return ANY
+    if not isinstance(lease, dict):
+        raise RequestError("bad_request", "lease must be a map {holder, epoch}")
+    holder, epoch = lease.get("holder"), lease.get("epoch")
+    if not isinstance(holder, str) or not holder or not _is_int(epoch):
+        raise RequestError("bad_request", "lease must be {holder: text, epoch: integer}")
+    return (holder, epoch)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _checkpoint_kind(args: dict[str, Any]) -> tuple[str, str]:
+    kind = args.get("kind")
+    if kind not in CHECKPOINT_KINDS:
+        raise RequestError("bad_request", "kind must be 'loop' or 'workflow'")
+    return CHECKPOINT_KINDS[kind]
+
+
+def _encode(document: Any) -> bytes:
+    try:
+        return canonical_dumps(document)
+    except (ValueError, TypeError, OverflowError) as error:
+        raise InvalidSnapshot(f"cannot encode: {error}") from None
+
+
+def _failure(request: Request, outcome: Outcome) -> Response:
+    code = outcome.code or "internal"
+    if code == "conflict":
+        current = digest_text(outcome.current) if outcome.current is not None else None
+        return error_response(
+            request, code, "expect does not match the current digest", current=current
+        )
+    return error_response(request, code, outcome.message or code, **outcome.details)
 
 
 class Ops:
@@ -113,6 +181,7 @@ class Ops:
         self,
         store: Store,
         writer: Writer,
+        broadcaster: Broadcaster,
         *,
         max_snapshot_bytes: int,
         max_request_bytes: int,
@@ -120,6 +189,7 @@ class Ops:
     ) -> None:
         self.store = store
         self.writer = writer
+        self.broadcaster = broadcaster
         self.max_snapshot_bytes = max_snapshot_bytes
         self.max_request_bytes = max_request_bytes
         self.stats_extra = stats_extra
@@ -133,8 +203,18 @@ class Ops:
             "exists": self._exists,
             "list": self._list,
             "delete": self._delete,
+            "update": self._update,
+            "fork": self._fork,
+            "checkpoint_put": self._checkpoint_put,
+            "checkpoint_get": self._checkpoint_get,
+            "checkpoint_delete": self._checkpoint_delete,
+            "lease_acquire": self._lease_acquire,
+            "lease_get": self._lease_get,
+            "lease_release": self._lease_release,
+            "watch": self._watch,
             "stats": self._stats,
             "verify": self._verify,
+            "compact": self._compact,
         }
 
     def dispatch(self, request: Request) -> Step:
@@ -149,8 +229,42 @@ class Ops:
             return Step(
                 request, error_response(request, error.code, error.message, **error.details)
             )
+        except InvalidSnapshot as error:
+            return Step(request, error_response(request, "invalid_snapshot", str(error)))
 
-    # -- read ops ------------------------------------------------------------
+    def _mutation(
+        self, request: Request, mutation: Mutation, respond: Callable[[Outcome], Response]
+    ) -> Step:
+        def on_outcome(outcome: Outcome) -> Response:
+            return respond(outcome) if outcome.ok else _failure(request, outcome)
+
+        return Step(request, job=Job(mutation), on_outcome=on_outcome)
+
+    def _read_document(self, kind: str, doc_id: str) -> Callable[[], Awaitable[Any]]:
+        """A reader that waits out the batch in flight; returns the Document or None."""
+
+        async def read() -> Any:
+            for _ in range(READ_RACE_RETRIES):
+                try:
+                    return self.store.read(kind, doc_id)
+                except ReadRace:
+                    await self.writer.wait_published()
+            raise RequestError("overloaded", "the document kept changing while being read")
+
+        return read
+
+    async def _guarded_read(
+        self, request: Request, produce: Callable[[], Awaitable[Response]]
+    ) -> Response:
+        try:
+            return await produce()
+        except RequestError as error:
+            return error_response(request, error.code, error.message, **error.details)
+        except (CorruptDocument, OSError) as error:
+            log.error("%s: %s", request.op, error)
+            return error_response(request, "io_error", str(error))
+
+    # -- sessions --------------------------------------------------------------
 
     def _hello(self, request: Request) -> Step:
         return Step(
@@ -163,9 +277,9 @@ class Ops:
                     "atomic_session_snapshots": True,
                     "aggregate_cas": True,
                     "append_only_event_log": True,
-                    "lease_fencing": False,
+                    "lease_fencing": True,
                     "encrypted_at_rest": False,
-                    "watch": False,
+                    "watch": True,
                 },
                 limits={
                     "max_request_bytes": self.max_request_bytes,
@@ -174,30 +288,38 @@ class Ops:
             ),
         )
 
+    def _save(self, request: Request) -> Step:
+        snapshot = request.args.get("snapshot")
+        session_id = validate_snapshot(snapshot)
+        body = _encode(snapshot)
+        if len(body) > self.max_snapshot_bytes:
+            raise RequestError(
+                "too_large",
+                f"snapshot is {len(body)} bytes, over max_snapshot_bytes={self.max_snapshot_bytes}",
+            )
+        digest = digest_bytes_of_canonical(body)
+        put = Put(
+            SESSION, session_id, body, digest, _expect_arg(request.args), _lease_arg(request.args)
+        )
+        return self._mutation(
+            request, put, lambda o: ok_response(request, digest=digest_text(digest), seq=o.seq)
+        )
+
     def _load(self, request: Request) -> Step:
-        session_id = _session_id_arg(request.args)
+        read = self._read_document(SESSION, _id_arg(request.args, "session_id"))
 
-        async def read() -> Response:
-            for _ in range(READ_RACE_RETRIES):
-                try:
-                    doc = self.store.read(SESSION, session_id)
-                except ReadRace:
-                    await self.writer.wait_published()
-                    continue
-                except (CorruptDocument, OSError) as error:
-                    log.error("load %r: %s", session_id, error)
-                    return error_response(request, "io_error", str(error))
-                if doc is None:
-                    return ok_response(request, snapshot=None, digest=None, seq=None)
-                return ok_response(
-                    request, snapshot=RawCBOR(doc.body), digest=digest_text(doc.digest), seq=doc.seq
-                )
-            return error_response(request, "overloaded", "session kept changing while being read")
+        async def produce() -> Response:
+            doc = await read()
+            if doc is None:
+                return ok_response(request, snapshot=None, digest=None, seq=None)
+            return ok_response(
+                request, snapshot=RawCBOR(doc.body), digest=digest_text(doc.digest), seq=doc.seq
+            )
 
-        return Step(request, read=read)
+        return Step(request, read=lambda: self._guarded_read(request, produce))
 
     def _head(self, request: Request) -> Step:
-        session_id = _session_id_arg(request.args)
+        session_id = _id_arg(request.args, "session_id")
 
         async def read() -> Response:
             entry = self.store.head(SESSION, session_id)
@@ -214,7 +336,7 @@ class Ops:
         return Step(request, read=read)
 
     def _exists(self, request: Request) -> Step:
-        session_id = _session_id_arg(request.args)
+        session_id = _id_arg(request.args, "session_id")
 
         async def read() -> Response:
             return ok_response(request, exists=self.store.head(SESSION, session_id) is not None)
@@ -223,20 +345,14 @@ class Ops:
 
     def _list(self, request: Request) -> Step:
         args = request.args
-        prefix = args.get("prefix", "")
+        prefix = args.get("prefix") or ""
         after = args.get("after")
         limit = args.get("limit", LIST_DEFAULT_LIMIT)
-        if prefix is None:
-            prefix = ""
         if not isinstance(prefix, str):
             raise RequestError("bad_request", "prefix must be text")
         if after is not None and not isinstance(after, str):
             raise RequestError("bad_request", "after must be text or null")
-        if (
-            not isinstance(limit, int)
-            or isinstance(limit, bool)
-            or not 1 <= limit <= LIST_MAX_LIMIT
-        ):
+        if not _is_int(limit) or not 1 <= limit <= LIST_MAX_LIMIT:
             raise RequestError(
                 "bad_request", f"limit must be an integer from 1 to {LIST_MAX_LIMIT}"
             )
@@ -247,6 +363,179 @@ class Ops:
 
         return Step(request, read=read)
 
+    def _delete(self, request: Request) -> Step:
+        session_id = _id_arg(request.args, "session_id")
+        remove = Remove(SESSION, session_id, _expect_arg(request.args), _lease_arg(request.args))
+        return self._mutation(
+            request, remove, lambda o: ok_response(request, deleted=o.existed, seq=o.seq)
+        )
+
+    def _update(self, request: Request) -> Step:
+        args = request.args
+        session_id = _id_arg(args, "session_id")
+        component = args.get("component")
+        if component not in UPDATABLE:
+            raise RequestError("bad_request", f"component must be one of {', '.join(UPDATABLE)}")
+        if "value" not in args:
+            raise RequestError("bad_request", "value is missing")
+        value = args["value"]
+
+        def apply(current: bytes | None, _source: bytes | None) -> bytes:
+            try:
+                document = with_component(
+                    cbor2.loads(current) if current is not None else None,
+                    session_id,
+                    component,
+                    value,
+                )
+                body = _encode(document)
+            except LookupError:
+                raise Refused("not_found", f"no session {session_id!r}") from None
+            except InvalidSnapshot as error:
+                raise Refused("invalid_snapshot", str(error)) from None
+            if len(body) > self.max_snapshot_bytes:
+                raise Refused("too_large", f"the updated snapshot is {len(body)} bytes")
+            return body
+
+        rewrite = Rewrite(SESSION, session_id, apply, _expect_arg(args), _lease_arg(args))
+        return self._mutation(
+            request,
+            rewrite,
+            lambda o: ok_response(request, digest=digest_text(o.digest or b""), seq=o.seq),
+        )
+
+    def _fork(self, request: Request) -> Step:
+        args = request.args
+        source_id = _id_arg(args, "session_id")
+        new_id = _id_arg(args, "new_session_id")
+        if "workspace" not in args:
+            raise RequestError("bad_request", "workspace is missing")
+        workspace = args["workspace"]
+
+        def apply(_current: bytes | None, source: bytes | None) -> bytes:
+            if source is None:
+                raise Refused("not_found", f"no session {source_id!r}")
+            try:
+                return _encode(forked(cbor2.loads(source), new_id, workspace))
+            except InvalidSnapshot as error:
+                raise Refused("invalid_snapshot", str(error)) from None
+
+        rewrite = Rewrite(
+            SESSION, new_id, apply, expect=None, fence=_lease_arg(args), source=(SESSION, source_id)
+        )
+        return self._mutation(
+            request,
+            rewrite,
+            lambda o: ok_response(request, digest=digest_text(o.digest or b""), seq=o.seq),
+        )
+
+    # -- checkpoints -------------------------------------------------------------
+
+    def _checkpoint_put(self, request: Request) -> Step:
+        args = request.args
+        kind, id_field = _checkpoint_kind(args)
+        key = _id_arg(args, "key")
+        value = args.get("value")
+        if not isinstance(value, dict):
+            raise RequestError("bad_request", "value must be a map")
+        if id_field in value and value[id_field] != key:
+            raise RequestError(
+                "bad_request", f"value.{id_field} {value[id_field]!r} is not key {key!r}"
+            )
+        try:
+            body = canonical_dumps(value)
+        except (ValueError, TypeError, OverflowError) as error:
+            raise RequestError("bad_request", f"cannot encode value: {error}") from None
+        if len(body) > self.max_snapshot_bytes:
+            raise RequestError("too_large", f"value is {len(body)} bytes")
+        put = Put(kind, key, body, digest_bytes_of_canonical(body), fence=_lease_arg(args))
+        return self._mutation(request, put, lambda o: ok_response(request, seq=o.seq))
+
+    def _checkpoint_get(self, request: Request) -> Step:
+        kind, _ = _checkpoint_kind(request.args)
+        read = self._read_document(kind, _id_arg(request.args, "key"))
+
+        async def produce() -> Response:
+            doc = await read()
+            return ok_response(request, value=RawCBOR(doc.body) if doc is not None else None)
+
+        return Step(request, read=lambda: self._guarded_read(request, produce))
+
+    def _checkpoint_delete(self, request: Request) -> Step:
+        kind, _ = _checkpoint_kind(request.args)
+        remove = Remove(kind, _id_arg(request.args, "key"), fence=_lease_arg(request.args))
+        return self._mutation(request, remove, lambda o: ok_response(request, deleted=o.existed))
+
+    # -- leases ------------------------------------------------------------------
+
+    def _lease_acquire(self, request: Request) -> Step:
+        holder = request.args.get("holder")
+        if not isinstance(holder, str) or not holder:
+            raise RequestError("bad_request", "holder must be non-empty text")
+        granted: dict[str, Any] = {}
+
+        def apply(current: bytes | None, _source: bytes | None) -> bytes:
+            epoch = cbor2.loads(current).get("epoch", 0) if current is not None else 0
+            granted.update(holder=holder, epoch=epoch + 1, acquired_at_ms=int(time.time() * 1000))
+            return canonical_dumps(granted)
+
+        rewrite = Rewrite(LEASE, LEASE_ID, apply, fenced=False, exclusive=True)
+        return self._mutation(request, rewrite, lambda o: ok_response(request, **granted))
+
+    def _lease_get(self, request: Request) -> Step:
+        async def read() -> Response:
+            lease = self.store.lease
+            if not lease or lease.get("holder") is None:
+                return ok_response(request, lease=None)
+            fields = ("holder", "epoch", "acquired_at_ms")
+            return ok_response(request, lease={k: lease.get(k) for k in fields})
+
+        return Step(request, read=read)
+
+    def _lease_release(self, request: Request) -> Step:
+        holder, epoch = request.args.get("holder"), request.args.get("epoch")
+        if not isinstance(holder, str) or not holder or not _is_int(epoch):
+            raise RequestError(
+                "bad_request", "lease_release needs holder (text) and epoch (integer)"
+            )
+
+        def apply(current: bytes | None, _source: bytes | None) -> bytes | None:
+            lease = cbor2.loads(current) if current is not None else {}
+            if lease.get("holder") != holder or lease.get("epoch") != epoch:
+                return None
+            return canonical_dumps(
+                {"holder": None, "epoch": epoch, "released_at_ms": int(time.time() * 1000)}
+            )
+
+        rewrite = Rewrite(LEASE, LEASE_ID, apply, fenced=False, exclusive=True)
+        return self._mutation(request, rewrite, lambda o: ok_response(request, released=o.changed))
+
+    # -- watch, stats, verify, compact -------------------------------------------
+
+    def _watch(self, request: Request) -> Step:
+        since = request.args.get("since")
+        if since is not None and (not _is_int(since) or since < 0):
+            raise RequestError("bad_request", "since must be a non-negative integer")
+
+        async def stream(send: Send) -> None:
+            current = self.store.seq
+            if since is not None:
+                oldest = self.broadcaster.compacted_before(since)
+                if oldest is not None:
+                    await send(
+                        error_response(
+                            request,
+                            "compacted",
+                            f"history before seq {oldest} is no longer retained",
+                            oldest_seq=oldest,
+                        )
+                    )
+                    return
+            await send(ok_response(request, watching=True, seq=current))
+            await self.broadcaster.stream(current if since is None else since, send)
+
+        return Step(request, stream=stream)
+
     def _stats(self, request: Request) -> Step:
         async def read() -> Response:
             return ok_response(
@@ -255,6 +544,10 @@ class Ops:
                 seq=self.store.seq,
                 wal_bytes=self.store.wal.size_bytes,
                 uptime_s=round(time.monotonic() - self.started, 3),
+                checkpoint_seq=self.store.checkpoint_seq,
+                history_oldest_seq=self.store.history.oldest_seq(),
+                watchers=self.broadcaster.watchers,
+                lease_epoch=(self.store.lease or {}).get("epoch"),
                 **self.stats_extra(),
             )
 
@@ -266,54 +559,20 @@ class Ops:
             return ok_response(request, checked=checked, problems=problems)
 
         return Step(
-            request, job=Job(exclusive=run_check), on_outcome=lambda o: self._failure(request, o)
+            request, job=Job(exclusive=run_check), on_outcome=lambda o: _failure(request, o)
         )
 
-    # -- mutations -----------------------------------------------------------
-
-    def _save(self, request: Request) -> Step:
-        snapshot = request.args.get("snapshot")
-        try:
-            session_id = validate_snapshot(snapshot)
-            body = canonical_dumps(snapshot)
-        except InvalidSnapshot as error:
-            raise RequestError("invalid_snapshot", str(error)) from None
-        except (ValueError, TypeError, OverflowError) as error:
-            raise RequestError("invalid_snapshot", f"cannot encode snapshot: {error}") from None
-        if len(body) > self.max_snapshot_bytes:
-            raise RequestError(
-                "too_large",
-                f"snapshot is {len(body)} bytes, over max_snapshot_bytes={self.max_snapshot_bytes}",
-            )
-        digest = digest_bytes_of_canonical(body)
-        job = Job(Put(SESSION, session_id, body, digest, _expect_arg(request.args)))
-
-        def respond(outcome: Outcome) -> Response:
-            if not outcome.ok:
-                return self._failure(request, outcome)
-            return ok_response(request, digest=digest_text(digest), seq=outcome.seq)
-
-        return Step(request, job=job, on_outcome=respond)
-
-    def _delete(self, request: Request) -> Step:
-        session_id = _session_id_arg(request.args)
-        job = Job(Remove(SESSION, session_id, _expect_arg(request.args)))
-
-        def respond(outcome: Outcome) -> Response:
-            if not outcome.ok:
-                return self._failure(request, outcome)
-            return ok_response(request, deleted=outcome.existed, seq=outcome.seq)
-
-        return Step(request, job=job, on_outcome=respond)
-
-    @staticmethod
-    def _failure(request: Request, outcome: Outcome) -> Response:
-        code = outcome.code or "internal"
-        if code == "conflict":
-            return error_response(
+    def _compact(self, request: Request) -> Step:
+        def run_compact() -> Response:
+            result = self.store.compact()
+            return ok_response(
                 request,
-                code,
-                "expect does not match the current digest",
-                current=_text_digest(outcome.current),
+                seq=result.seq,
+                wal_bytes_before=result.wal_bytes_before,
+                wal_bytes_after=result.wal_bytes_after,
+                segments_removed=result.segments_removed,
             )
-        return error_response(request, code, outcome.message or code)
+
+        return Step(
+            request, job=Job(exclusive=run_compact), on_outcome=lambda o: _failure(request, o)
+        )

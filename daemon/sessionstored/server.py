@@ -6,7 +6,9 @@
 # mutation's job is handed to the writer as soon as it is queued, so pipelined
 # saves share a batch. The responder resolves Steps strictly in order and
 # writes the responses, so replies come back in request order and a read sees
-# every write sent before it on the same connection.
+# every write sent before it on the same connection. A `watch` turns the rest
+# of the connection into its event stream: the reader then only waits for the
+# client to close, which ends the stream.
 from __future__ import annotations
 
 import contextlib
@@ -30,8 +32,10 @@ from sessionstore.protocol import (
 from .config import Config
 from .notify import notify
 from .ops import Ops, Step
+from .storage.mutations import Outcome
 from .storage.recovery import RecoveryReport
-from .storage.store import Outcome, Store
+from .storage.store import Store
+from .watch import Broadcaster
 from .writer import Writer
 
 log = logging.getLogger("sessionstored.server")
@@ -44,6 +48,10 @@ EXIT_STORAGE_FAILURE = 3
 
 class StartupError(Exception):
     pass
+
+
+class _WatchEnded(Exception):
+    """The client closed a watching connection."""
 
 
 def _prepare_socket_path(path: str) -> None:
@@ -93,9 +101,12 @@ class Server:
         self.connections = 0
         self.connections_total = 0
         self.writer = Writer(store, self._on_fatal)
+        self.broadcaster = Broadcaster(store)
+        self.writer.on_publish = self.broadcaster.published
         self.ops = Ops(
             store,
             self.writer,
+            self.broadcaster,
             max_snapshot_bytes=config.max_snapshot_bytes,
             max_request_bytes=config.max_request_bytes,
             stats_extra=self._stats_extra,
@@ -111,6 +122,7 @@ class Server:
             "connections_total": self.connections_total,
             "batches": self.writer.batches,
             "committed": self.writer.committed_jobs,
+            "compactions": self.writer.compactions,
             "recovery": self.report.as_dict(),
         }
 
@@ -137,6 +149,7 @@ class Server:
                 accept_scope.cancel()
                 for scope in list(self._readers):
                     scope.cancel()
+                self.broadcaster.close()
                 with trio.move_on_after(self.config.shutdown_grace_s):
                     await self._idle.wait()
                 connections.cancel_scope.cancel()
@@ -186,8 +199,10 @@ class Server:
                             await self._read_requests(stream, conn, send_steps)
                         finally:
                             self._readers.discard(reader_scope)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, _WatchEnded):
             pass
+        except* Exception as group:  # our bug: it may cost this connection, never the daemon
+            log.error("connection failed", exc_info=group)
         finally:
             self.connections -= 1
             if self.connections == 0:
@@ -218,6 +233,9 @@ class Server:
                     continue
                 step = self.ops.dispatch(request)
                 await steps.send(step)
+                if step.stream is not None:
+                    await self._wait_for_close(stream)
+                    raise _WatchEnded
                 if step.job is not None:
                     try:
                         await self.writer.enqueue(step.job)
@@ -233,11 +251,19 @@ class Server:
             else:
                 conn.receive_eof()
 
+    @staticmethod
+    async def _wait_for_close(stream: trio.SocketStream) -> None:
+        while await stream.receive_some(RECEIVE_BYTES):
+            pass  # a watching connection takes no further requests
+
     async def _respond(
         self, stream: trio.SocketStream, conn: Connection, steps: trio.MemoryReceiveChannel[Step]
     ) -> None:
         async with steps:
             async for step in steps:
+                if step.stream is not None:
+                    await step.stream(lambda event: stream.send_all(conn.encode(event)))
+                    return
                 try:
                     response = await step.resolve()
                 except Exception as error:  # our bug, not the client's: report it, keep serving

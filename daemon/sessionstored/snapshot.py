@@ -123,3 +123,52 @@ def validate_snapshot(snapshot: Any) -> str:
         if name in snapshot:
             validate_component(name, snapshot[name], session_id)
     return session_id
+
+
+UPDATABLE = ("session", *COMPONENTS)
+
+
+def with_component(
+    current: dict[str, Any] | None, session_id: str, component: str, value: Any
+) -> dict[str, Any]:
+    """The snapshot after `update`; raises InvalidSnapshot (or LookupError when it is missing)."""
+    if current is None:
+        if component != "session":
+            raise LookupError(session_id)
+        document: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+    else:
+        document = dict(current)
+    document[component] = value
+    if component == "session" and isinstance(value, dict) and value.get("id") != session_id:
+        raise InvalidSnapshot(f"session.id {value.get('id')!r} is not the session being updated")
+    validate_snapshot(document)
+    return document
+
+
+def forked(source: dict[str, Any], new_id: str, workspace: Any) -> dict[str, Any]:
+    """A copy of source owned by new_id: session.id, config.workspace, run and subagent owners."""
+    document = dict(source)
+    session = dict(document.get("session") or {})
+    old_id = session.get("id")
+    session["id"] = new_id
+    config = session.get("config")
+    session["config"] = {**(config if isinstance(config, dict) else {}), "workspace": workspace}
+    document["session"] = session
+    if isinstance(document.get("run_records"), list):
+        document["run_records"] = [
+            {**record, "snapshot": {**record["snapshot"], "session_id": new_id}}
+            if isinstance(record, dict) and isinstance(record.get("snapshot"), dict)
+            else record
+            for record in document["run_records"]
+        ]
+    if isinstance(document.get("subagent_tasks"), list):
+        document["subagent_tasks"] = [
+            {**task, "parent_session_id": new_id}
+            if isinstance(task, dict) and task.get("parent_session_id") not in (None, "")
+            else task
+            for task in document["subagent_tasks"]
+        ]
+    if old_id == new_id:
+        raise InvalidSnapshot("new_session_id is the source session")
+    validate_snapshot(document)
+    return document

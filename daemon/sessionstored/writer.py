@@ -2,9 +2,13 @@
 # it jobs through a small channel (a slow disk makes senders wait instead of
 # growing memory); it takes the first job, drains whatever else is already
 # queued (group commit: one WAL fsync and one directory fsync for all of them),
-# runs the batch in a worker thread, publishes it to the index, then resolves
-# each job. Once a batch is in the thread it is shielded from cancellation: it
-# completes and its outcome is delivered.
+# runs the batch in a worker thread, publishes it to the index and the watch
+# history, then resolves each job. Once a batch is in the thread it is shielded
+# from cancellation: it completes and its outcome is delivered.
+#
+# Exclusive jobs (verify, compact) run in the thread with no batch in flight.
+# After a batch, if enough changes have accumulated, the writer checkpoints the
+# index and drops old WAL segments itself.
 #
 # A FatalStorageError (an fsync failed, or an error after the point of no
 # return) fails the batch and everything queued with io_error, and asks the
@@ -19,7 +23,8 @@ from typing import Any
 
 import trio
 
-from .storage.store import FatalStorageError, Mutation, Outcome, Store
+from .storage.mutations import Mutation, Outcome, split_batches
+from .storage.store import FatalStorageError, Store
 
 log = logging.getLogger("sessionstored.writer")
 
@@ -54,7 +59,8 @@ class Writer:
         self.failed: str | None = None
         self.batches = 0
         self.committed_jobs = 0
-        self.on_batch: Callable[[], None] | None = None
+        self.compactions = 0
+        self.on_publish: Callable[[], None] | None = None
 
     async def enqueue(self, job: Job) -> None:
         """Hand a job to the writer; job.done is set once its outcome is known."""
@@ -88,32 +94,52 @@ class Writer:
                         size += job.size()
                     with trio.CancelScope(shield=True):
                         await self._run_jobs(jobs)
+                        if self.failed is None and self.store.checkpoint_due():
+                            await self._checkpoint()
         finally:
             self._executor.shutdown(wait=False)
 
     async def _run_jobs(self, jobs: list[Job]) -> None:
-        pending: list[Job] = []
+        mutations: list[Job] = []
         for job in jobs:
-            if job.exclusive is not None:
-                await self._commit(pending)
-                pending = []
-                await self._run_exclusive(job)
-            else:
-                keys = {(j.mutation.kind, j.mutation.id) for j in pending if j.mutation}
-                assert job.mutation is not None
-                if (job.mutation.kind, job.mutation.id) in keys:
-                    await self._commit(pending)
-                    pending = []
-                pending.append(job)
-        await self._commit(pending)
+            if job.exclusive is None:
+                mutations.append(job)
+                continue
+            for batch in split_batches(mutations, lambda j: j.mutation):
+                await self._commit(batch)
+            mutations = []
+            await self._run_exclusive(job)
+        for batch in split_batches(mutations, lambda j: j.mutation):
+            await self._commit(batch)
 
     async def _run_exclusive(self, job: Job) -> None:
         assert job.exclusive is not None
+        if self.failed is not None:
+            self._fail([job], self.failed)
+            return
         try:
             job.result = await trio.to_thread.run_sync(job.exclusive)
+        except FatalStorageError as error:
+            self._fatal(str(error), [job])
+            return
         except Exception as error:  # reported to the one client that asked
             job.error = error
         job.done.set()
+
+    async def _checkpoint(self) -> None:
+        try:
+            result = await trio.to_thread.run_sync(self.store.compact)
+        except FatalStorageError as error:
+            self._fatal(str(error), [])
+            return
+        self.compactions += 1
+        log.info(
+            "checkpoint at seq %d: WAL %d -> %d bytes, %d segments removed",
+            result.seq,
+            result.wal_bytes_before,
+            result.wal_bytes_after,
+            result.segments_removed,
+        )
 
     async def _commit(self, jobs: list[Job]) -> None:
         if not jobs:
@@ -125,31 +151,31 @@ class Writer:
         try:
             batch = await trio.to_thread.run_sync(self.store.commit_durably, mutations)
         except FatalStorageError as error:
-            self.failed = f"storage failure, daemon stopping: {error}"
-            log.critical("%s", self.failed)
-            self._fail(jobs, self.failed)
-            self.on_fatal(self.failed)
-            self._drain_failed()
+            self._fatal(str(error), jobs)
             return
         self.store.publish(batch)
         self.batches += 1
         for job, outcome in zip(jobs, batch.outcomes, strict=True):
             job.outcome = outcome
-            if outcome.ok:
+            if outcome.ok and outcome.changed:
                 self.committed_jobs += 1
             job.done.set()
         published, self._published = self._published, trio.Event()
         published.set()
-        if self.on_batch is not None:
-            self.on_batch()
+        if batch.committed and self.on_publish is not None:
+            self.on_publish()
 
-    def _drain_failed(self) -> None:
+    def _fatal(self, reason: str, jobs: list[Job]) -> None:
+        self.failed = f"storage failure, daemon stopping: {reason}"
+        log.critical("%s", self.failed)
+        self._fail(jobs, self.failed)
+        self.on_fatal(self.failed)
         while True:
             try:
                 job = self._receive.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel):
                 return
-            self._fail([job], self.failed or "storage failure")
+            self._fail([job], self.failed)
 
     @staticmethod
     def _fail(jobs: list[Job], message: str) -> None:

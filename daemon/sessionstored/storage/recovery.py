@@ -3,11 +3,14 @@
 # Recovery runs at every open, before anything is served, and is idempotent:
 # recovering twice leaves the same store as recovering once.
 #
-#   1. Lay out and lock: state dir with wal/, docs/, tmp/ (real directories, no
-#      symlinks), the FORMAT marker, and an exclusive flock on "lock" so a
-#      second daemon on the same directory refuses to start.
-#   2. Read the WAL (wal.py cuts a torn tail, keeping a .broken copy).
-#   3. Replay: intents are held by seq, a commit applies one to the index, an
+#   1. Lay out and lock: state dir with wal/, docs/, tmp/, ckpt/ (real
+#      directories, no symlinks), the FORMAT marker, and an exclusive flock on
+#      "lock" so a second daemon on the same directory refuses to start.
+#   2. Load the newest intact index checkpoint, if any, and read the WAL (wal.py
+#      cuts a torn tail, keeping a .broken copy). The WAL must reach back to the
+#      checkpoint; a gap is corruption.
+#   3. Replay every retained record into the watch history; those after the
+#      checkpoint also into the index. Intents are held by seq, a commit applies one, an
 #      abort drops it. Sequence numbers that repeat or go backwards, or a commit
 #      with no intent, fail closed as corruption.
 #   4. Resolve what is left: only the last batch can still hold intents (its
@@ -27,8 +30,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import cbor2
+
+from .checkpoint import CKPT_DIR
 from .files import DOCS_DIR, TMP_DIR, CorruptDocument
 from .index import Entry, Index
+from .mutations import LEASE, LEASE_ID, Committed
 from .wal import WalCorruption, WalRecord
 
 if TYPE_CHECKING:
@@ -47,6 +54,8 @@ class StoreFormatError(Exception):
 @dataclass
 class RecoveryReport:
     records_replayed: int = 0
+    checkpoint_seq: int = 0
+    checkpoint_problems: list[str] = field(default_factory=list)
     sealed: list[int] = field(default_factory=list)
     rolled_back: list[int] = field(default_factory=list)
     temps_removed: int = 0
@@ -61,6 +70,8 @@ class RecoveryReport:
     def as_dict(self) -> dict[str, Any]:
         return {
             "records_replayed": self.records_replayed,
+            "checkpoint_seq": self.checkpoint_seq,
+            "checkpoint_problems": self.checkpoint_problems,
             "sealed": len(self.sealed),
             "rolled_back": len(self.rolled_back),
             "temps_removed": self.temps_removed,
@@ -75,6 +86,8 @@ class RecoveryReport:
 
     def summary(self) -> str:
         parts = [f"{self.documents} documents at seq {self.seq}"]
+        if self.checkpoint_seq:
+            parts.append(f"checkpoint at seq {self.checkpoint_seq}")
         parts.append(f"{self.records_replayed} WAL records replayed")
         if self.sealed:
             parts.append(f"{len(self.sealed)} intents sealed")
@@ -99,11 +112,13 @@ class _Replay:
     index: Index
     pending: dict[int, list[Any]]
     last_seq: int
+    history: list[Committed] = field(default_factory=list)
 
 
-def _replay(records: list[WalRecord]) -> _Replay:
-    index = Index()
+def _replay(records: list[WalRecord], index: Index, base_seq: int) -> _Replay:
+    """Apply records after base_seq (the checkpoint's) to index; all of them to the history."""
     pending: dict[int, list[Any]] = {}
+    history: list[Committed] = []
     last_seq = 0
     for record in records:
         payload = record.payload
@@ -126,13 +141,21 @@ def _replay(records: list[WalRecord]) -> _Replay:
             intent = pending.pop(seq, None)
             if intent is None or seq <= last_seq:
                 raise WalCorruption(record.path, record.offset, f"commit of unknown seq {seq}", [])
-            _apply(index, intent)
+            committed_at_ms = payload[2] if len(payload) > 2 else 0
+            history.append(_committed(intent, committed_at_ms))
+            if seq > base_seq:
+                _apply(index, intent)
             last_seq = seq
         elif kind == "A":
             pending.pop(seq, None)
         else:
             raise WalCorruption(record.path, record.offset, f"unknown record type {kind!r}", [])
-    return _Replay(index, pending, last_seq)
+    return _Replay(index, pending, max(last_seq, base_seq), history)
+
+
+def _committed(intent: list[Any], committed_at_ms: int) -> Committed:
+    digest = intent[4] if intent[0] == "I" else None
+    return Committed(intent[1], intent[2], intent[3], digest, committed_at_ms)
 
 
 def _apply(index: Index, intent: list[Any]) -> None:
@@ -166,7 +189,7 @@ def _prepare_layout(store: Store) -> None:
         raise StoreLocked(f"{root}: another sessionstored holds the lock on this state directory")
     store._lock_fd = lock_fd
     created = False
-    for name in (WAL_DIR, DOCS_DIR, TMP_DIR):
+    for name in (WAL_DIR, DOCS_DIR, TMP_DIR, CKPT_DIR):
         path = f"{root}/{name}"
         if fs.exists(path) and not fs.is_dir(path):
             raise StoreFormatError(f"{path}: not a directory (symlinks are refused)")
@@ -226,10 +249,22 @@ def _quarantine_wal(store: Store) -> str:
     return aside
 
 
+def _check_wal_reaches(store: Store, base_seq: int) -> None:
+    first = store.wal.first_segment_seq()
+    if first is not None and first > base_seq + 1:
+        path = f"{store.wal.directory}/{store.wal.list_segments()[0]}"
+        covered = f"the checkpoint ends at seq {base_seq}" if base_seq else "there is no checkpoint"
+        raise WalCorruption(path, 0, f"WAL starts at seq {first} but {covered}", [])
+
+
 def recover(store: Store) -> RecoveryReport:
     started = time.monotonic()
     report = RecoveryReport()
     _prepare_layout(store)
+    checkpoint, report.checkpoint_problems = store.checkpoints.load_latest()
+    base_seq = checkpoint.seq if checkpoint else 0
+    report.checkpoint_seq = base_seq
+    rebuilt = False
     try:
         records, repair = store.wal.read_all()
         if repair is not None:
@@ -239,10 +274,12 @@ def recover(store: Store) -> RecoveryReport:
                 "dropped_bytes": repair.dropped_bytes,
                 "broken_copy": repair.broken_copy,
             }
-        replay = _replay(records)
+        _check_wal_reaches(store, base_seq)
+        replay = _replay(records, checkpoint.index if checkpoint else Index(), base_seq)
         report.records_replayed = len(records)
-        if not records and store.files.list_names():
+        if not records and checkpoint is None and store.files.list_names():
             replay = _rebuild_from_files(store, report, 0)
+            rebuilt = True
     except WalCorruption as corruption:
         salvaged_seqs = [
             r.payload[1]
@@ -256,15 +293,18 @@ def recover(store: Store) -> RecoveryReport:
             "reason": corruption.reason,
             "moved_to": aside,
         }
-        replay = _rebuild_from_files(store, report, max(salvaged_seqs, default=0))
+        replay = _rebuild_from_files(store, report, max([base_seq, *salvaged_seqs]))
+        rebuilt = True
 
     store.wal.open_for_append(replay.last_seq + 1)
     resolution: list[list[Any]] = []
+    now_ms = int(time.time() * 1000)
     for seq in sorted(replay.pending):
         intent = replay.pending[seq]
         if _effect_on_disk(store, intent):
             _apply(replay.index, intent)
-            resolution.append(["C", seq])
+            resolution.append(["C", seq, now_ms])
+            replay.history.append(_committed(intent, now_ms))
             report.sealed.append(seq)
             replay.last_seq = seq
         else:
@@ -277,6 +317,20 @@ def recover(store: Store) -> RecoveryReport:
 
     store.index = replay.index
     store.seq = replay.last_seq
+    store.checkpoint_seq = base_seq
+    if rebuilt:
+        # the old log is gone: a checkpoint of the rebuilt index is where the new one starts from
+        store.checkpoints.write(store.seq, store.index)
+        store.checkpoint_seq = store.seq
+    store.history.clear()
+    store.history.extend(replay.history)
+    store.lease = None
+    if store.index.get(LEASE, LEASE_ID) is not None:
+        try:
+            doc = store.read(LEASE, LEASE_ID)
+            store.lease = cbor2.loads(doc.body) if doc else None
+        except CorruptDocument as error:
+            report.unreadable_files.append({"file": error.path, "error": str(error)})
     report.seq = replay.last_seq
     report.documents = sum(replay.index.count(k) for k in replay.index.kinds())
     report.duration_ms = (time.monotonic() - started) * 1000

@@ -1,9 +1,12 @@
 # The storage engine: commits batches of document mutations durably, serves
-# committed documents, and (through recovery.py) rebuilds itself at every open.
+# committed documents, keeps the recent history for watch, checkpoints the
+# index, and (through recovery.py) rebuilds itself at every open.
 #
 # One batch, in order (the failpoint names of the wire contract in brackets):
-#   1. decide every mutation against the index: CAS (`expect`) is checked here,
-#      in commit order, so nothing can slip between a check and its commit;
+#   1. decide every mutation against the committed state, in commit order:
+#      the lease fence, CAS (`expect`), and Rewrites (update, fork, lease
+#      changes) are all decided here, so nothing slips between a check and its
+#      commit;
 #   2. [before-intent] append an intent per accepted mutation, fsync the WAL
 #      [after-intent];
 #   3. write each new generation to tmp/ and fsync it (in parallel threads);
@@ -13,10 +16,10 @@
 #      [after-commit-record]; the caller may now acknowledge.
 #
 # The commit records of step 5 are written but not fsynced: the next batch's
-# intent fsync (or close) carries them to disk. That is safe because recovery
-# seals an intent whose effect is on disk (the file with that seq and digest is
-# in place, or the removed file is gone), and step 4's directory fsync put it
-# there before any reply. It saves one fsync round per batch.
+# intent fsync (or close, or a checkpoint) carries them to disk. That is safe
+# because recovery seals an intent whose effect is on disk (the file with that
+# seq and digest is in place, or the removed file is gone), and step 4's
+# directory fsync put it there before any reply. It saves one fsync per batch.
 #
 # Failure rules. Before any rename the batch can be undone: temps are removed,
 # an abort record per intent is written and synced, and the batch's seqs are
@@ -27,25 +30,40 @@
 from __future__ import annotations
 
 import errno
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
+import cbor2
+
+from sessionstore.canonical import digest_bytes_of_canonical
+
+from .checkpoint import Checkpoints
 from .files import CorruptDocument, Document, DocumentFiles
 from .fs import ENOSPC_ERRNOS, FileSystem
-from .index import SESSION, Entry, Index
+from .history import History
+from .index import Entry, Index
+from .mutations import (
+    ANY,
+    LEASE,
+    LEASE_ID,
+    SESSION,
+    Committed,
+    Mutation,
+    Outcome,
+    Put,
+    Refused,
+    Remove,
+    Rewrite,
+    split_batches,
+)
 from .wal import WriteAheadLog
 
 DEFAULT_MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
-
-
-class _AnyValue:
-    def __repr__(self) -> str:
-        return "ANY"
-
-
-ANY: Any = _AnyValue()
+DEFAULT_HISTORY_CHANGES = 100_000
+DEFAULT_CHECKPOINT_EVERY_CHANGES = 50_000
 
 
 class FatalStorageError(Exception):
@@ -66,41 +84,22 @@ class ReadRace(Exception):
     """The document is being replaced by the batch in flight; retry once it is published."""
 
 
-@dataclass(frozen=True)
-class Put:
-    kind: str
-    id: str
-    body: bytes
-    digest: bytes
-    expect: Any = ANY  # ANY, None (must not exist) or the current digest
-
-
-@dataclass(frozen=True)
-class Remove:
-    kind: str
-    id: str
-    expect: Any = ANY
-
-
-Mutation = Put | Remove
-
-
-@dataclass(frozen=True)
-class Outcome:
-    ok: bool
-    seq: int | None = None
-    digest: bytes | None = None
-    existed: bool = False
-    code: str | None = None
-    message: str = ""
-    current: bytes | None = None
-
-
 @dataclass
 class Batch:
     outcomes: list[Outcome]
     changes: list[tuple[str, str, Entry | None]] = field(default_factory=list)
+    committed: list[Committed] = field(default_factory=list)
     last_seq: int = 0
+    lease_body: bytes | None = None
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    seq: int
+    wal_bytes_before: int
+    wal_bytes_after: int
+    segments_removed: int
+    checkpoint: str
 
 
 Failpoint = Callable[[str], None]
@@ -110,6 +109,10 @@ def _no_failpoint(_name: str) -> None:
     return None
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class Store:
     def __init__(
         self,
@@ -117,18 +120,26 @@ class Store:
         root: str,
         *,
         max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+        history_changes: int = DEFAULT_HISTORY_CHANGES,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY_CHANGES,
         failpoint: Failpoint = _no_failpoint,
         executor: Executor | None = None,
     ) -> None:
         self.fs = fs
         self.root = root
         self.max_document_bytes = max_document_bytes
+        self.history_changes = history_changes
+        self.checkpoint_every = checkpoint_every
         self.failpoint = failpoint
         self.executor = executor
         self.files = DocumentFiles(fs, root, max_document_bytes)
         self.wal = WriteAheadLog(fs, f"{root}/wal")
+        self.checkpoints = Checkpoints(fs, root)
         self.index = Index()
         self.seq = 0
+        self.checkpoint_seq = 0
+        self.history = History(history_changes)
+        self.lease: dict[str, Any] | None = None
         self._inflight: frozenset[tuple[str, str]] = frozenset()
         self._lock_fd: int | None = None
         self._failed = False
@@ -173,44 +184,86 @@ class Store:
     def commit(self, mutations: Sequence[Mutation]) -> list[Outcome]:
         """Commit and publish in one call: for tests and tools that own the store."""
         outcomes: list[Outcome] = []
-        for batch in self._split_unique(mutations):
+        for batch in split_batches(list(mutations), lambda m: m):
             result = self.commit_durably(batch)
             self.publish(result)
             outcomes.extend(result.outcomes)
         return outcomes
 
-    @staticmethod
-    def _split_unique(mutations: Sequence[Mutation]) -> list[list[Mutation]]:
-        batches: list[list[Mutation]] = [[]]
-        seen: set[tuple[str, str]] = set()
-        for mutation in mutations:
-            key = (mutation.kind, mutation.id)
-            if key in seen:
-                batches.append([])
-                seen = set()
-            seen.add(key)
-            batches[-1].append(mutation)
-        return [b for b in batches if b]
+    def _fence_refusal(self, fence: Any) -> Refused | None:
+        lease = self.lease
+        holder = lease.get("holder") if lease else None
+        epoch = lease.get("epoch") if lease else None
+        if fence is ANY:
+            if holder is None:
+                return None
+            return Refused(
+                "fenced",
+                f"the lease is held by {holder!r} (epoch {epoch}); pass it as 'lease'",
+                epoch=epoch,
+                holder=holder,
+            )
+        if holder is not None and fence == (holder, epoch):
+            return None
+        return Refused(
+            "fenced",
+            f"lease {fence!r} is not the current one (epoch {epoch})",
+            epoch=epoch,
+            holder=holder,
+        )
+
+    def _read_committed(self, kind: str, doc_id: str) -> bytes | None:
+        if self.index.get(kind, doc_id) is None:
+            return None
+        doc = self.read(kind, doc_id)
+        return doc.body if doc is not None else None
+
+    def _decide(self, mutation: Mutation, next_seq: int) -> Put | Remove | Outcome:
+        """The concrete change a mutation makes now, or the outcome that refuses it."""
+        fenced = not isinstance(mutation, Rewrite) or mutation.fenced
+        refusal = self._fence_refusal(mutation.fence) if fenced else None
+        if refusal is not None:
+            return Outcome(
+                False, code=refusal.code, message=refusal.message, details=refusal.details
+            )
+        entry = self.index.get(mutation.kind, mutation.id)
+        current = entry.digest if entry else None
+        if mutation.expect is not ANY and mutation.expect != current:
+            return Outcome(False, code="conflict", message="expectation not met", current=current)
+        if isinstance(mutation, Remove):
+            if entry is None:
+                return Outcome(True, seq=next_seq - 1, existed=False, changed=False)
+            return mutation
+        if isinstance(mutation, Put):
+            return mutation
+        try:
+            source = self._read_committed(*mutation.source) if mutation.source else None
+            body = mutation.apply(self._read_committed(mutation.kind, mutation.id), source)
+        except Refused as refused:
+            return Outcome(
+                False, code=refused.code, message=refused.message, details=refused.details
+            )
+        except (CorruptDocument, OSError) as error:
+            return Outcome(False, code="io_error", message=str(error))
+        if body is None:
+            return Outcome(True, seq=next_seq - 1, existed=entry is not None, changed=False)
+        if len(body) > self.max_document_bytes:
+            return Outcome(False, code="too_large", message=f"result is {len(body)} bytes")
+        return Put(mutation.kind, mutation.id, body, digest_bytes_of_canonical(body))
 
     def commit_durably(self, mutations: Sequence[Mutation]) -> Batch:
-        """Make one batch durable. Ids must be unique within the batch. Publish with publish()."""
+        """Make one batch durable (see split_batches for what may share one). Then publish()."""
         if self._failed:
             raise FatalStorageError("the store failed earlier and must be reopened")
         outcomes: list[Outcome | None] = [None] * len(mutations)
-        accepted: list[tuple[int, Mutation, int]] = []
+        accepted: list[tuple[int, Put | Remove, int]] = []
         next_seq = self.seq + 1
         for position, mutation in enumerate(mutations):
-            entry = self.index.get(mutation.kind, mutation.id)
-            current = entry.digest if entry else None
-            if mutation.expect is not ANY and mutation.expect != current:
-                outcomes[position] = Outcome(
-                    False, code="conflict", message="expectation not met", current=current
-                )
+            decided = self._decide(mutation, next_seq)
+            if isinstance(decided, Outcome):
+                outcomes[position] = decided
                 continue
-            if isinstance(mutation, Remove) and entry is None:
-                outcomes[position] = Outcome(True, seq=next_seq - 1, existed=False)
-                continue
-            accepted.append((position, mutation, next_seq))
+            accepted.append((position, decided, next_seq))
             next_seq += 1
         batch = Batch([], last_seq=self.seq)
         if accepted:
@@ -230,15 +283,19 @@ class Store:
                 self.index.remove(kind, doc_id)
             else:
                 self.index.put(kind, doc_id, entry)
+        self.history.extend(batch.committed)
+        if batch.lease_body is not None:
+            self.lease = cbor2.loads(batch.lease_body)
         self.seq = batch.last_seq
         self._inflight = frozenset()
 
     def _commit_accepted(
         self,
-        accepted: list[tuple[int, Mutation, int]],
+        accepted: list[tuple[int, Put | Remove, int]],
         outcomes: list[Outcome | None],
         batch: Batch,
     ) -> None:
+        self._rotate_wal_if_full(accepted[0][2])
         intents: list[list[Any]] = []
         for _, mutation, seq in accepted:
             if isinstance(mutation, Put):
@@ -254,28 +311,20 @@ class Store:
             self._fail_undoable(accepted, outcomes, error, intents_written=False, temps=[])
             return
         self._sync_wal("intent records")
-        try:
-            self.wal.rotate_if_full(accepted[0][2])
-        except OSError as error:
-            raise FatalStorageError(f"cannot start a new WAL segment: {error}") from error
 
+        puts = [(m, seq) for _, m, seq in accepted if isinstance(m, Put)]
         temps: list[str] = []
         try:
             self.failpoint("after-intent")
-            puts = [(m, seq) for _, m, seq in accepted if isinstance(m, Put)]
             temps = self._write_temps(puts)
-        except OSError as error:
+            self.failpoint("before-rename")
+        except OSError as error:  # nothing renamed yet: still undoable
             self._fail_undoable(accepted, outcomes, error, intents_written=True, temps=temps)
             return
 
         self._inflight = frozenset((m.kind, m.id) for _, m, _ in accepted)
         temp_of = dict(zip((id(m) for m, _ in puts), temps, strict=True))
-        try:
-            self.failpoint("before-rename")
-        except OSError as error:  # nothing renamed yet: still undoable
-            self._inflight = frozenset()
-            self._fail_undoable(accepted, outcomes, error, intents_written=True, temps=temps)
-            return
+        committed_at_ms = _now_ms()
         step = "rename into docs/"
         try:
             for position, (_, mutation, _) in enumerate(accepted):
@@ -290,7 +339,7 @@ class Store:
             self.files.sync()
             step = "commit records"
             self.failpoint("before-commit-record")
-            self.wal.append([["C", seq] for _, _, seq in accepted])
+            self.wal.append([["C", seq, committed_at_ms] for _, _, seq in accepted])
             self.failpoint("after-commit-record")
         except OSError as error:
             raise FatalStorageError(
@@ -301,11 +350,27 @@ class Store:
             if isinstance(mutation, Put):
                 entry = Entry(seq, mutation.digest, len(mutation.body))
                 batch.changes.append((mutation.kind, mutation.id, entry))
+                batch.committed.append(
+                    Committed(seq, mutation.kind, mutation.id, mutation.digest, committed_at_ms)
+                )
                 outcomes[position] = Outcome(True, seq=seq, digest=mutation.digest)
+                if mutation.kind == LEASE and mutation.id == LEASE_ID:
+                    batch.lease_body = mutation.body
             else:
                 batch.changes.append((mutation.kind, mutation.id, None))
+                batch.committed.append(
+                    Committed(seq, mutation.kind, mutation.id, None, committed_at_ms)
+                )
                 outcomes[position] = Outcome(True, seq=seq, existed=True)
         batch.last_seq = accepted[-1][2]
+
+    def _rotate_wal_if_full(self, next_seq: int) -> None:
+        """A new segment starts at a batch boundary, so segment N holds seqs below N+1's name."""
+        try:
+            if self.wal.needs_rotation():
+                self.wal.rotate(next_seq)
+        except OSError as error:
+            raise FatalStorageError(f"cannot start a new WAL segment: {error}") from error
 
     def _write_temps(self, puts: list[tuple[Put, int]]) -> list[str]:
         docs = [Document(m.kind, m.id, seq, m.digest, m.body) for m, seq in puts]
@@ -341,7 +406,7 @@ class Store:
 
     def _fail_undoable(
         self,
-        accepted: list[tuple[int, Mutation, int]],
+        accepted: list[tuple[int, Put | Remove, int]],
         outcomes: list[Outcome | None],
         error: OSError,
         *,
@@ -375,6 +440,29 @@ class Store:
             self.wal.sync()
         except OSError as error:
             raise FatalStorageError(f"fsync of the WAL failed ({what}): {error}") from error
+
+    # -- checkpoints and compaction (the writer's thread, between batches) ----
+
+    def checkpoint_due(self) -> bool:
+        return self.seq - self.checkpoint_seq >= self.checkpoint_every
+
+    def compact(self) -> CompactResult:
+        """Checkpoint the index, then drop WAL segments that neither boot nor watch needs."""
+        if self._failed:
+            raise FatalStorageError("the store failed earlier and must be reopened")
+        before = self.wal.size_bytes
+        try:
+            self._sync_wal("before a checkpoint")
+            path = self.checkpoints.write(self.seq, self.index)
+            self.checkpoint_seq = self.seq
+            self.wal.rotate(self.seq + 1)
+            keep_from = min(self.checkpoint_seq, self.seq - self.history_changes) + 1
+            removed = self.wal.remove_segments_below(keep_from)
+        except OSError as error:
+            self._failed = True
+            raise FatalStorageError(f"compaction failed: {error}") from error
+        self.history.drop_below(keep_from)
+        return CompactResult(self.seq, before, self.wal.size_bytes, removed, path)
 
     def close(self) -> None:
         if not self._failed:

@@ -21,6 +21,7 @@
 # scan reports the file and offset and recovery decides what to do with it.
 from __future__ import annotations
 
+import itertools
 import struct
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -250,10 +251,34 @@ class WriteAheadLog:
     def dirty(self) -> bool:
         return self._dirty
 
-    def rotate_if_full(self, next_seq: int) -> None:
-        """Start a new segment once the current one is large; call only right after sync()."""
-        if self._segment_bytes >= SEGMENT_TARGET_BYTES and not self._dirty:
-            self._create_segment(next_seq)
+    def needs_rotation(self) -> bool:
+        return self._segment_bytes >= SEGMENT_TARGET_BYTES
+
+    def rotate(self, next_seq: int) -> None:
+        """Seal the current segment and start one whose records all have seq >= next_seq."""
+        if self._dirty:
+            self.sync()
+        if self._segment_path.endswith(segment_name(next_seq)):
+            return
+        self._create_segment(next_seq)
+
+    def remove_segments_below(self, keep_from_seq: int) -> int:
+        """Delete sealed segments whose every record has a seq below keep_from_seq."""
+        names = self.list_segments()
+        removed = 0
+        for name, following in itertools.pairwise(names):
+            if int(following.removesuffix(SEGMENT_SUFFIX), 16) > keep_from_seq:
+                break
+            self.fs.unlink(self._path(name))
+            removed += 1
+        if removed:
+            self.fs.fsync_dir(self.directory)
+            self.segments = self.list_segments()
+        return removed
+
+    def first_segment_seq(self) -> int | None:
+        names = self.list_segments()
+        return int(names[0].removesuffix(SEGMENT_SUFFIX), 16) if names else None
 
     @property
     def size_bytes(self) -> int:

@@ -1,0 +1,128 @@
+# What the writer asks the engine to do, and what it answers.
+#
+# Put and Remove carry their final bytes. A Rewrite is decided inside the
+# writer, in commit order: its apply() gets the committed bytes of its target
+# (and of its source, for a fork) and returns the new bytes, None for "no
+# change", or raises Refused. That is what makes `update` free of lost updates
+# and lease changes free of races with commits.
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+
+class _AnyValue:
+    def __repr__(self) -> str:
+        return "ANY"
+
+
+ANY: Any = _AnyValue()
+
+SESSION = "s"
+LOOP_CHECKPOINT = "l"
+WORKFLOW_CHECKPOINT = "w"
+LEASE = "L"
+LEASE_ID = "lease"
+
+
+class Refused(Exception):
+    """A mutation the engine will not apply; the client gets `code`."""
+
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+Fence = Any  # ANY (no lease given) or (holder, epoch)
+
+
+@dataclass(frozen=True)
+class Put:
+    kind: str
+    id: str
+    body: bytes
+    digest: bytes
+    expect: Any = ANY  # ANY, None (must not exist) or the current digest
+    fence: Fence = ANY
+
+
+@dataclass(frozen=True)
+class Remove:
+    kind: str
+    id: str
+    expect: Any = ANY
+    fence: Fence = ANY
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    kind: str
+    id: str
+    apply: Callable[[bytes | None, bytes | None], bytes | None]
+    expect: Any = ANY
+    fence: Fence = ANY
+    source: tuple[str, str] | None = None
+    fenced: bool = True  # False only for lease changes, which decide for themselves
+    exclusive: bool = False  # alone in its batch (lease changes move the fence)
+
+
+Mutation = Put | Remove | Rewrite
+
+
+def mutation_keys(mutation: Mutation) -> frozenset[tuple[str, str]] | None:
+    """The documents a mutation reads or writes; None when it must be alone in its batch."""
+    if isinstance(mutation, Rewrite):
+        if mutation.exclusive:
+            return None
+        if mutation.source is not None:
+            return frozenset({(mutation.kind, mutation.id), mutation.source})
+    return frozenset({(mutation.kind, mutation.id)})
+
+
+def split_batches(mutations: list[Any], key_of: Callable[[Any], Mutation]) -> list[list[Any]]:
+    """Cut a queue into batches in which no document is touched twice, order kept."""
+    batches: list[list[Any]] = []
+    current: list[Any] = []
+    seen: set[tuple[str, str]] = set()
+    for item in mutations:
+        keys = mutation_keys(key_of(item))
+        if keys is None:
+            if current:
+                batches.append(current)
+            batches.append([item])
+            current, seen = [], set()
+            continue
+        if seen & keys:
+            batches.append(current)
+            current, seen = [], set()
+        current.append(item)
+        seen |= keys
+    if current:
+        batches.append(current)
+    return batches
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    seq: int | None = None
+    digest: bytes | None = None
+    existed: bool = False
+    changed: bool = True
+    code: str | None = None
+    message: str = ""
+    current: bytes | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Committed(NamedTuple):
+    """One committed change, as watch reports it: digest None for a removal."""
+
+    seq: int
+    kind: str
+    id: str
+    digest: bytes | None
+    committed_at_ms: int
