@@ -12,13 +12,24 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import cbor2
 import pytest
 
-from sessionstored.storage.mutations import Mutation, Put
+from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical
+from sessionstored.storage.mutations import LEASE, LEASE_ID, Mutation, Put, Remove, Rewrite
 from sessionstored.storage.store import Store
 
 from .simfs import SimulatedCrash
-from .storage_helpers import assert_clean, body_for, new_fs, open_store, put, remove, snapshot_of
+from .storage_helpers import (
+    ROOT,
+    assert_clean,
+    body_for,
+    new_fs,
+    open_store,
+    put,
+    remove,
+    snapshot_of,
+)
 
 WORKLOAD: list[list[Mutation]] = [
     [put("a", 1), put("b", 1), put("c", "x" * 5000)],
@@ -77,6 +88,15 @@ def _check_recovered(
         assert recovered.get(doc_id) in allowed, (doc_id, recovered.get(doc_id), allowed)
 
 
+def _recover_cleanly(fs: Any) -> Store:
+    """A crash, even power loss, must never look like corruption."""
+    store = Store(fs, ROOT)
+    report = store.open()
+    assert report.wal_corruption is None, report.wal_corruption
+    assert not report.rebuilt_from_files and not report.checkpoint_problems
+    return store
+
+
 def _state(store: Store) -> tuple[int, dict[str, tuple[int, bytes]]]:
     return store.seq, snapshot_of(store)
 
@@ -97,7 +117,7 @@ def test_crash_at_every_step_of_the_workload(keep_unsynced: bool) -> None:
         except SimulatedCrash:
             acked_seq = max(acked_seq, store.seq)
         fs.crash(keep_unsynced=keep_unsynced)
-        recovered = open_store(fs)
+        recovered = _recover_cleanly(fs)
         _check_recovered(recovered, model, inflight, acked_seq)
         first = _state(recovered)
         recovered.close()
@@ -143,3 +163,121 @@ def test_acknowledged_writes_survive_power_loss_between_batches() -> None:
         store = open_store(fs)
         assert {k: v for k, (_s, v) in snapshot_of(store).items()} == model
     assert body_for("a", 4) == model["a"]
+
+
+def _appending(suffix: str, fence: Any = None) -> Rewrite:
+    """A Rewrite that appends to the session's body: its result depends on the committed state."""
+
+    def apply(current: bytes | None, _source: bytes | None) -> bytes:
+        return body_for("rw", (cbor2.loads(current)["value"] if current else "") + suffix)
+
+    return Rewrite("s", "rw", apply) if fence is None else Rewrite("s", "rw", apply, fence=fence)
+
+
+def _lease(holder: str) -> Rewrite:
+    return Rewrite(
+        LEASE,
+        LEASE_ID,
+        lambda current, _s: canonical_dumps({"holder": holder, "epoch": 1}),
+        fenced=False,
+        exclusive=True,
+    )
+
+
+WORKLOAD_WITH_COMPACTION: list[Any] = [
+    [put("a", 1), _appending("x"), Put("l", "run-1", b"\xa0", digest_bytes_of_canonical(b"\xa0"))],
+    [_appending("y"), remove("a")],
+    "compact",
+    [put("b", 2), Remove("l", "run-1"), _appending("z")],
+    [_lease("agent")],
+    "compact",
+    [
+        Put(
+            "s",
+            "c",
+            body_for("c", 3),
+            digest_bytes_of_canonical(body_for("c", 3)),
+            fence=("agent", 1),
+        ),
+        _appending("w", fence=("agent", 1)),
+    ],
+]
+
+
+def _run_with_compaction(
+    store: Store, model: dict[tuple[str, str], Any], inflight: dict[tuple[str, str], list[Any]]
+) -> int:
+    for step in WORKLOAD_WITH_COMPACTION:
+        inflight.clear()
+        if step == "compact":
+            store.compact()
+            continue
+        for mutation in step:
+            key = (mutation.kind, mutation.id)
+            old = model.get(key)
+            if isinstance(mutation, Rewrite):
+                new = mutation.apply(old, None)
+            else:
+                new = mutation.body if isinstance(mutation, Put) else None
+            inflight[key] = [new, old]
+        result = store.commit_durably(step)
+        store.publish(result)
+        for mutation, outcome in zip(step, result.outcomes, strict=True):
+            assert outcome.ok, outcome
+            key = (mutation.kind, mutation.id)
+            model[key] = inflight[key][0]
+            if model[key] is None:
+                del model[key]
+    inflight.clear()
+    return store.seq
+
+
+def _all_documents(store: Store) -> dict[tuple[str, str], bytes]:
+    out = {}
+    for kind in store.index.kinds():
+        for doc_id, _entry in store.index.items(kind):
+            doc = store.read(kind, doc_id)
+            assert doc is not None
+            out[(kind, doc_id)] = doc.body
+    return out
+
+
+@pytest.mark.parametrize("keep_unsynced", [False, True], ids=["power-loss", "process-kill"])
+def test_crash_at_every_step_with_rewrites_leases_and_compaction(keep_unsynced: bool) -> None:
+    probe_fs = new_fs()
+    probe = open_store(probe_fs)
+    before = probe_fs.steps
+    final_seq = _run_with_compaction(probe, {}, {})
+    total = probe_fs.steps - before
+    for step in range(total + 1):
+        fs = new_fs()
+        store = open_store(fs)
+        model: dict[tuple[str, str], Any] = {}
+        inflight: dict[tuple[str, str], list[Any]] = {}
+        fs.arm(step)
+        acked_seq = 0
+        try:
+            acked_seq = _run_with_compaction(store, model, inflight)
+        except SimulatedCrash:
+            acked_seq = store.seq
+        fs.crash(keep_unsynced=keep_unsynced)
+        recovered = _recover_cleanly(fs)
+        assert_clean(recovered)
+        assert recovered.seq >= acked_seq
+        documents = _all_documents(recovered)
+        for key in set(model) | set(documents) | set(inflight):
+            allowed = inflight.get(key, [model.get(key)])
+            assert documents.get(key) in allowed, (step, key)
+        if step == total:
+            assert recovered.seq == final_seq
+        lease_expected = ("L", "lease") in documents
+        assert (recovered.lease is not None) == lease_expected
+        history = recovered.history.after(0, 1000)
+        assert [c.seq for c in history] == sorted(c.seq for c in history)
+        first = (recovered.seq, documents)
+        recovered.close()
+        fs.crash(keep_unsynced=False)
+        again = open_store(fs)
+        assert (again.seq, _all_documents(again)) == first, (
+            f"second recovery differs at step {step}"
+        )

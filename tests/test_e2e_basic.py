@@ -69,7 +69,6 @@ def test_save_load_roundtrip_and_digest(running: DaemonProcess) -> None:
         assert client.exists("tenant/session")
         assert client.load("tenant_session") is None
         assert client.head("missing") == {
-            "ok": True,
             "found": False,
             "digest": None,
             "seq": None,
@@ -91,7 +90,7 @@ def test_cas_match_mismatch_and_create_only(running: DaemonProcess) -> None:
         with pytest.raises(Conflict):
             client.delete("s", expect=first["digest"])
         deleted = client.delete("s", expect=second["digest"])
-        assert deleted == {"ok": True, "deleted": True, "seq": second["seq"] + 1}
+        assert deleted == {"deleted": True, "seq": second["seq"] + 1}
         again = client.delete("s")
         assert again["deleted"] is False and again["seq"] == deleted["seq"]
         assert client.load("s") is None

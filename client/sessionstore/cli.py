@@ -39,10 +39,6 @@ def _expect(args: argparse.Namespace) -> Any:
     return args.expect if getattr(args, "expect", None) else UNSET
 
 
-def _strip_ok(response: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in response.items() if k not in ("ok", "rid")}
-
-
 def _encode(_client: Client | None, _args: argparse.Namespace) -> int:
     """JSON (one document, or JSON lines) on stdin -> a CBOR sequence on stdout."""
     text = sys.stdin.read()
@@ -73,26 +69,26 @@ def _get(client: Client | None, args: argparse.Namespace) -> int:
     if result["snapshot"] is None:
         print(f"sessionstore: no session {args.session_id!r}", file=sys.stderr)
         return EXIT_NOT_FOUND
-    _print(_strip_ok(result) if args.meta else result["snapshot"])
+    _print(result if args.meta else result["snapshot"])
     return 0
 
 
 def _put(client: Client | None, args: argparse.Namespace) -> int:
     assert client is not None
-    _print(_strip_ok(client.save(_read_json(args.file), expect=_expect(args))))
+    _print(client.save(_read_json(args.file), expect=_expect(args), lease=_lease_option(args)))
     return 0
 
 
 def _rm(client: Client | None, args: argparse.Namespace) -> int:
     assert client is not None
-    _print(_strip_ok(client.delete(args.session_id, expect=_expect(args))))
+    _print(client.delete(args.session_id, expect=_expect(args), lease=_lease_option(args)))
     return 0
 
 
 def _ls(client: Client | None, args: argparse.Namespace) -> int:
     assert client is not None
     if args.limit is not None:
-        _print(_strip_ok(client.list(args.prefix, after=args.after, limit=args.limit)))
+        _print(client.list(args.prefix, after=args.after, limit=args.limit))
     else:
         _print(list(client.iter_ids(args.prefix)))
     return 0
@@ -100,7 +96,7 @@ def _ls(client: Client | None, args: argparse.Namespace) -> int:
 
 def _verify(client: Client | None, _args: argparse.Namespace) -> int:
     assert client is not None
-    result = _strip_ok(client.verify())
+    result = client.verify()
     _print(result)
     return EXIT_PROBLEMS if result["problems"] else 0
 
@@ -109,10 +105,94 @@ def _simple(op: str, arg: str | None = None) -> Any:
     def run(client: Client | None, args: argparse.Namespace) -> int:
         assert client is not None
         fields = {arg: getattr(args, arg)} if arg else {}
-        _print(_strip_ok(client.call(op, **fields)))
+        _print(client.call(op, **fields))
         return 0
 
     return run
+
+
+def _json_arg(text: str, what: str) -> Any:
+    try:
+        return from_json_value(json.loads(text))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{what} is not JSON: {error}") from None
+
+
+def _lease_option(args: argparse.Namespace) -> Any:
+    if not getattr(args, "lease", None):
+        return UNSET
+    holder, _, epoch = args.lease.rpartition(":")
+    if not holder or not epoch.isdigit():
+        raise ValueError("--lease must be HOLDER:EPOCH")
+    return (holder, int(epoch))
+
+
+def _update(client: Client | None, args: argparse.Namespace) -> int:
+    assert client is not None
+    value = _json_arg(sys.stdin.read() if args.value == "-" else args.value, "value")
+    _print(
+        client.update(
+            args.session_id, args.component, value, expect=_expect(args), lease=_lease_option(args)
+        )
+    )
+    return 0
+
+
+def _fork(client: Client | None, args: argparse.Namespace) -> int:
+    assert client is not None
+    _print(
+        client.fork(args.session_id, args.new_session_id, args.workspace, lease=_lease_option(args))
+    )
+    return 0
+
+
+def _checkpoint(client: Client | None, args: argparse.Namespace) -> int:
+    assert client is not None
+    if args.action == "put":
+        value = _json_arg(sys.stdin.read() if args.value in (None, "-") else args.value, "value")
+        _print(
+            {
+                "seq": client.checkpoint_put(args.kind, args.key, value, lease=_lease_option(args))[
+                    "seq"
+                ]
+            }
+        )
+    elif args.action == "get":
+        value = client.checkpoint_get(args.kind, args.key)
+        if value is None:
+            print(f"sessionstore: no {args.kind} checkpoint {args.key!r}", file=sys.stderr)
+            return EXIT_NOT_FOUND
+        _print(value)
+    else:
+        _print(
+            {"deleted": client.checkpoint_delete(args.kind, args.key, lease=_lease_option(args))}
+        )
+    return 0
+
+
+def _lease(client: Client | None, args: argparse.Namespace) -> int:
+    assert client is not None
+    if args.action == "acquire":
+        if not args.holder:
+            raise ValueError("lease acquire needs --holder")
+        _print(client.lease_acquire(args.holder))
+    elif args.action == "get":
+        _print(client.lease_get())
+    else:
+        if not args.holder or args.epoch is None:
+            raise ValueError("lease release needs --holder and --epoch")
+        _print({"released": client.lease_release(args.holder, args.epoch)})
+    return 0
+
+
+def _watch(client: Client | None, args: argparse.Namespace) -> int:
+    assert client is not None
+    for count, event in enumerate(client.watch(args.since), start=1):
+        _print(event)
+        sys.stdout.flush()
+        if args.count and count >= args.count:
+            return 0
+    return 0
 
 
 def _call(client: Client | None, args: argparse.Namespace) -> int:
@@ -120,7 +200,7 @@ def _call(client: Client | None, args: argparse.Namespace) -> int:
     fields = from_json_value(json.loads(args.args)) if args.args else {}
     if not isinstance(fields, dict):
         raise SystemExit("sessionstore: call arguments must be a JSON object")
-    _print(_strip_ok(client.call(args.op, **fields)))
+    _print(client.call(args.op, **fields))
     return 0
 
 
@@ -160,6 +240,30 @@ def _parser() -> argparse.ArgumentParser:
     call = command("call", _call, "send any op with JSON arguments")
     call.add_argument("op")
     call.add_argument("args", nargs="?", help='JSON object, e.g. \'{"session_id": "x"}\'')
+    update = command("update", _update, "replace one component of a session (value as JSON)")
+    update.add_argument("session_id")
+    update.add_argument("component")
+    update.add_argument("value", help="JSON, or - for stdin")
+    update.add_argument("--expect", help="only if the current digest is this one")
+    fork = command("fork", _fork, "copy a session under a new id with another workspace")
+    fork.add_argument("session_id")
+    fork.add_argument("new_session_id")
+    fork.add_argument("workspace")
+    checkpoint = command("checkpoint", _checkpoint, "loop/workflow checkpoints: put, get, rm")
+    checkpoint.add_argument("action", choices=("put", "get", "rm"))
+    checkpoint.add_argument("kind", choices=("loop", "workflow"))
+    checkpoint.add_argument("key")
+    checkpoint.add_argument("value", nargs="?", help="JSON map for put, or - for stdin")
+    lease = command("lease", _lease, "writer lease: acquire (a takeover), get, release")
+    lease.add_argument("action", choices=("acquire", "get", "release"))
+    lease.add_argument("--holder")
+    lease.add_argument("--epoch", type=int)
+    watch = command("watch", _watch, "stream committed changes, one JSON line each")
+    watch.add_argument("--since", type=int, help="replay retained changes after this seq")
+    watch.add_argument("--count", type=int, help="stop after this many events")
+    command("compact", _simple("compact"), "checkpoint the index and drop old WAL segments")
+    for sub_parser in (put, rm, update, fork, checkpoint):
+        sub_parser.add_argument("--lease", help="HOLDER:EPOCH of the current lease")
     command("encode", _encode, "JSON on stdin -> CBOR on stdout (for socat sessions)")
     command("decode", _decode, "CBOR sequence on stdin -> JSON lines on stdout")
     return parser

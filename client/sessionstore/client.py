@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
+from . import requests as r
 from .errors import ConnectionLost, SessionStoreError, error_from_wire
 from .paths import client_socket_path
 from .protocol import NEED_DATA, Connection, Mode, ProtocolError
+from .requests import UNSET, Call
 
 RECEIVE_BYTES = 256 * 1024
 DEFAULT_TIMEOUT_S = 60.0
 MAX_RESPONSE_BYTES = 1024 * 1024 * 1024
+WATCH_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
-class _Unset:
-    def __repr__(self) -> str:
-        return "UNSET"
-
-
-UNSET: Any = _Unset()
+def _result(call: Call, reply: dict[str, Any]) -> Any:
+    if reply.get("ok") is True:
+        return call.result(reply)
+    raise error_from_wire(reply.get("error"))
 
 
 class Client:
@@ -63,13 +65,13 @@ class Client:
         self.connect()
         assert self._sock is not None
         try:
-            self._sock.sendall(b"".join(self._conn.encode(r) for r in requests))
-            return [self._read_response() for _ in requests]
+            self._sock.sendall(b"".join(self._conn.encode(req) for req in requests))
+            return [self._read_message() for _ in requests]
         except (OSError, ProtocolError) as error:
             self.close()
             raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error
 
-    def _read_response(self) -> dict[str, Any]:
+    def _read_message(self) -> dict[str, Any]:
         assert self._sock is not None
         while True:
             message = self._conn.next_message()
@@ -85,48 +87,39 @@ class Client:
             else:
                 self._conn.receive_eof()
 
-    def call(self, op: str, **args: Any) -> dict[str, Any]:
-        request = {"op": op, **{k: v for k, v in args.items() if v is not UNSET}}
-        response = self.send_raw([request])[0]
-        if response.get("ok") is True:
-            return response
-        raise error_from_wire(response.get("error"))
+    def run(self, call: Call) -> Any:
+        return _result(call, self.send_raw([call.request])[0])
 
-    # -- ops -------------------------------------------------------------------
+    def call(self, op: str, **args: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self.run(r.make(op, **args))
+        return result
+
+    # -- ops (see requests.py) -----------------------------------------------
 
     def hello(self) -> dict[str, Any]:
-        return self.call("hello")
+        return self.run(r.hello())  # type: ignore[no-any-return]
 
     def ping(self) -> None:
-        self.call("ping")
+        self.run(r.ping())
 
-    def save(self, snapshot: dict[str, Any], *, expect: Any = UNSET) -> dict[str, Any]:
-        """Returns {"digest", "seq"}. expect: a digest, None (create-only) or UNSET."""
-        return self.call("save", snapshot=snapshot, expect=expect)
+    def save(self, snapshot: dict[str, Any], *, expect: Any = UNSET, lease: Any = UNSET) -> Any:
+        """{"digest", "seq"}. expect: a digest, None (create-only) or UNSET (unconditional)."""
+        return self.run(r.save(snapshot, expect, lease))
 
     def load(self, session_id: str) -> dict[str, Any] | None:
-        """The snapshot, or None when absent. load_with_meta() also returns digest and seq."""
-        snapshot = self.call("load", session_id=session_id)["snapshot"]
-        return snapshot if isinstance(snapshot, dict) else None
+        return self.run(r.load(session_id))  # type: ignore[no-any-return]
 
-    def load_with_meta(self, session_id: str) -> dict[str, Any]:
-        return self.call("load", session_id=session_id)
+    def load_with_meta(self, session_id: str) -> Any:
+        return self.run(r.load_with_meta(session_id))
 
-    def head(self, session_id: str) -> dict[str, Any]:
-        return self.call("head", session_id=session_id)
+    def head(self, session_id: str) -> Any:
+        return self.run(r.head(session_id))
 
     def exists(self, session_id: str) -> bool:
-        return bool(self.call("exists", session_id=session_id)["exists"])
+        return bool(self.run(r.exists(session_id)))
 
-    def list(
-        self, prefix: str = "", *, after: str | None = None, limit: int | None = None
-    ) -> dict[str, Any]:
-        return self.call(
-            "list",
-            prefix=prefix,
-            after=after if after is not None else UNSET,
-            limit=limit if limit is not None else UNSET,
-        )
+    def list(self, prefix: str = "", *, after: str | None = None, limit: int | None = None) -> Any:
+        return self.run(r.list_ids(prefix, after, limit))
 
     def iter_ids(self, prefix: str = "", *, page: int = 1000) -> Iterator[str]:
         after: str | None = None
@@ -137,14 +130,85 @@ class Client:
             if after is None:
                 return
 
-    def delete(self, session_id: str, *, expect: Any = UNSET) -> dict[str, Any]:
-        return self.call("delete", session_id=session_id, expect=expect)
+    def delete(self, session_id: str, *, expect: Any = UNSET, lease: Any = UNSET) -> Any:
+        return self.run(r.delete(session_id, expect, lease))
 
-    def stats(self) -> dict[str, Any]:
-        return self.call("stats")
+    def update(
+        self,
+        session_id: str,
+        component: str,
+        value: Any,
+        *,
+        expect: Any = UNSET,
+        lease: Any = UNSET,
+    ) -> Any:
+        return self.run(r.update(session_id, component, value, expect, lease))
 
-    def verify(self) -> dict[str, Any]:
-        return self.call("verify")
+    def fork(
+        self, session_id: str, new_session_id: str, workspace: Any, *, lease: Any = UNSET
+    ) -> Any:
+        return self.run(r.fork(session_id, new_session_id, workspace, lease))
+
+    def checkpoint_put(
+        self, kind: str, key: str, value: dict[str, Any], *, lease: Any = UNSET
+    ) -> Any:
+        return self.run(r.checkpoint_put(kind, key, value, lease))
+
+    def checkpoint_get(self, kind: str, key: str) -> Any:
+        return self.run(r.checkpoint_get(kind, key))
+
+    def checkpoint_delete(self, kind: str, key: str, *, lease: Any = UNSET) -> bool:
+        return bool(self.run(r.checkpoint_delete(kind, key, lease)))
+
+    def lease_acquire(self, holder: str) -> Any:
+        return self.run(r.lease_acquire(holder))
+
+    def lease_get(self) -> Any:
+        return self.run(r.lease_get())
+
+    def lease_release(self, holder: str, epoch: int) -> bool:
+        return bool(self.run(r.lease_release(holder, epoch)))
+
+    def stats(self) -> Any:
+        return self.run(r.stats())
+
+    def verify(self) -> Any:
+        return self.run(r.verify())
+
+    def compact(self) -> Any:
+        return self.run(r.compact())
+
+    def watch(
+        self, since: int | None = None, *, reconnect: bool = True
+    ) -> Iterator[dict[str, Any]]:
+        """Events in seq order, none skipped. Resumes with `since` after a lost connection
+        or a `lagged` notice; raises Compacted when the history it needs is gone."""
+        cursor = since
+        failures = 0
+        while True:
+            watcher = Client(self.socket_path, timeout=None)
+            try:
+                reply = watcher.send_raw(
+                    [r.make("watch", since=UNSET if cursor is None else cursor).request]
+                )[0]
+                _result(r.make("watch"), reply)
+                if cursor is None:
+                    cursor = reply["seq"]
+                failures = 0
+                while True:
+                    event = watcher._read_message()
+                    if event.get("event") == "lagged":
+                        cursor = event["resume_from"]
+                        break
+                    cursor = event["seq"]
+                    yield event
+            except (ConnectionLost, OSError, ProtocolError):
+                if not reconnect:
+                    raise
+                time.sleep(WATCH_RETRY_S[min(failures, len(WATCH_RETRY_S) - 1)])
+                failures += 1
+            finally:
+                watcher.close()
 
 
 __all__ = ["UNSET", "Client", "SessionStoreError"]

@@ -62,6 +62,8 @@ def run(config: Config) -> int:
         RealFileSystem(),
         config.state_dir,
         max_document_bytes=config.max_snapshot_bytes,
+        history_changes=config.history_changes,
+        checkpoint_every=config.checkpoint_every,
         failpoint=failpoints.hit,
     )
     notify(f"STATUS=recovering {config.state_dir}")

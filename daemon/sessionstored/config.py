@@ -32,6 +32,9 @@ class Config:
     max_snapshot_bytes: int
     failpoints: tuple[FailpointSpec, ...]
     shutdown_grace_s: float
+    history_changes: int
+    checkpoint_every: int
+    watch_max_lag: int
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,6 +57,24 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="largest stored snapshot (canonical CBOR), in bytes (defaults to --max-request-bytes)",
+    )
+    parser.add_argument(
+        "--history-changes",
+        type=int,
+        default=100_000,
+        help="changes kept for watch --since, across restarts (100000)",
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=50_000,
+        help="checkpoint the index and drop old WAL segments after this many changes (50000)",
+    )
+    parser.add_argument(
+        "--watch-max-lag",
+        type=int,
+        default=10_000,
+        help="a watcher further behind than this many changes gets 'lagged' (10000)",
     )
     parser.add_argument(
         "--shutdown-grace-seconds",
@@ -106,6 +127,9 @@ def build_config(argv: Sequence[str], env: Mapping[str, str], *, pid: int, uid: 
     max_snapshot = args.max_snapshot_bytes or args.max_request_bytes
     if max_snapshot < 256:
         raise ConfigError("--max-snapshot-bytes must be at least 256")
+    for name in ("history_changes", "checkpoint_every", "watch_max_lag"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
     explicit_socket = args.socket or env.get("SESSIONSTORE_SOCKET") or None
     inherited = None if explicit_socket else _inherited_fd(env, pid)
     socket_path = explicit_socket
@@ -125,4 +149,7 @@ def build_config(argv: Sequence[str], env: Mapping[str, str], *, pid: int, uid: 
         max_snapshot_bytes=max_snapshot,
         failpoints=failpoints,
         shutdown_grace_s=args.shutdown_grace_seconds,
+        history_changes=args.history_changes,
+        checkpoint_every=args.checkpoint_every,
+        watch_max_lag=args.watch_max_lag,
     )

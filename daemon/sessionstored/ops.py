@@ -570,7 +570,7 @@ class Ops:
                 seq=result.seq,
                 wal_bytes_before=result.wal_bytes_before,
                 wal_bytes_after=result.wal_bytes_after,
-                segments_removed=result.segments_removed,
+                segments_replaced=result.segments_replaced,
             )
 
         return Step(

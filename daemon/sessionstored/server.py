@@ -101,7 +101,7 @@ class Server:
         self.connections = 0
         self.connections_total = 0
         self.writer = Writer(store, self._on_fatal)
-        self.broadcaster = Broadcaster(store)
+        self.broadcaster = Broadcaster(store, config.watch_max_lag)
         self.writer.on_publish = self.broadcaster.published
         self.ops = Ops(
             store,

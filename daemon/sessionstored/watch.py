@@ -3,7 +3,9 @@
 # lies beyond. Nothing is skipped: a watcher whose cursor falls out of the
 # retained history, or too far behind the newest change, gets one `lagged`
 # event with the seq to resume from and is disconnected, and resumes with
-# `since`. Watchers share the history, so a slow one costs no memory.
+# `since`. Watchers share the history, so a slow one costs no memory. The lag
+# limit applies once a watcher has caught up: replaying a long `since` backlog
+# is not lagging.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
@@ -74,18 +76,19 @@ class Broadcaster:
     async def stream(self, cursor: int, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         """Send every change after cursor, then live ones, until closed or lagging."""
         self.watchers += 1
+        caught_up = False
         try:
             while not self._closed:
                 changed = self._changed
                 oldest = self.store.history.oldest_seq()
                 behind = self.store.seq - cursor
-                if behind > self.max_lag_changes or (
-                    behind > 0 and (oldest is None or oldest > cursor + 1)
-                ):
+                out_of_history = behind > 0 and (oldest is None or oldest > cursor + 1)
+                if out_of_history or (caught_up and behind > self.max_lag_changes):
                     await send({"event": "lagged", "resume_from": cursor})
                     return
                 changes = self.store.history.after(cursor, WATCH_BATCH_EVENTS)
                 if not changes:
+                    caught_up = True
                     await changed.wait()
                     continue
                 with trio.move_on_after(WATCH_SEND_TIMEOUT_S) as timeout:

@@ -134,11 +134,11 @@ class Writer:
             return
         self.compactions += 1
         log.info(
-            "checkpoint at seq %d: WAL %d -> %d bytes, %d segments removed",
+            "checkpoint at seq %d: WAL %d -> %d bytes (%d segments replaced)",
             result.seq,
             result.wal_bytes_before,
             result.wal_bytes_after,
-            result.segments_removed,
+            result.segments_replaced,
         )
 
     async def _commit(self, jobs: list[Job]) -> None:

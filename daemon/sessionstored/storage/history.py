@@ -24,10 +24,6 @@ class History:
     def clear(self) -> None:
         self._items.clear()
 
-    def drop_below(self, seq: int) -> None:
-        cut = bisect.bisect_left(self._items, seq, key=lambda c: c.seq)
-        del self._items[:cut]
-
     def oldest_seq(self) -> int | None:
         start = self._start()
         return self._items[start].seq if start < len(self._items) else None

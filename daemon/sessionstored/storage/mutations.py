@@ -126,3 +126,12 @@ class Committed(NamedTuple):
     id: str
     digest: bytes | None
     committed_at_ms: int
+    size: int = 0
+
+    def records(self) -> list[list[Any]]:
+        """The intent and commit records that say this again (for a compacted WAL)."""
+        if self.digest is None:
+            intent: list[Any] = ["R", self.seq, self.kind, self.id]
+        else:
+            intent = ["I", self.seq, self.kind, self.id, self.digest, self.size]
+        return [intent, ["C", self.seq, self.committed_at_ms]]

@@ -154,8 +154,9 @@ def _replay(records: list[WalRecord], index: Index, base_seq: int) -> _Replay:
 
 
 def _committed(intent: list[Any], committed_at_ms: int) -> Committed:
-    digest = intent[4] if intent[0] == "I" else None
-    return Committed(intent[1], intent[2], intent[3], digest, committed_at_ms)
+    if intent[0] == "I":
+        return Committed(intent[1], intent[2], intent[3], intent[4], committed_at_ms, intent[5])
+    return Committed(intent[1], intent[2], intent[3], None, committed_at_ms)
 
 
 def _apply(index: Index, intent: list[Any]) -> None:

@@ -98,7 +98,7 @@ class CompactResult:
     seq: int
     wal_bytes_before: int
     wal_bytes_after: int
-    segments_removed: int
+    segments_replaced: int
     checkpoint: str
 
 
@@ -351,7 +351,14 @@ class Store:
                 entry = Entry(seq, mutation.digest, len(mutation.body))
                 batch.changes.append((mutation.kind, mutation.id, entry))
                 batch.committed.append(
-                    Committed(seq, mutation.kind, mutation.id, mutation.digest, committed_at_ms)
+                    Committed(
+                        seq,
+                        mutation.kind,
+                        mutation.id,
+                        mutation.digest,
+                        committed_at_ms,
+                        len(mutation.body),
+                    )
                 )
                 outcomes[position] = Outcome(True, seq=seq, digest=mutation.digest)
                 if mutation.kind == LEASE and mutation.id == LEASE_ID:
@@ -451,18 +458,19 @@ class Store:
         if self._failed:
             raise FatalStorageError("the store failed earlier and must be reopened")
         before = self.wal.size_bytes
+        segments_before = len(self.wal.list_segments())
+        retained = self.history.after(0, self.history_changes)
         try:
             self._sync_wal("before a checkpoint")
             path = self.checkpoints.write(self.seq, self.index)
             self.checkpoint_seq = self.seq
-            self.wal.rotate(self.seq + 1)
-            keep_from = min(self.checkpoint_seq, self.seq - self.history_changes) + 1
-            removed = self.wal.remove_segments_below(keep_from)
+            history = [record for change in retained for record in change.records()]
+            first = retained[0].seq if retained else self.seq + 1
+            self.wal.rewrite(history, first, self.seq + 1, self.files.tmp_dir)
         except OSError as error:
             self._failed = True
             raise FatalStorageError(f"compaction failed: {error}") from error
-        self.history.drop_below(keep_from)
-        return CompactResult(self.seq, before, self.wal.size_bytes, removed, path)
+        return CompactResult(self.seq, before, self.wal.size_bytes, segments_before, path)
 
     def close(self) -> None:
         if not self._failed:

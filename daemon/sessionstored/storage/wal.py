@@ -21,7 +21,6 @@
 # scan reports the file and offset and recovery decides what to do with it.
 from __future__ import annotations
 
-import itertools
 import struct
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -262,19 +261,36 @@ class WriteAheadLog:
             return
         self._create_segment(next_seq)
 
-    def remove_segments_below(self, keep_from_seq: int) -> int:
-        """Delete sealed segments whose every record has a seq below keep_from_seq."""
-        names = self.list_segments()
-        removed = 0
-        for name, following in itertools.pairwise(names):
-            if int(following.removesuffix(SEGMENT_SUFFIX), 16) > keep_from_seq:
-                break
+    def rewrite(
+        self, history: list[list[Any]], history_first_seq: int, next_seq: int, tmp_dir: str
+    ) -> None:
+        """Replace every segment by `history` (records below next_seq) and a fresh active one.
+
+        Only after an index checkpoint at next_seq - 1 is durable. Each step leaves a log
+        that boots: old segments (all covered by the checkpoint), then none, then the new
+        history segment, then the new active segment.
+        """
+        self.sync()
+        temp = None
+        if history:
+            temp = f"{tmp_dir}/{segment_name(history_first_seq)}.tmp"
+            if self.fs.exists(temp):
+                self.fs.unlink(temp)
+            fd = self.fs.create_exclusive(temp)
+            try:
+                self.fs.write(fd, SEGMENT_HEADER + b"".join(encode_record(p) for p in history))
+                self.fs.fsync(fd)  # the compacted history is whole before the old log goes
+            finally:
+                self.fs.close(fd)
+        if self._fd is not None:
+            self.fs.close(self._fd)
+            self._fd = None
+        for name in self.list_segments():
             self.fs.unlink(self._path(name))
-            removed += 1
-        if removed:
-            self.fs.fsync_dir(self.directory)
-            self.segments = self.list_segments()
-        return removed
+        self.fs.fsync_dir(self.directory)
+        if temp is not None:
+            self.fs.rename(temp, self._path(segment_name(history_first_seq)))
+        self._create_segment(next_seq)  # fsyncs the directory: both names are durable
 
     def first_segment_seq(self) -> int | None:
         names = self.list_segments()

@@ -1,0 +1,148 @@
+# Every op as (request, how to read its reply), shared by the blocking and the
+# async client so the two cannot drift apart.
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+Reply = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Call:
+    request: dict[str, Any]
+    result: Callable[[Reply], Any]
+
+
+def _whole(reply: Reply) -> Reply:
+    return {k: v for k, v in reply.items() if k not in ("ok", "rid")}
+
+
+def _field(name: str) -> Callable[[Reply], Any]:
+    return lambda reply: reply[name]
+
+
+def make(op: str, result: Callable[[Reply], Any] = _whole, **args: Any) -> Call:
+    return Call({"op": op, **{k: v for k, v in args.items() if v is not UNSET}}, result)
+
+
+def lease_arg(lease: Any) -> Any:
+    """Accept {"holder", "epoch"} maps, lease_acquire's reply, or a (holder, epoch) pair."""
+    if lease is UNSET or lease is None:
+        return UNSET
+    if isinstance(lease, tuple):
+        return {"holder": lease[0], "epoch": lease[1]}
+    return {"holder": lease["holder"], "epoch": lease["epoch"]}
+
+
+def hello() -> Call:
+    return make("hello")
+
+
+def ping() -> Call:
+    return make("ping", lambda reply: None)
+
+
+def save(snapshot: dict[str, Any], expect: Any = UNSET, lease: Any = UNSET) -> Call:
+    return make("save", snapshot=snapshot, expect=expect, lease=lease_arg(lease))
+
+
+def load(session_id: str) -> Call:
+    return make(
+        "load",
+        lambda r: r["snapshot"] if isinstance(r["snapshot"], dict) else None,
+        session_id=session_id,
+    )
+
+
+def load_with_meta(session_id: str) -> Call:
+    return make("load", session_id=session_id)
+
+
+def head(session_id: str) -> Call:
+    return make("head", session_id=session_id)
+
+
+def exists(session_id: str) -> Call:
+    return make("exists", lambda r: bool(r["exists"]), session_id=session_id)
+
+
+def list_ids(prefix: str = "", after: str | None = None, limit: int | None = None) -> Call:
+    return make(
+        "list",
+        prefix=prefix,
+        after=UNSET if after is None else after,
+        limit=UNSET if limit is None else limit,
+    )
+
+
+def delete(session_id: str, expect: Any = UNSET, lease: Any = UNSET) -> Call:
+    return make("delete", session_id=session_id, expect=expect, lease=lease_arg(lease))
+
+
+def update(
+    session_id: str, component: str, value: Any, expect: Any = UNSET, lease: Any = UNSET
+) -> Call:
+    return make(
+        "update",
+        session_id=session_id,
+        component=component,
+        value=value,
+        expect=expect,
+        lease=lease_arg(lease),
+    )
+
+
+def fork(session_id: str, new_session_id: str, workspace: Any, lease: Any = UNSET) -> Call:
+    return make(
+        "fork",
+        session_id=session_id,
+        new_session_id=new_session_id,
+        workspace=workspace,
+        lease=lease_arg(lease),
+    )
+
+
+def checkpoint_put(kind: str, key: str, value: dict[str, Any], lease: Any = UNSET) -> Call:
+    return make("checkpoint_put", kind=kind, key=key, value=value, lease=lease_arg(lease))
+
+
+def checkpoint_get(kind: str, key: str) -> Call:
+    return make("checkpoint_get", _field("value"), kind=kind, key=key)
+
+
+def checkpoint_delete(kind: str, key: str, lease: Any = UNSET) -> Call:
+    return make("checkpoint_delete", _field("deleted"), kind=kind, key=key, lease=lease_arg(lease))
+
+
+def lease_acquire(holder: str) -> Call:
+    return make("lease_acquire", holder=holder)
+
+
+def lease_get() -> Call:
+    return make("lease_get", _field("lease"))
+
+
+def lease_release(holder: str, epoch: int) -> Call:
+    return make("lease_release", _field("released"), holder=holder, epoch=epoch)
+
+
+def stats() -> Call:
+    return make("stats")
+
+
+def verify() -> Call:
+    return make("verify")
+
+
+def compact() -> Call:
+    return make("compact")
