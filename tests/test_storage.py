@@ -75,7 +75,7 @@ def test_duplicate_commit_fails_closed() -> None:
     store.commit([put("a", 1)])
     store.close()
     path = _segment(fs)
-    fs.set_file_bytes(path, fs.file_bytes(path) + wal_module.encode_record(["C", 1]))
+    fs.set_file_bytes(path, fs.file_bytes(path) + wal_module.encode_record(["C", [1], 0]))
     report = Store(fs, ROOT).open()
     assert report.wal_corruption is not None and "commit" in report.wal_corruption["reason"]
 

@@ -62,10 +62,7 @@ def decode_checkpoint(path: str, data: bytes) -> Checkpoint:
         raise CheckpointError(f"{path}: offset {CKPT_HEAD.size}: checksum mismatch")
     decoded = cbor2.loads(payload)
     index = Index.from_entries(
-        [
-            (kind, doc_id, Entry(seq, digest, size))
-            for kind, doc_id, seq, digest, size in decoded["entries"]
-        ]
+        [(row[0], row[1], Entry._make(row[2:])) for row in decoded["entries"]]
     )
     return Checkpoint(decoded["seq"], index, path)
 

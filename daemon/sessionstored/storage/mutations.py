@@ -128,10 +128,20 @@ class Committed(NamedTuple):
     committed_at_ms: int
     size: int = 0
 
-    def records(self) -> list[list[Any]]:
-        """The intent and commit records that say this again (for a compacted WAL)."""
-        if self.digest is None:
-            intent: list[Any] = ["R", self.seq, self.kind, self.id]
+
+def history_records(changes: list[Committed]) -> list[list[Any]]:
+    """WAL records that say these changes again: intents, and one commit per run of changes
+    committed in the same millisecond (a batch), as the writer wrote them."""
+    records: list[list[Any]] = []
+    run: list[int] = []
+    for position, change in enumerate(changes):
+        if change.digest is None:
+            records.append(["R", change.seq, change.kind, change.id])
         else:
-            intent = ["I", self.seq, self.kind, self.id, self.digest, self.size]
-        return [intent, ["C", self.seq, self.committed_at_ms]]
+            records.append(["I", change.seq, change.kind, change.id, change.digest, change.size])
+        run.append(change.seq)
+        following = changes[position + 1] if position + 1 < len(changes) else None
+        if following is None or following.committed_at_ms != change.committed_at_ms:
+            records.append(["C", run, change.committed_at_ms])
+            run = []
+    return records

@@ -120,49 +120,51 @@ def _replay(records: list[WalRecord], index: Index, base_seq: int) -> _Replay:
     pending: dict[int, list[Any]] = {}
     history: list[Committed] = []
     last_seq = 0
-    for record in records:
-        payload = record.payload
+    for path, offset, payload in records:
         kind = payload[0]
+        if kind == "C":
+            # ["C", [seq, ...], committed_at_ms]: one commit record per batch
+            seqs, committed_at_ms = payload[1], payload[2]
+            for seq in seqs:
+                intent = pending.pop(seq, None)
+                if intent is None or seq <= last_seq:
+                    raise WalCorruption(path, offset, f"commit of unknown seq {seq}", [])
+                history.append(_committed(intent, committed_at_ms))
+                if seq > base_seq:
+                    _apply(index, intent)
+                last_seq = seq
+            continue
         seq = payload[1] if len(payload) > 1 else None
         if not isinstance(seq, int):
-            raise WalCorruption(
-                record.path, record.offset, f"record without a seq: {payload!r}", []
-            )
+            raise WalCorruption(path, offset, f"record without a seq: {payload!r}", [])
         if kind in ("I", "R"):
             if seq <= last_seq:
                 raise WalCorruption(
-                    record.path,
-                    record.offset,
+                    path,
+                    offset,
                     f"intent seq {seq} not above committed seq {last_seq} (duplicate sequence)",
                     [],
                 )
             pending[seq] = payload
-        elif kind == "C":
-            intent = pending.pop(seq, None)
-            if intent is None or seq <= last_seq:
-                raise WalCorruption(record.path, record.offset, f"commit of unknown seq {seq}", [])
-            committed_at_ms = payload[2] if len(payload) > 2 else 0
-            history.append(_committed(intent, committed_at_ms))
-            if seq > base_seq:
-                _apply(index, intent)
-            last_seq = seq
         elif kind == "A":
             pending.pop(seq, None)
         else:
-            raise WalCorruption(record.path, record.offset, f"unknown record type {kind!r}", [])
+            raise WalCorruption(path, offset, f"unknown record type {kind!r}", [])
     return _Replay(index, pending, max(last_seq, base_seq), history)
 
 
 def _committed(intent: list[Any], committed_at_ms: int) -> Committed:
     if intent[0] == "I":
-        return Committed(intent[1], intent[2], intent[3], intent[4], committed_at_ms, intent[5])
-    return Committed(intent[1], intent[2], intent[3], None, committed_at_ms)
+        return Committed._make(
+            (intent[1], intent[2], intent[3], intent[4], committed_at_ms, intent[5])
+        )
+    return Committed._make((intent[1], intent[2], intent[3], None, committed_at_ms, 0))
 
 
 def _apply(index: Index, intent: list[Any]) -> None:
     if intent[0] == "I":
         _, seq, kind, doc_id, digest, size = intent
-        index.put(kind, doc_id, Entry(seq, digest, size))
+        index.put(kind, doc_id, Entry._make((seq, digest, size)))
     else:
         _, _, kind, doc_id = intent
         index.remove(kind, doc_id)
@@ -283,9 +285,10 @@ def recover(store: Store) -> RecoveryReport:
             rebuilt = True
     except WalCorruption as corruption:
         salvaged_seqs = [
-            r.payload[1]
-            for r in corruption.salvaged
-            if len(r.payload) > 1 and isinstance(r.payload[1], int)
+            seq
+            for _path, _offset, payload in corruption.salvaged
+            for seq in (payload[1] if payload[0] == "C" else [payload[1]])
+            if isinstance(seq, int)
         ]
         aside = _quarantine_wal(store)
         report.wal_corruption = {
@@ -304,13 +307,14 @@ def recover(store: Store) -> RecoveryReport:
         intent = replay.pending[seq]
         if _effect_on_disk(store, intent):
             _apply(replay.index, intent)
-            resolution.append(["C", seq, now_ms])
             replay.history.append(_committed(intent, now_ms))
             report.sealed.append(seq)
             replay.last_seq = seq
         else:
             resolution.append(["A", seq])
             report.rolled_back.append(seq)
+    if report.sealed:
+        resolution.append(["C", report.sealed, now_ms])
     if resolution:
         store.wal.append(resolution)
         store.wal.sync()

@@ -57,6 +57,7 @@ from .mutations import (
     Refused,
     Remove,
     Rewrite,
+    history_records,
     split_batches,
 )
 from .wal import WriteAheadLog
@@ -339,7 +340,7 @@ class Store:
             self.files.sync()
             step = "commit records"
             self.failpoint("before-commit-record")
-            self.wal.append([["C", seq, committed_at_ms] for _, _, seq in accepted])
+            self.wal.append([["C", [seq for _, _, seq in accepted], committed_at_ms]])
             self.failpoint("after-commit-record")
         except OSError as error:
             raise FatalStorageError(
@@ -464,7 +465,7 @@ class Store:
             self._sync_wal("before a checkpoint")
             path = self.checkpoints.write(self.seq, self.index)
             self.checkpoint_seq = self.seq
-            history = [record for change in retained for record in change.records()]
+            history = history_records(retained)
             first = retained[0].seq if retained else self.seq + 1
             self.wal.rewrite(history, first, self.seq + 1, self.files.tmp_dir)
         except OSError as error:

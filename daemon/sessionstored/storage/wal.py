@@ -8,10 +8,12 @@
 # intent and the commit.
 #
 # Framing: a segment starts with SEGMENT_HEADER; each record is
-#     RECORD_MAGIC (4 bytes) | payload length (u32 LE)
-#     | xxh3_64(length + payload) (u64 LE) | payload
-# where the payload is one CBOR array. Segments are named by the first seq they
-# may hold (16 hex digits) and rotate at SEGMENT_TARGET_BYTES.
+#     RECORD_MAGIC (4 bytes) | xxh3_64(length + payload) (u64 LE)
+#     | payload length (u32 LE) | payload
+# where the payload is one CBOR array (the checksum covers adjacent bytes, so
+# boot checks each record without copying it). Segments are named by the first
+# seq they may hold (16 hex digits) and rotate at SEGMENT_TARGET_BYTES, always
+# at a batch boundary.
 #
 # Torn tail vs corruption (the etcd rule): a crash in the middle of an append
 # leaves a bad record at the end of the last segment with nothing valid after
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import cbor2
 import xxhash
@@ -32,16 +34,15 @@ from .fs import FileSystem
 
 SEGMENT_HEADER = b"SSWAL\x00\x01\n"
 RECORD_MAGIC = b"\xa5WR1"
-RECORD_HEAD = struct.Struct("<4sIQ")
+RECORD_HEAD = struct.Struct("<4sQI")
+LENGTH_OFFSET = 12
 MAX_RECORD_PAYLOAD_BYTES = 64 * 1024
 SEGMENT_TARGET_BYTES = 64 * 1024 * 1024
 SEGMENT_SUFFIX = ".wal"
 
 
-class WalRecord(NamedTuple):
-    path: str
-    offset: int
-    payload: list[Any]
+# (segment path, offset, payload): plain tuples, since boot makes hundreds of thousands
+WalRecord = tuple[str, int, list[Any]]
 
 
 class WalCorruption(Exception):
@@ -56,28 +57,27 @@ class WalCorruption(Exception):
 def encode_record(payload: list[Any]) -> bytes:
     body = cbor2.dumps(payload)
     length = struct.pack("<I", len(body))
-    checksum = xxhash.xxh3_64_intdigest(length + body)
-    return RECORD_HEAD.pack(RECORD_MAGIC, len(body), checksum) + body
+    return RECORD_MAGIC + struct.pack("<Q", xxhash.xxh3_64_intdigest(length + body)) + length + body
 
 
-def _record_at(data: bytes, offset: int) -> tuple[list[Any], int] | None:
+def _record_at(data: bytes | memoryview, offset: int) -> tuple[list[Any], int] | None:
     """The record at offset and the offset after it, or None when it is not valid."""
-    end = offset + RECORD_HEAD.size
-    if end > len(data):
+    start = offset + RECORD_HEAD.size
+    if start > len(data):
         return None
-    magic, length, checksum = RECORD_HEAD.unpack_from(data, offset)
-    if magic != RECORD_MAGIC or length > MAX_RECORD_PAYLOAD_BYTES or end + length > len(data):
+    magic, checksum, length = RECORD_HEAD.unpack_from(data, offset)
+    end = start + length
+    if magic != RECORD_MAGIC or length > MAX_RECORD_PAYLOAD_BYTES or end > len(data):
         return None
-    body = data[end : end + length]
-    if xxhash.xxh3_64_intdigest(data[offset + 4 : offset + 8] + body) != checksum:
+    if xxhash.xxh3_64_intdigest(data[offset + LENGTH_OFFSET : end]) != checksum:
         return None
     try:
-        payload = cbor2.loads(body)
+        payload = cbor2.loads(data[start:end])
     except (cbor2.CBORDecodeError, ValueError):
         return None
     if not isinstance(payload, list) or not payload:
         return None
-    return payload, end + length
+    return payload, end
 
 
 def _valid_record_after(data: bytes, offset: int) -> int | None:
@@ -103,8 +103,9 @@ def scan_segment(data: bytes) -> SegmentScan:
         return SegmentScan([], 0, 0, after)
     records: list[tuple[int, list[Any]]] = []
     offset = len(SEGMENT_HEADER)
+    view = memoryview(data)
     while offset < len(data):
-        found = _record_at(data, offset)
+        found = _record_at(view, offset)
         if found is None:
             return SegmentScan(records, offset, offset, _valid_record_after(data, offset))
         payload, end = found
@@ -150,7 +151,7 @@ class WriteAheadLog:
             path = self._path(name)
             data = self.fs.read_file(path, 1 << 40)
             scan = scan_segment(data)
-            records.extend(WalRecord(path, offset, payload) for offset, payload in scan.records)
+            records.extend([(path, offset, payload) for offset, payload in scan.records])
             if scan.bad_offset is None:
                 continue
             is_last = position == len(names) - 1
@@ -198,7 +199,7 @@ class WriteAheadLog:
                 if found is None:
                     offset = probe + 1
                     continue
-                salvaged.append(WalRecord(path, probe, found[0]))
+                salvaged.append((path, probe, found[0]))
                 offset = found[1]
         return salvaged
 
