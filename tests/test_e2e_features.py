@@ -299,3 +299,43 @@ def test_compaction_keeps_everything_and_seq_never_goes_back(short_tmp: Path) ->
         assert daemon.stop() == 0
     finally:
         daemon.cleanup()
+
+
+def test_cli_for_the_new_ops(running: DaemonProcess) -> None:
+    import json
+    import subprocess
+    import sys
+
+    def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "sessionstore.cli", "--socket", running.socket_path, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    assert cli("put", "-", stdin=json.dumps(_rich("cli"))).returncode == 0
+    updated = cli("update", "cli", "artifacts", '[{"uri": "x"}]')
+    assert updated.returncode == 0, updated.stderr
+    assert cli("fork", "cli", "cli-2", "/fork").returncode == 0
+    assert json.loads(cli("get", "cli-2").stdout)["session"]["config"]["workspace"] == "/fork"
+    assert cli("checkpoint", "put", "loop", "r1", '{"run_id": "r1", "n": 1}').returncode == 0
+    assert json.loads(cli("checkpoint", "get", "loop", "r1").stdout) == {"run_id": "r1", "n": 1}
+    assert cli("checkpoint", "get", "workflow", "r1").returncode == 3
+    lease = json.loads(cli("lease", "acquire", "--holder", "ops").stdout)
+    fenced = cli("checkpoint", "rm", "loop", "r1")
+    assert fenced.returncode == 1 and "fenced" in fenced.stderr
+    allowed = cli("checkpoint", "rm", "loop", "r1", "--lease", f"ops:{lease['epoch']}")
+    assert json.loads(allowed.stdout) == {"deleted": True}
+    assert json.loads(cli("lease", "get").stdout)["holder"] == "ops"
+    released = cli("lease", "release", "--holder", "ops", "--epoch", str(lease["epoch"]))
+    assert json.loads(released.stdout) == {"released": True}
+    events = [
+        json.loads(line)
+        for line in cli("watch", "--since", "0", "--count", "3").stdout.splitlines()
+    ]
+    assert [e["seq"] for e in events] == [1, 2, 3]
+    assert [e["event"] for e in events] == ["commit", "commit", "commit"]
+    compacted = json.loads(cli("compact").stdout)
+    assert compacted["seq"] == json.loads(cli("stats").stdout)["seq"]

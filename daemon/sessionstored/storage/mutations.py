@@ -130,18 +130,6 @@ class Committed(NamedTuple):
 
 
 def history_records(changes: list[Committed]) -> list[list[Any]]:
-    """WAL records that say these changes again: intents, and one commit per run of changes
-    committed in the same millisecond (a batch), as the writer wrote them."""
-    records: list[list[Any]] = []
-    run: list[int] = []
-    for position, change in enumerate(changes):
-        if change.digest is None:
-            records.append(["R", change.seq, change.kind, change.id])
-        else:
-            records.append(["I", change.seq, change.kind, change.id, change.digest, change.size])
-        run.append(change.seq)
-        following = changes[position + 1] if position + 1 < len(changes) else None
-        if following is None or following.committed_at_ms != change.committed_at_ms:
-            records.append(["C", run, change.committed_at_ms])
-            run = []
-    return records
+    """A compacted WAL's records: one self-contained ["H", seq, kind, id, digest|None, size,
+    committed_at_ms] per change, so history costs boot one record per change."""
+    return [["H", c.seq, c.kind, c.id, c.digest, c.size, c.committed_at_ms] for c in changes]

@@ -137,6 +137,17 @@ def _replay(records: list[WalRecord], index: Index, base_seq: int) -> _Replay:
         seq = payload[1] if len(payload) > 1 else None
         if not isinstance(seq, int):
             raise WalCorruption(path, offset, f"record without a seq: {payload!r}", [])
+        if kind == "H":
+            # a compacted change: intent and commit in one record
+            _, _, doc_kind, doc_id, digest, size, committed_at_ms = payload
+            if seq <= last_seq:
+                raise WalCorruption(path, offset, f"history seq {seq} repeats or goes back", [])
+            change = Committed._make((seq, doc_kind, doc_id, digest, committed_at_ms, size))
+            history.append(change)
+            if seq > base_seq:
+                _apply(index, _intent_of(change))
+            last_seq = seq
+            continue
         if kind in ("I", "R"):
             if seq <= last_seq:
                 raise WalCorruption(
@@ -159,6 +170,12 @@ def _committed(intent: list[Any], committed_at_ms: int) -> Committed:
             (intent[1], intent[2], intent[3], intent[4], committed_at_ms, intent[5])
         )
     return Committed._make((intent[1], intent[2], intent[3], None, committed_at_ms, 0))
+
+
+def _intent_of(change: Committed) -> list[Any]:
+    if change.digest is None:
+        return ["R", change.seq, change.kind, change.id]
+    return ["I", change.seq, change.kind, change.id, change.digest, change.size]
 
 
 def _apply(index: Index, intent: list[Any]) -> None:
@@ -287,7 +304,7 @@ def recover(store: Store) -> RecoveryReport:
         salvaged_seqs = [
             seq
             for _path, _offset, payload in corruption.salvaged
-            for seq in (payload[1] if payload[0] == "C" else [payload[1]])
+            for seq in (payload[1] if payload[0] == "C" else payload[1:2])
             if isinstance(seq, int)
         ]
         aside = _quarantine_wal(store)
