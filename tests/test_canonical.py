@@ -62,3 +62,29 @@ def test_digest_definition() -> None:
     assert parse_digest(snapshot_digest(snap)) == bytes.fromhex(expected)
     for bad in ("xxh3-128:" + "A" * 32, "xxh3-128:abc", "sha256:" + "0" * 32, 5):
         assert parse_digest(bad) is None  # type: ignore[arg-type]
+
+
+no_float_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**63), 2**64 - 1),
+        st.text(max_size=10),
+        st.binary(max_size=6),
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(keys, children, max_size=5)
+    ),
+    max_leaves=25,
+)
+
+
+@given(st.one_of(no_float_values, values))
+def test_protocol_fast_path_is_canonical_when_it_says_so(value: object) -> None:
+    from sessionstore.protocol import Connection
+
+    conn = Connection()
+    conn.receive_data(cbor2.dumps(value))  # cbor2's default order, not canonical
+    decoded = conn.next_message()
+    assert canonical_dumps(decoded, hint=conn.last_hint) == _reference(value)
+    assert canonical_dumps(decoded) == _reference(value)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sessionstore import protocol
 from sessionstore.protocol import (
     NEED_DATA,
     Connection,
@@ -173,10 +174,30 @@ def test_indefinite_lengths_and_bignums_accepted() -> None:
     "item",
     [b"\xc1\x00", b"\xf7", b"\xf8\x20", b"\x1c", b"\xff", b"\x5f\x61a\xff", b"\x9f\x5f\x41a\x5f"],
 )
-def test_rejected_encodings(item: bytes) -> None:
+def test_rejected_encodings(item: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ProtocolError) as error:
         ItemScanner(1000).scan(item)
     assert error.value.code == "bad_request"
+    for fast_path_bytes in (protocol.FAST_PATH_MAX_BYTES, 0):
+        monkeypatch.setattr(protocol, "FAST_PATH_MAX_BYTES", fast_path_bytes)
+        conn = Connection()
+        conn.receive_data(item + b"\x00" * 8)
+        conn.receive_eof()
+        with pytest.raises(ProtocolError) as through_connection:
+            conn.next_message()
+        assert through_connection.value.code == "bad_request"
+
+
+@pytest.mark.parametrize("fast_path_bytes", [0, 64, 1 << 20])
+def test_fast_path_and_scanner_agree(fast_path_bytes: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(protocol, "FAST_PATH_MAX_BYTES", fast_path_bytes)
+    messages = [{"op": "save", "blob": "x" * 300, "n": [1, [2, [3]]]}, {"op": "ping"}] * 3
+    stream = b"".join(cbor2.dumps(m) for m in messages)
+    assert _feed([stream]) == messages
+    assert _feed([stream[i : i + 7] for i in range(0, len(stream), 7)]) == messages
+    duplicate_keys = b"\xa2\x62op\x64ping\x62op\x64ping"
+    with pytest.raises(ProtocolError):
+        _feed([duplicate_keys])
 
 
 def test_json_line_over_cap_is_too_large() -> None:

@@ -6,6 +6,7 @@
 # types (an int key beside a text key) need the bytewise sort done here.
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import cbor2
@@ -76,7 +77,50 @@ def _header(major: int, length: int) -> bytes:
     raise ValueError("length does not fit in 64 bits")
 
 
-def canonical_dumps(value: Any) -> bytes:
+class Hint(enum.Enum):
+    """What the decoder learned about a value, so encoding it canonically costs less."""
+
+    NONE = "none"  # nothing known: check every map, sort bytewise where key types mix
+    UNIFORM_KEYS = "uniform_keys"  # no map mixes key types: cbor2's canonical mode is exact
+    PLAIN = "plain"  # maps already in canonical order, no floats: plain encoding is canonical
+
+
+class OrderingHook:
+    """cbor2 object_hook: hands out every map with its keys in RFC 8949 order, and notes
+    whether any map mixed key major types (then only our bytewise encoder is exact).
+
+    For ASCII text keys, bytewise order of the encoded keys is (length, text): two
+    stable C-level sorts. Anything else sorts by each key's canonical encoding.
+    """
+
+    def __init__(self) -> None:
+        self.mixed_key_types = False
+
+    def __call__(self, mapping: Any, immutable: bool) -> Any:
+        if immutable or len(mapping) < 2:
+            return mapping  # a map used as a key keeps cbor2's hashable form
+        keys = list(mapping)
+        try:
+            ascii_text = "".join(keys).isascii()
+        except TypeError:
+            ascii_text = False
+        if ascii_text:
+            ordered = sorted(keys)
+            ordered.sort(key=len)
+        else:
+            if len({_major_type(key) for key in keys}) > 1:
+                self.mixed_key_types = True
+            ordered = sorted(keys, key=canonical_dumps)
+        if ordered == keys:
+            return mapping
+        return {key: mapping[key] for key in ordered}
+
+
+def canonical_dumps(value: Any, *, hint: Hint = Hint.NONE) -> bytes:
+    if hint is Hint.PLAIN:
+        return bytes(cbor2.dumps(value))
+    if hint is Hint.UNIFORM_KEYS:
+        return bytes(cbor2.dumps(value, canonical=True))
     if _needs_bytewise_sort(value):
         parts: list[bytes] = []
         _encode_bytewise(value, parts)

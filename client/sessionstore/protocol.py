@@ -12,6 +12,17 @@
 # When the first byte a peer sends is "{", the connection speaks newline-delimited
 # JSON instead, with byte strings spelled {"$bytes": "<base64>"}.
 #
+# Fast path: an item that arrives within FAST_PATH_MAX_BYTES is framed by
+# cbor2's C decoder itself (configured with the same rules: depth, no duplicate
+# keys, tags refused but bignums); it never allocates what a header merely
+# claims. Larger items are walked by ItemScanner as they arrive, then decoded
+# the same way, so both paths accept the same language. Maps come out in
+# canonical key order, and the decoder leaves a Hint (last_hint) that spares the
+# daemon most of the canonical re-encode of every snapshot: an item with none of
+# the bytes 0xF7..0xFB (which no UTF-8 text contains) has no floats or simple
+# values, so plain encoding of it is canonical; otherwise, unless a map mixed
+# key types, cbor2's canonical mode is exact.
+#
 # No I/O happens here (the h11 pattern): Connection.receive_data() takes bytes,
 # next_message() hands back decoded messages, encode() turns a message into
 # bytes. Feeding one byte at a time gives the same messages as feeding all at
@@ -21,16 +32,23 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import io
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import cbor2
 
+from .canonical import Hint, OrderingHook
+
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MAX_NESTING_DEPTH = 64
 BIGNUM_TAGS = (2, 3)
+FAST_PATH_MAX_BYTES = 1024 * 1024
+# initial bytes of undefined, simple(n), half/single/double floats; never in UTF-8 text
+_SPECIAL_BYTES = (b"\xf7", b"\xf8", b"\xf9", b"\xfa", b"\xfb")
 
 ERROR_CODES = (
     "bad_request",
@@ -59,6 +77,60 @@ class ProtocolError(Exception):
         self.code = code
         self.message = message
         self.fatal = fatal
+
+
+class _RefuseTags(Mapping[int, Any]):
+    """cbor2 semantic_decoders that refuse every built-in tag but the bignums."""
+
+    def __getitem__(self, tag: int) -> Any:
+        if tag in BIGNUM_TAGS:
+            raise KeyError(tag)
+        return _refuse_tag
+
+    def __contains__(self, tag: object) -> bool:
+        return tag not in BIGNUM_TAGS
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def _refuse_tag(*_args: Any) -> Any:
+    raise ValueError("CBOR tags other than bignums are not accepted")
+
+
+_REFUSE_TAGS = _RefuseTags()
+
+
+def _decoder(fp: io.BytesIO, max_depth: int, hook: OrderingHook) -> Any:
+    return cbor2.CBORDecoder(
+        fp,
+        semantic_decoders=_REFUSE_TAGS,
+        tag_hook=_refuse_tag,
+        object_hook=hook,
+        max_depth=max_depth,
+        allow_duplicate_keys=False,
+    )
+
+
+def _refuse_simple_values(value: Any) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if item is cbor2.undefined or isinstance(item, cbor2.CBORSimpleValue):
+            raise ProtocolError(
+                "bad_request", "simple value other than false/true/null", fatal=True
+            )
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+_DECODE_ERRORS = (cbor2.CBORDecodeError, ValueError, TypeError, OverflowError, RecursionError)
 
 
 class Mode(enum.Enum):
@@ -283,12 +355,16 @@ class Connection:
     mode: Mode = Mode.UNDECIDED
     _buffer: bytearray = field(default_factory=bytearray)
     _scanner: ItemScanner | None = None
+    _fast_fp: io.BytesIO | None = None
     _json_scanned: int = 0
+    last_hint: Hint = Hint.NONE
+    _hook: OrderingHook = field(default_factory=OrderingHook)
     _eof: bool = False
     _broken: bool = False
 
     def receive_data(self, data: bytes) -> None:
         self._buffer += data
+        self._fast_fp = None
 
     def receive_eof(self) -> None:
         self._eof = True
@@ -322,24 +398,71 @@ class Connection:
             raise
 
     def _next_cbor(self) -> Any:
+        self.last_hint = Hint.NONE
+        self._hook = OrderingHook()
         if not self._buffer:
             return None if self._eof else NEED_DATA
+        if len(self._buffer) <= FAST_PATH_MAX_BYTES:
+            if self._fast_fp is None:
+                self._fast_fp = io.BytesIO(bytes(self._buffer))
+            fp = self._fast_fp
+            start = fp.tell()
+            try:
+                value = _decoder(fp, self.max_depth, self._hook).decode()
+            except cbor2.CBORDecodeEOF:
+                fp.seek(start)
+                if self._eof:
+                    raise ProtocolError(
+                        "bad_request", "stream ended inside a CBOR item", fatal=True
+                    ) from None
+                # Incomplete: walk what has arrived (resumably, so each byte once) to refuse
+                # a header that claims more than the limit before its bytes are buffered.
+                if self._scanner is None:
+                    self._scanner = ItemScanner(self.max_message_bytes, self.max_depth + 1)
+                if self._scanner.scan(self._buffer) is None:
+                    return NEED_DATA
+                raise ProtocolError("bad_request", "undecodable CBOR item", fatal=True) from None
+            except _DECODE_ERRORS as error:
+                raise ProtocolError(
+                    "bad_request", f"undecodable CBOR item: {error}", fatal=True
+                ) from None
+            self._scanner = None
+            end = fp.tell() - start
+            if end > self.max_message_bytes:
+                raise ProtocolError(
+                    "too_large",
+                    f"request exceeds max_request_bytes={self.max_message_bytes}",
+                    fatal=True,
+                )
+            return self._accept(value, end)
         if self._scanner is None:
-            self._scanner = ItemScanner(self.max_message_bytes, self.max_depth)
-        end = self._scanner.scan(self._buffer)
-        if end is None:
+            self._scanner = ItemScanner(self.max_message_bytes, self.max_depth + 1)
+        end_or_none = self._scanner.scan(self._buffer)
+        if end_or_none is None:
             if self._eof:
                 raise ProtocolError("bad_request", "stream ended inside a CBOR item", fatal=True)
             return NEED_DATA
-        item = bytes(self._buffer[:end])
-        del self._buffer[:end]
-        self._scanner.reset(0)
+        self._scanner = None
+        self._fast_fp = None
         try:
-            return cbor2.loads(item)
-        except (cbor2.CBORDecodeError, ValueError, TypeError, OverflowError) as error:
+            fp = io.BytesIO(self._buffer[:end_or_none])
+            value = _decoder(fp, self.max_depth, self._hook).decode()
+        except _DECODE_ERRORS as error:
             raise ProtocolError(
                 "bad_request", f"undecodable CBOR item: {error}", fatal=True
             ) from None
+        return self._accept(value, end_or_none)
+
+    def _accept(self, value: Any, end: int) -> Any:
+        special = any(self._buffer.find(byte, 0, end) >= 0 for byte in _SPECIAL_BYTES)
+        del self._buffer[:end]
+        if special:
+            _refuse_simple_values(value)
+        if not special:
+            self.last_hint = Hint.PLAIN
+        elif not self._hook.mixed_key_types:
+            self.last_hint = Hint.UNIFORM_KEYS
+        return value
 
     def _next_json(self) -> Any:
         while True:
@@ -399,9 +522,10 @@ class Request:
     args: dict[str, Any]
     rid: Any = None
     has_rid: bool = False
+    canonical_hint: Hint = Hint.NONE  # see Connection.last_hint
 
 
-def parse_request(message: Any) -> Request:
+def parse_request(message: Any, *, canonical_hint: Hint = Hint.NONE) -> Request:
     """Classify a decoded item as a request; a well-framed but wrong item is a soft error."""
     if not isinstance(message, dict):
         raise ProtocolError("bad_request", "a request must be a map", fatal=False)
@@ -414,7 +538,7 @@ def parse_request(message: Any) -> Request:
     rid = message.get("rid")
     if has_rid and not isinstance(rid, SCALAR_TYPES):
         raise ProtocolError("bad_request", "'rid' must be a scalar", fatal=False)
-    return Request(op=op, args=message, rid=rid, has_rid=has_rid)
+    return Request(op=op, args=message, rid=rid, has_rid=has_rid, canonical_hint=canonical_hint)
 
 
 def ok_response(request: Request | None, **fields: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 import cbor2
 
 from sessionstore.canonical import (
+    Hint,
     canonical_dumps,
     digest_bytes_of_canonical,
     digest_text,
@@ -159,9 +160,9 @@ def _checkpoint_kind(args: dict[str, Any]) -> tuple[str, str]:
     return CHECKPOINT_KINDS[kind]
 
 
-def _encode(document: Any) -> bytes:
+def _encode(document: Any, *, hint: Hint = Hint.NONE) -> bytes:
     try:
-        return canonical_dumps(document)
+        return canonical_dumps(document, hint=hint)
     except (ValueError, TypeError, OverflowError) as error:
         raise InvalidSnapshot(f"cannot encode: {error}") from None
 
@@ -291,7 +292,7 @@ class Ops:
     def _save(self, request: Request) -> Step:
         snapshot = request.args.get("snapshot")
         session_id = validate_snapshot(snapshot)
-        body = _encode(snapshot)
+        body = _encode(snapshot, hint=request.canonical_hint)
         if len(body) > self.max_snapshot_bytes:
             raise RequestError(
                 "too_large",

@@ -227,7 +227,7 @@ class Server:
                 if message is None:
                     return
                 try:
-                    request = parse_request(message)
+                    request = parse_request(message, canonical_hint=conn.last_hint)
                 except ProtocolError as error:
                     await steps.send(Step(None, error_response(None, error.code, error.message)))
                     continue

@@ -32,7 +32,7 @@ from __future__ import annotations
 import errno
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -305,21 +305,34 @@ class Store:
                 )
             else:
                 intents.append(["R", seq, mutation.kind, mutation.id])
+        puts = [(m, seq) for _, m, seq in accepted if isinstance(m, Put)]
+        # New generations go to tmp/ while the intents are being synced: a temp file is
+        # nobody's until its rename, which waits for both.
+        writing = self._start_temp_writes(puts)
         try:
             self.failpoint("before-intent")
             self.wal.append(intents)
         except OSError as error:
+            self._finish_temp_writes(writing, keep=False)
             self._fail_undoable(accepted, outcomes, error, intents_written=False, temps=[])
             return
         self._sync_wal("intent records")
 
-        puts = [(m, seq) for _, m, seq in accepted if isinstance(m, Put)]
-        temps: list[str] = []
+        # Until the first rename everything is undoable; each exit collects the temp writes.
         try:
             self.failpoint("after-intent")
-            temps = self._write_temps(puts)
+        except OSError as error:
+            self._finish_temp_writes(writing, keep=False)
+            self._fail_undoable(accepted, outcomes, error, intents_written=True, temps=[])
+            return
+        try:
+            temps = self._finish_temp_writes(writing, keep=True)
+        except OSError as error:
+            self._fail_undoable(accepted, outcomes, error, intents_written=True, temps=[])
+            return
+        try:
             self.failpoint("before-rename")
-        except OSError as error:  # nothing renamed yet: still undoable
+        except OSError as error:
             self._fail_undoable(accepted, outcomes, error, intents_written=True, temps=temps)
             return
 
@@ -380,28 +393,33 @@ class Store:
         except OSError as error:
             raise FatalStorageError(f"cannot start a new WAL segment: {error}") from error
 
-    def _write_temps(self, puts: list[tuple[Put, int]]) -> list[str]:
+    def _start_temp_writes(self, puts: list[tuple[Put, int]]) -> list[Any]:
+        """Futures writing each temp file in the pool, or the documents to write inline."""
         docs = [Document(m.kind, m.id, seq, m.digest, m.body) for m, seq in puts]
-        if self.executor is None or len(docs) < 2:
-            written: list[str] = []
+        if self.executor is None:
+            return docs
+        return [self.executor.submit(self.files.write_temp, doc) for doc in docs]
+
+    def _finish_temp_writes(self, writing: list[Any], *, keep: bool) -> list[str]:
+        """The temp paths once all are written and synced; on any failure none is left behind
+        and the first error is raised. keep=False: the batch is off, remove them all."""
+        paths: list[str] = []
+        first_error: OSError | None = None
+        for item in writing:
             try:
-                for doc in docs:
-                    written.append(self.files.write_temp(doc))
-            except OSError:
-                self._remove_temps(written)
-                raise
-            return written
-        futures = [self.executor.submit(self.files.write_temp, doc) for doc in docs]
-        paths, first_error = [], None
-        for future in futures:
-            try:
-                paths.append(future.result())
+                paths.append(
+                    item.result() if isinstance(item, Future) else self.files.write_temp(item)
+                )
             except OSError as error:
                 first_error = first_error or error
-        if first_error is not None:
-            self._remove_temps(paths)
+                if not isinstance(item, Future):
+                    break
+        if keep and first_error is None:
+            return paths
+        self._remove_temps(paths)
+        if keep and first_error is not None:
             raise first_error
-        return paths
+        return []
 
     def _remove_temps(self, paths: list[str]) -> None:
         for path in paths:
