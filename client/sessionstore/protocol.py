@@ -104,7 +104,7 @@ def _refuse_tag(*_args: Any) -> Any:
 _REFUSE_TAGS = _RefuseTags()
 
 
-def _decoder(fp: io.BytesIO, max_depth: int, hook: OrderingHook) -> Any:
+def _decoder(fp: io.BytesIO, max_depth: int, hook: OrderingHook | None) -> Any:
     return cbor2.CBORDecoder(
         fp,
         semantic_decoders=_REFUSE_TAGS,
@@ -357,8 +357,9 @@ class Connection:
     _scanner: ItemScanner | None = None
     _fast_fp: io.BytesIO | None = None
     _json_scanned: int = 0
+    order_maps: bool = False  # the daemon's side: hand out maps in canonical order, set last_hint
     last_hint: Hint = Hint.NONE
-    _hook: OrderingHook = field(default_factory=OrderingHook)
+    _hook: OrderingHook | None = None
     _eof: bool = False
     _broken: bool = False
 
@@ -399,7 +400,7 @@ class Connection:
 
     def _next_cbor(self) -> Any:
         self.last_hint = Hint.NONE
-        self._hook = OrderingHook()
+        self._hook = OrderingHook() if self.order_maps else None
         if not self._buffer:
             return None if self._eof else NEED_DATA
         if len(self._buffer) <= FAST_PATH_MAX_BYTES:
@@ -458,7 +459,9 @@ class Connection:
         del self._buffer[:end]
         if special:
             _refuse_simple_values(value)
-        if not special:
+        if self._hook is None:
+            self.last_hint = Hint.NONE
+        elif not special:
             self.last_hint = Hint.PLAIN
         elif not self._hook.mixed_key_types:
             self.last_hint = Hint.UNIFORM_KEYS

@@ -64,6 +64,7 @@ def run(config: Config) -> int:
         max_document_bytes=config.max_snapshot_bytes,
         history_changes=config.history_changes,
         checkpoint_every=config.checkpoint_every,
+        read_cache_bytes=config.read_cache_bytes,
         failpoint=failpoints.hit,
     )
     notify(f"STATUS=recovering {config.state_dir}")

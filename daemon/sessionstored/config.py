@@ -35,6 +35,7 @@ class Config:
     history_changes: int
     checkpoint_every: int
     watch_max_lag: int
+    read_cache_bytes: int
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -75,6 +76,12 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=10_000,
         help="a watcher further behind than this many changes gets 'lagged' (10000)",
+    )
+    parser.add_argument(
+        "--read-cache-mib",
+        type=int,
+        default=64,
+        help="memory for verified document bodies served to load (64 MiB; 0 turns it off)",
     )
     parser.add_argument(
         "--shutdown-grace-seconds",
@@ -152,4 +159,5 @@ def build_config(argv: Sequence[str], env: Mapping[str, str], *, pid: int, uid: 
         history_changes=args.history_changes,
         checkpoint_every=args.checkpoint_every,
         watch_max_lag=args.watch_max_lag,
+        read_cache_bytes=max(0, args.read_cache_mib) * 1024 * 1024,
     )

@@ -123,6 +123,11 @@ class Server:
             "batches": self.writer.batches,
             "committed": self.writer.committed_jobs,
             "compactions": self.writer.compactions,
+            "read_cache": {
+                "bytes": self.store.cache.used_bytes,
+                "hits": self.store.cache.hits,
+                "misses": self.store.cache.misses,
+            },
             "recovery": self.report.as_dict(),
         }
 
@@ -187,7 +192,7 @@ class Server:
         self.connections += 1
         self.connections_total += 1
         self._idle = trio.Event() if self._idle.is_set() else self._idle
-        conn = Connection(max_message_bytes=self.config.max_request_bytes)
+        conn = Connection(max_message_bytes=self.config.max_request_bytes, order_maps=True)
         send_steps, receive_steps = trio.open_memory_channel[Step](MAX_PIPELINED_REQUESTS)
         try:
             async with trio.open_nursery() as nursery:

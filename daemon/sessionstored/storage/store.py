@@ -40,6 +40,7 @@ import cbor2
 
 from sessionstore.canonical import digest_bytes_of_canonical
 
+from .cache import DEFAULT_CAPACITY_BYTES, DocumentCache
 from .checkpoint import Checkpoints
 from .files import CorruptDocument, Document, DocumentFiles
 from .fs import ENOSPC_ERRNOS, FileSystem
@@ -123,6 +124,7 @@ class Store:
         max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
         history_changes: int = DEFAULT_HISTORY_CHANGES,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY_CHANGES,
+        read_cache_bytes: int = DEFAULT_CAPACITY_BYTES,
         failpoint: Failpoint = _no_failpoint,
         executor: Executor | None = None,
     ) -> None:
@@ -137,6 +139,7 @@ class Store:
         self.wal = WriteAheadLog(fs, f"{root}/wal")
         self.checkpoints = Checkpoints(fs, root)
         self.index = Index()
+        self.cache = DocumentCache(read_cache_bytes)
         self.seq = 0
         self.checkpoint_seq = 0
         self.history = History(history_changes)
@@ -168,8 +171,12 @@ class Store:
         entry = self.index.get(kind, doc_id)
         if entry is None:
             return None
+        cached = self.cache.get(kind, doc_id, entry.seq, entry.digest)
+        if cached is not None:
+            return cached
         doc = self.files.read(kind, doc_id)
         if doc is not None and doc.seq == entry.seq and doc.digest == entry.digest:
+            self.cache.put(doc)
             return doc
         if (kind, doc_id) in self._inflight:
             raise ReadRace(doc_id)
@@ -282,6 +289,7 @@ class Store:
         for kind, doc_id, entry in batch.changes:
             if entry is None:
                 self.index.remove(kind, doc_id)
+                self.cache.discard(kind, doc_id)
             else:
                 self.index.put(kind, doc_id, entry)
         self.history.extend(batch.committed)
@@ -306,8 +314,8 @@ class Store:
             else:
                 intents.append(["R", seq, mutation.kind, mutation.id])
         puts = [(m, seq) for _, m, seq in accepted if isinstance(m, Put)]
-        # New generations go to tmp/ while the intents are being synced: a temp file is
-        # nobody's until its rename, which waits for both.
+        # Several new generations go to tmp/ in the pool while the intents are synced: a
+        # temp file is nobody's until its rename, which waits for both.
         writing = self._start_temp_writes(puts)
         try:
             self.failpoint("before-intent")
@@ -396,8 +404,8 @@ class Store:
     def _start_temp_writes(self, puts: list[tuple[Put, int]]) -> list[Any]:
         """Futures writing each temp file in the pool, or the documents to write inline."""
         docs = [Document(m.kind, m.id, seq, m.digest, m.body) for m, seq in puts]
-        if self.executor is None:
-            return docs
+        if self.executor is None or len(docs) < 2:
+            return docs  # one file: a thread handoff costs about what the overlap saves
         return [self.executor.submit(self.files.write_temp, doc) for doc in docs]
 
     def _finish_temp_writes(self, writing: list[Any], *, keep: bool) -> list[str]:
