@@ -123,6 +123,7 @@ class Server:
             "batches": self.writer.batches,
             "committed": self.writer.committed_jobs,
             "compactions": self.writer.compactions,
+            "recent_batches": self.writer.timing(),
             "read_cache": {
                 "bytes": self.store.cache.used_bytes,
                 "hits": self.store.cache.hits,

@@ -15,7 +15,10 @@
 # daemon to exit non-zero so systemd restarts it and recovery runs.
 from __future__ import annotations
 
+import collections
 import logging
+import statistics
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +35,7 @@ QUEUE_DEPTH = 64
 MAX_BATCH_JOBS = 512
 MAX_BATCH_BYTES = 128 * 1024 * 1024
 FILE_SYNC_THREADS = 16
+RECENT_BATCHES = 256
 
 
 @dataclass(eq=False)
@@ -60,6 +64,9 @@ class Writer:
         self.batches = 0
         self.committed_jobs = 0
         self.compactions = 0
+        self._recent: collections.deque[tuple[float, float, int]] = collections.deque(
+            maxlen=RECENT_BATCHES
+        )
         self.on_publish: Callable[[], None] | None = None
 
     async def enqueue(self, job: Job) -> None:
@@ -148,13 +155,23 @@ class Writer:
             self._fail(jobs, self.failed)
             return
         mutations = [job.mutation for job in jobs if job.mutation is not None]
+        started = time.perf_counter()
+        timing: list[float] = []
+
+        def commit() -> Any:
+            began = time.perf_counter()
+            result = self.store.commit_durably(mutations)
+            timing.append(time.perf_counter() - began)
+            return result
+
         try:
-            batch = await trio.to_thread.run_sync(self.store.commit_durably, mutations)
+            batch = await trio.to_thread.run_sync(commit)
         except FatalStorageError as error:
             self._fatal(str(error), jobs)
             return
         self.store.publish(batch)
         self.batches += 1
+        self._recent.append((timing[0], time.perf_counter() - started, len(jobs)))
         for job, outcome in zip(jobs, batch.outcomes, strict=True):
             job.outcome = outcome
             if outcome.ok and outcome.changed:
@@ -164,6 +181,19 @@ class Writer:
         published.set()
         if batch.committed and self.on_publish is not None:
             self.on_publish()
+
+    def timing(self) -> dict[str, Any]:
+        """The last batches: time in the storage engine, and including the thread handoff."""
+        if not self._recent:
+            return {}
+        engine, total, sizes = zip(*self._recent, strict=True)
+        return {
+            "batches": len(sizes),
+            "engine_ms_p50": round(statistics.median(engine) * 1000, 3),
+            "engine_ms_max": round(max(engine) * 1000, 3),
+            "with_handoff_ms_p50": round(statistics.median(total) * 1000, 3),
+            "jobs_per_batch_mean": round(statistics.mean(sizes), 2),
+        }
 
     def _fatal(self, reason: str, jobs: list[Job]) -> None:
         self.failed = f"storage failure, daemon stopping: {reason}"
