@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench fuzz clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found (Python 3.11+ is required)" >&2; exit 1; }
@@ -26,6 +26,12 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# coverage-guided fuzzing of the framing code; bounded by FUZZ_ARGS (default 60 s)
+FUZZ_ARGS ?= -max_total_time=60
+fuzz: $(STAMP)
+	$(BIN)/pip install --quiet atheris
+	$(BIN)/python fuzz/fuzz_framing.py $(FUZZ_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

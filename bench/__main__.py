@@ -135,6 +135,39 @@ def bench_daemon(workdir: Path, args: argparse.Namespace) -> list[Row]:
     return rows
 
 
+def rss_soak(workdir: Path, seconds: float, clients: int = 64) -> dict[str, Any]:
+    """64 clients saving for `seconds`, the daemon's RSS sampled every 10 s."""
+    import threading
+
+    daemon = Daemon(workdir)
+    samples: list[tuple[float, int]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        started = time.monotonic()
+        while not done.wait(10):
+            samples.append((round(time.monotonic() - started), daemon.rss_kib()))
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        result = run_clients(daemon.socket, "save", clients, 4 * KIB, seconds, "soak")
+    finally:
+        done.set()
+        sampler.join()
+        daemon.stop()
+    rss = [kib for _, kib in samples]
+    return {
+        "seconds": seconds,
+        "clients": clients,
+        "saves": result.operations,
+        "rss_kib_samples": samples,
+        "rss_kib_first": rss[0] if rss else None,
+        "rss_kib_last": rss[-1] if rss else None,
+        "rss_kib_max": max(rss) if rss else None,
+    }
+
+
 def _anchor_rows(
     name: str, target: Any, make_args: Any, args: argparse.Namespace, process_counts: list[int]
 ) -> list[Row]:
@@ -167,6 +200,7 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where to put the stores (a real disk)")
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--soak", type=float, default=0, help="also run the 64-client RSS soak")
     args = parser.parse_args()
     args.sizes = [4 * KIB] if args.quick else [4 * KIB, 64 * KIB]
     args.clients = [1, 64] if args.quick else [1, 8, 64]
@@ -252,6 +286,11 @@ def main() -> None:
             args,
             [1, 64] if args.quick else [1, 8, 64],
         )
+        soak = None
+        if args.soak:
+            (base / "soak").mkdir()
+            soak = rss_soak(base / "soak", args.soak)
+            print(f"soak: {json.dumps({k: v for k, v in soak.items() if k != 'rss_kib_samples'})}")
     finally:
         shutil.rmtree(base, ignore_errors=True)
     RESULTS.mkdir(exist_ok=True)
@@ -264,6 +303,7 @@ def main() -> None:
             "kernel": platform.release(),
         },
         "rows": [row.__dict__ for row in rows],
+        "soak": soak,
     }
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2))
     print(f"bench: wrote {RESULTS / 'latest.json'}")

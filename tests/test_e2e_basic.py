@@ -43,13 +43,13 @@ def _raw_exchange(
 
 
 def _decode_all(data: bytes) -> list[dict]:
-    from sessionstore.protocol import NEED_DATA, Connection, Mode
+    from sessionstore.protocol import END_OF_STREAM, NEED_DATA, Connection, Mode
 
     conn = Connection(mode=Mode.CBOR)
     conn.receive_data(data)
     conn.receive_eof()
     out = []
-    while (message := conn.next_message()) not in (None, NEED_DATA):
+    while (message := conn.next_message()) not in (END_OF_STREAM, NEED_DATA):
         out.append(message)
     return out
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from sessionstore import protocol
 from sessionstore.protocol import (
+    END_OF_STREAM,
     NEED_DATA,
     Connection,
     ItemScanner,
@@ -46,7 +47,7 @@ def _drain(conn: Connection) -> list[Any]:
     out = []
     while True:
         message = conn.next_message()
-        if message is NEED_DATA or message is None:
+        if message is NEED_DATA or message is END_OF_STREAM:
             return out
         out.append(message)
 
@@ -104,7 +105,7 @@ def test_garbage_only_yields_messages_or_classified_errors(junk: bytes) -> None:
             if error.fatal:
                 return
             continue
-        if message is None or message is NEED_DATA:
+        if message is END_OF_STREAM or message is NEED_DATA:
             return
         try:
             parse_request(message)
@@ -227,3 +228,28 @@ def test_raw_cbor_is_spliced_and_json_mode_decodes_it() -> None:
         "ok": True,
         "snapshot": {"b": {"$bytes": "AA=="}, "a": 1},
     }
+
+
+def test_a_cbor_null_is_a_message_not_the_end_of_the_stream() -> None:
+    conn = Connection()
+    conn.receive_data(b"\xf6" + cbor2.dumps({"op": "ping"}))
+    assert conn.next_message() is None
+    assert conn.next_message() == {"op": "ping"}
+    with pytest.raises(ProtocolError):
+        parse_request(None)
+
+
+@pytest.mark.parametrize("item", [b"\xef", b"\xe0", b"\xf3", b"\x81\xe5", b"\xa1\x61a\xf0"])
+def test_simple_values_are_refused_on_the_fast_path_too(item: bytes) -> None:
+    conn = Connection(order_maps=True)
+    conn.receive_data(item)
+    with pytest.raises(ProtocolError) as error:
+        conn.next_message()
+    assert error.value.code == "bad_request"
+
+
+def test_non_ascii_text_is_not_mistaken_for_simple_values() -> None:
+    conn = Connection(order_maps=True)
+    message = {"op": "save", "text": "会话 ümlaut 🙂", "n": 250}
+    conn.receive_data(cbor2.dumps(message))
+    assert conn.next_message() == message

@@ -12,7 +12,7 @@ from . import requests as r
 from .client import MAX_RESPONSE_BYTES, RECEIVE_BYTES, WATCH_RETRY_S, _result
 from .errors import ConnectionLost
 from .paths import client_socket_path
-from .protocol import NEED_DATA, Connection, Mode, ProtocolError
+from .protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, ProtocolError
 from .requests import UNSET, Call
 
 
@@ -47,7 +47,7 @@ class AsyncClient:
         assert self._stream is not None
         while True:
             message = self._conn.next_message()
-            if message is None:
+            if message is END_OF_STREAM:
                 raise ConnectionLost("the daemon closed the connection")
             if message is not NEED_DATA:
                 if not isinstance(message, dict):

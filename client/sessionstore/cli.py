@@ -12,7 +12,15 @@ import cbor2
 
 from .client import UNSET, Client
 from .errors import SessionStoreError
-from .protocol import NEED_DATA, Connection, Mode, ProtocolError, from_json_value, to_json_value
+from .protocol import (
+    END_OF_STREAM,
+    NEED_DATA,
+    Connection,
+    Mode,
+    ProtocolError,
+    from_json_value,
+    to_json_value,
+)
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -58,7 +66,7 @@ def _decode(_client: Client | None, _args: argparse.Namespace) -> int:
     conn.receive_eof()
     while True:
         message = conn.next_message()
-        if message is None or message is NEED_DATA:
+        if message is END_OF_STREAM or message is NEED_DATA:
             return 0
         _print(message)
 

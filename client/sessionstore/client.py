@@ -10,7 +10,7 @@ from typing import Any
 from . import requests as r
 from .errors import ConnectionLost, SessionStoreError, error_from_wire
 from .paths import client_socket_path
-from .protocol import NEED_DATA, Connection, Mode, ProtocolError
+from .protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, ProtocolError
 from .requests import UNSET, Call
 
 RECEIVE_BYTES = 256 * 1024
@@ -75,7 +75,7 @@ class Client:
         assert self._sock is not None
         while True:
             message = self._conn.next_message()
-            if message is None:
+            if message is END_OF_STREAM:
                 raise ConnectionLost("the daemon closed the connection")
             if message is not NEED_DATA:
                 if not isinstance(message, dict):

@@ -19,9 +19,9 @@
 # the same way, so both paths accept the same language. Maps come out in
 # canonical key order, and the decoder leaves a Hint (last_hint) that spares the
 # daemon most of the canonical re-encode of every snapshot: an item with none of
-# the bytes 0xF7..0xFB (which no UTF-8 text contains) has no floats or simple
-# values, so plain encoding of it is canonical; otherwise, unless a map mixed
-# key types, cbor2's canonical mode is exact.
+# the bytes 0xF9..0xFB (which no UTF-8 text contains) has no floats, so plain
+# encoding of it is canonical; otherwise, unless a map mixed key types, cbor2's
+# canonical mode is exact. One translate() pass classifies the bytes.
 #
 # No I/O happens here (the h11 pattern): Connection.receive_data() takes bytes,
 # next_message() hands back decoded messages, encode() turns a message into
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import enum
 import io
 import json
@@ -47,8 +48,15 @@ DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MAX_NESTING_DEPTH = 64
 BIGNUM_TAGS = (2, 3)
 FAST_PATH_MAX_BYTES = 1024 * 1024
-# initial bytes of undefined, simple(n), half/single/double floats; never in UTF-8 text
-_SPECIAL_BYTES = (b"\xf7", b"\xf8", b"\xf9", b"\xfa", b"\xfb")
+# Byte classes for one translate() pass over an item: 2 = an initial byte of a
+# half/single/double float (never in UTF-8 text), 1 = one that may start a simple
+# value other than false/true/null (0xE0-0xF3 also lead multi-byte UTF-8, so
+# their presence only means "look closer").
+_FLOAT_CLASS, _SIMPLE_CLASS = b"\x02", b"\x01"
+_BYTE_CLASSES = bytes(
+    2 if 0xF9 <= b <= 0xFB else 1 if 0xE0 <= b <= 0xF3 or b in (0xF7, 0xF8) else 0
+    for b in range(256)
+)
 
 ERROR_CODES = (
     "bad_request",
@@ -115,6 +123,22 @@ def _decoder(fp: io.BytesIO, max_depth: int, hook: OrderingHook | None) -> Any:
     )
 
 
+def _failure_offset(item: bytes, max_depth: int) -> int:
+    """Where decoding fails, exactly: decoded again without read-ahead (errors only)."""
+    fp = io.BytesIO(item)
+    decoder = cbor2.CBORDecoder(
+        fp,
+        semantic_decoders=_REFUSE_TAGS,
+        tag_hook=_refuse_tag,
+        max_depth=max_depth,
+        allow_duplicate_keys=False,
+        read_size=1,
+    )
+    with contextlib.suppress(*_DECODE_ERRORS):
+        decoder.decode()
+    return fp.tell()
+
+
 def _refuse_simple_values(value: Any) -> None:
     stack = [value]
     while stack:
@@ -123,10 +147,10 @@ def _refuse_simple_values(value: Any) -> None:
             raise ProtocolError(
                 "bad_request", "simple value other than false/true/null", fatal=True
             )
-        if isinstance(item, dict):
+        if isinstance(item, Mapping):  # frozendict too: maps used as keys
             stack.extend(item.keys())
             stack.extend(item.values())
-        elif isinstance(item, list):
+        elif isinstance(item, (list, tuple)):  # tuples: arrays used as keys
             stack.extend(item)
 
 
@@ -143,7 +167,12 @@ class NeedData:
     pass
 
 
+class EndOfStream:
+    pass
+
+
 NEED_DATA = NeedData()
+END_OF_STREAM = EndOfStream()  # not None: a CBOR null is a message like any other
 
 
 class _Frame:
@@ -379,15 +408,13 @@ class Connection:
         return len(self._buffer)
 
     def next_message(self) -> Any:
-        """A decoded message, NEED_DATA, or raise ProtocolError.
-
-        Returns None at a clean end of stream (EOF with nothing buffered).
-        """
+        """A decoded message, NEED_DATA, END_OF_STREAM (EOF with nothing buffered), or raise
+        ProtocolError."""
         if self._broken:
             raise ProtocolError("bad_request", "connection already failed", fatal=True)
         if self.mode is Mode.UNDECIDED:
             if not self._buffer:
-                return None if self._eof else NEED_DATA
+                return END_OF_STREAM if self._eof else NEED_DATA
             self.mode = Mode.JSON if self._buffer[0] == 0x7B else Mode.CBOR
         try:
             if self.mode is Mode.JSON:
@@ -402,7 +429,7 @@ class Connection:
         self.last_hint = Hint.NONE
         self._hook = OrderingHook() if self.order_maps else None
         if not self._buffer:
-            return None if self._eof else NEED_DATA
+            return END_OF_STREAM if self._eof else NEED_DATA
         if len(self._buffer) <= FAST_PATH_MAX_BYTES:
             if self._fast_fp is None:
                 self._fast_fp = io.BytesIO(bytes(self._buffer))
@@ -424,6 +451,13 @@ class Connection:
                     return NEED_DATA
                 raise ProtocolError("bad_request", "undecodable CBOR item", fatal=True) from None
             except _DECODE_ERRORS as error:
+                # The first problem in byte order wins, however the bytes arrived: the
+                # limits get to look at exactly what the decoder read before it failed.
+                failed_at = _failure_offset(bytes(self._buffer), self.max_depth)
+                self._scanner = self._scanner or ItemScanner(
+                    self.max_message_bytes, self.max_depth + 1
+                )
+                self._scanner.scan(bytes(self._buffer[:failed_at]))
                 raise ProtocolError(
                     "bad_request", f"undecodable CBOR item: {error}", fatal=True
                 ) from None
@@ -455,9 +489,10 @@ class Connection:
         return self._accept(value, end_or_none)
 
     def _accept(self, value: Any, end: int) -> Any:
-        special = any(self._buffer.find(byte, 0, end) >= 0 for byte in _SPECIAL_BYTES)
+        classes = bytes(self._buffer[:end]).translate(_BYTE_CLASSES)
         del self._buffer[:end]
-        if special:
+        special = _FLOAT_CLASS in classes
+        if special or _SIMPLE_CLASS in classes:
             _refuse_simple_values(value)
         if self._hook is None:
             self.last_hint = Hint.NONE
@@ -482,7 +517,7 @@ class Connection:
                     return NEED_DATA
                 if not self._buffer.strip():
                     self._buffer.clear()
-                    return None
+                    return END_OF_STREAM
                 newline = len(self._buffer)
             line = bytes(self._buffer[:newline])
             del self._buffer[: newline + 1]

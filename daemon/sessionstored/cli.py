@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import resource
 import sys
 from collections.abc import Sequence
 
@@ -51,8 +53,17 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def _raise_open_files_limit() -> None:
+    """Every connection is a descriptor: use the hard limit, not the (often 1024) soft one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def run(config: Config) -> int:
     _setup_logging(config.log_level)
+    _raise_open_files_limit()
     try:
         os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
     except OSError as error:
@@ -94,7 +105,11 @@ def run(config: Config) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = build_config(
-            sys.argv[1:] if argv is None else argv, os.environ, pid=os.getpid(), uid=os.getuid()
+            sys.argv[1:] if argv is None else argv,
+            os.environ,
+            pid=os.getpid(),
+            uid=os.getuid(),
+            gid=os.getgid(),
         )
     except ConfigError as error:
         return _fail(str(error), EXIT_BAD_CONFIG)

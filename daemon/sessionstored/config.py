@@ -11,6 +11,7 @@ from sessionstore.paths import default_socket_path
 from sessionstore.protocol import DEFAULT_MAX_REQUEST_BYTES
 
 from . import __version__
+from .access import AccessPolicy
 from .failpoints import FailpointSpec, parse_failpoints
 
 SYSTEMD_FIRST_FD = 3
@@ -36,6 +37,9 @@ class Config:
     checkpoint_every: int
     watch_max_lag: int
     read_cache_bytes: int
+    access: AccessPolicy
+    max_connections: int
+    request_timeout_s: float
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,6 +87,27 @@ def _parser() -> argparse.ArgumentParser:
         default=64,
         help="memory for verified document bodies served to load (64 MiB; 0 turns it off)",
     )
+    for flag, what in (
+        ("--allow-uid", "also allow this uid"),
+        ("--allow-gid", "also allow peers with this gid"),
+        ("--read-only-uid", "this uid may only read"),
+        ("--read-only-gid", "peers with this gid may only read"),
+    ):
+        parser.add_argument(
+            flag, type=int, action="append", default=[], help=f"{what} (repeatable)"
+        )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=1024,
+        help="connections served at once; the next gets 'overloaded' (1024)",
+    )
+    parser.add_argument(
+        "--request-timeout-seconds",
+        type=float,
+        default=30.0,
+        help="a request that has started arriving must be complete within this (30)",
+    )
     parser.add_argument(
         "--shutdown-grace-seconds",
         type=float,
@@ -121,7 +146,9 @@ def _inherited_fd(env: Mapping[str, str], pid: int) -> int | None:
     return SYSTEMD_FIRST_FD
 
 
-def build_config(argv: Sequence[str], env: Mapping[str, str], *, pid: int, uid: int) -> Config:
+def build_config(
+    argv: Sequence[str], env: Mapping[str, str], *, pid: int, uid: int, gid: int
+) -> Config:
     args = _parser().parse_args(list(argv))
     try:
         socket_mode = int(args.socket_mode, 8)
@@ -134,7 +161,9 @@ def build_config(argv: Sequence[str], env: Mapping[str, str], *, pid: int, uid: 
     max_snapshot = args.max_snapshot_bytes or args.max_request_bytes
     if max_snapshot < 256:
         raise ConfigError("--max-snapshot-bytes must be at least 256")
-    for name in ("history_changes", "checkpoint_every", "watch_max_lag"):
+    if args.request_timeout_seconds <= 0:
+        raise ConfigError("--request-timeout-seconds must be positive")
+    for name in ("history_changes", "checkpoint_every", "watch_max_lag", "max_connections"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
     explicit_socket = args.socket or env.get("SESSIONSTORE_SOCKET") or None
@@ -160,4 +189,14 @@ def build_config(argv: Sequence[str], env: Mapping[str, str], *, pid: int, uid: 
         checkpoint_every=args.checkpoint_every,
         watch_max_lag=args.watch_max_lag,
         read_cache_bytes=max(0, args.read_cache_mib) * 1024 * 1024,
+        access=AccessPolicy(
+            daemon_uid=uid,
+            daemon_gid=gid,
+            allow_uids=frozenset(args.allow_uid),
+            allow_gids=frozenset(args.allow_gid),
+            read_only_uids=frozenset(args.read_only_uid),
+            read_only_gids=frozenset(args.read_only_gid),
+        ),
+        max_connections=args.max_connections,
+        request_timeout_s=args.request_timeout_seconds,
     )

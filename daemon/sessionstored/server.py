@@ -9,6 +9,12 @@
 # every write sent before it on the same connection. A `watch` turns the rest
 # of the connection into its event stream: the reader then only waits for the
 # client to close, which ends the stream.
+#
+# Before any of that: the peer's credentials decide its access (access.py), and
+# past --max-connections a newcomer is turned away with `overloaded`. A refused
+# peer's first request is answered with the error, in its own mode, and the
+# connection closed. Idle connections cost a task pair and a buffer; a request
+# that has started arriving must be complete within --request-timeout-seconds.
 from __future__ import annotations
 
 import contextlib
@@ -22,6 +28,7 @@ from typing import Any
 import trio
 
 from sessionstore.protocol import (
+    END_OF_STREAM,
     NEED_DATA,
     Connection,
     ProtocolError,
@@ -29,9 +36,10 @@ from sessionstore.protocol import (
     parse_request,
 )
 
+from .access import Access, peer_of
 from .config import Config
 from .notify import notify
-from .ops import Ops, Step
+from .ops import READ_ONLY_OPS, Ops, Step
 from .storage.mutations import Outcome
 from .storage.recovery import RecoveryReport
 from .storage.store import Store
@@ -100,6 +108,9 @@ class Server:
         self.exit_code = 0
         self.connections = 0
         self.connections_total = 0
+        self.refused_overloaded = 0
+        self.refused_unauthorized = 0
+        self.timed_out_requests = 0
         self.writer = Writer(store, self._on_fatal)
         self.broadcaster = Broadcaster(store, config.watch_max_lag)
         self.writer.on_publish = self.broadcaster.published
@@ -120,6 +131,11 @@ class Server:
         return {
             "connections": self.connections,
             "connections_total": self.connections_total,
+            "refused": {
+                "overloaded": self.refused_overloaded,
+                "unauthorized": self.refused_unauthorized,
+                "request_timeouts": self.timed_out_requests,
+            },
             "batches": self.writer.batches,
             "committed": self.writer.committed_jobs,
             "compactions": self.writer.compactions,
@@ -140,7 +156,7 @@ class Server:
         signal_scope = trio.CancelScope()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.writer.run)
-            nursery.start_soon(self._watch_signals, signal_scope)
+            await nursery.start(self._watch_signals, signal_scope)  # before READY=1
             async with trio.open_nursery() as connections:
                 accept_scope = trio.CancelScope()
                 connections.start_soon(self._accept, listener, connections, accept_scope)
@@ -168,8 +184,14 @@ class Server:
             await trio.to_thread.run_sync(self.store.close)
         return self.exit_code
 
-    async def _watch_signals(self, scope: trio.CancelScope) -> None:
+    async def _watch_signals(
+        self,
+        scope: trio.CancelScope,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         with scope, trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
             async for signum in signals:
                 log.info("received %s", signal.Signals(signum).name)
                 self._stop.set()
@@ -194,6 +216,18 @@ class Server:
         self.connections_total += 1
         self._idle = trio.Event() if self._idle.is_set() else self._idle
         conn = Connection(max_message_bytes=self.config.max_request_bytes, order_maps=True)
+        peer = peer_of(stream.socket)  # type: ignore[arg-type]
+        access = self.config.access.decide(peer) if peer is not None else Access.NONE
+        if self.connections > self.config.max_connections:
+            self.refused_overloaded += 1
+            await self._refuse(stream, conn, "overloaded", "too many connections; try again")
+            return
+        if access is Access.NONE:
+            self.refused_unauthorized += 1
+            who = f"uid={peer.uid} gid={peer.gid} pid={peer.pid}" if peer else "unknown peer"
+            log.warning("refused connection from %s: not allowed", who)
+            await self._refuse(stream, conn, "unauthorized", f"{who} may not use this daemon")
+            return
         send_steps, receive_steps = trio.open_memory_channel[Step](MAX_PIPELINED_REQUESTS)
         try:
             async with trio.open_nursery() as nursery:
@@ -202,7 +236,7 @@ class Server:
                     with trio.CancelScope() as reader_scope:
                         self._readers.add(reader_scope)
                         try:
-                            await self._read_requests(stream, conn, send_steps)
+                            await self._read_requests(stream, conn, send_steps, access)
                         finally:
                             self._readers.discard(reader_scope)
         except* (trio.BrokenResourceError, trio.ClosedResourceError, _WatchEnded):
@@ -216,9 +250,47 @@ class Server:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await stream.aclose()
 
-    async def _read_requests(
-        self, stream: trio.SocketStream, conn: Connection, steps: trio.MemorySendChannel[Step]
+    async def _refuse(
+        self, stream: trio.SocketStream, conn: Connection, code: str, message: str
     ) -> None:
+        """Answer the peer's first request with the error, in its own mode, and close."""
+        try:
+            with trio.move_on_after(self.config.request_timeout_s):
+                request = None
+                while True:
+                    try:
+                        item = conn.next_message()
+                    except ProtocolError:
+                        break
+                    if item is END_OF_STREAM:
+                        break
+                    if item is not NEED_DATA:
+                        with contextlib.suppress(ProtocolError):
+                            request = parse_request(item)
+                        break
+                    data = await stream.receive_some(RECEIVE_BYTES)
+                    if data:
+                        conn.receive_data(data)
+                    else:
+                        conn.receive_eof()
+                await stream.send_all(conn.encode(error_response(request, code, message)))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self.connections -= 1
+            if self.connections == 0:
+                self._idle.set()
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await stream.aclose()
+
+    async def _read_requests(
+        self,
+        stream: trio.SocketStream,
+        conn: Connection,
+        steps: trio.MemorySendChannel[Step],
+        access: Access,
+    ) -> None:
+        partial_since: float | None = None
         while True:
             while True:
                 try:
@@ -230,12 +302,18 @@ class Server:
                     continue
                 if message is NEED_DATA:
                     break
-                if message is None:
+                if message is END_OF_STREAM:
                     return
                 try:
                     request = parse_request(message, canonical_hint=conn.last_hint)
                 except ProtocolError as error:
                     await steps.send(Step(None, error_response(None, error.code, error.message)))
+                    continue
+                if access is Access.READ_ONLY and request.op not in READ_ONLY_OPS:
+                    message_text = f"op {request.op!r} needs write access; this peer may only read"
+                    await steps.send(
+                        Step(request, error_response(request, "unauthorized", message_text))
+                    )
                     continue
                 step = self.ops.dispatch(request)
                 await steps.send(step)
@@ -251,7 +329,21 @@ class Server:
                         )
                         step.job.done.set()
                         raise
-            data = await stream.receive_some(RECEIVE_BYTES)
+            if not conn.buffered:
+                partial_since = None
+            elif partial_since is None:
+                partial_since = trio.current_time()
+            if partial_since is None:
+                data: bytes | None = await stream.receive_some(RECEIVE_BYTES)
+            else:
+                data = None
+                with trio.move_on_at(partial_since + self.config.request_timeout_s):
+                    data = await stream.receive_some(RECEIVE_BYTES)
+                if data is None:  # slowloris: a started request that never completes
+                    self.timed_out_requests += 1
+                    text = f"request not complete after {self.config.request_timeout_s:g} s"
+                    await steps.send(Step(None, error_response(None, "bad_request", text)))
+                    return
             if data:
                 conn.receive_data(data)
             else:

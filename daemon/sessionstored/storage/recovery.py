@@ -351,8 +351,12 @@ def recover(store: Store) -> RecoveryReport:
         try:
             doc = store.read(LEASE, LEASE_ID)
             store.lease = cbor2.loads(doc.body) if doc else None
-        except CorruptDocument as error:
-            report.unreadable_files.append({"file": error.path, "error": str(error)})
+        except (CorruptDocument, OSError) as error:
+            # Starting without it would silently stop fencing stale writers.
+            raise StoreFormatError(
+                f"the lease document is unreadable ({error}); restore it, or delete it to start "
+                "with no lease (writers are then unfenced until the next lease_acquire)"
+            ) from None
     report.seq = replay.last_seq
     report.documents = sum(replay.index.count(k) for k in replay.index.kinds())
     report.duration_ms = (time.monotonic() - started) * 1000

@@ -1,0 +1,399 @@
+# Issue 6 against a real daemon: strangers, read-only peers, too many
+# connections, slowloris, garbage at the socket, a full disk, bit rot in every
+# kind of file, symlinks out of the store.
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import cbor2
+import pytest
+
+from sessionstore.errors import IOFailure, NoSpace
+from sessionstored.storage.files import file_name
+
+from .conftest import DaemonProcess, snapshot
+
+NOBODY = 65534
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (other uids, tmpfs)")
+
+
+def _shared_dir(path: Path) -> DaemonProcess:
+    """A daemon whose socket another uid can reach: the directory is world-searchable."""
+    path.chmod(0o755)
+    return DaemonProcess(path)
+
+
+def _as_nobody(socket_path: str, *requests: dict) -> list[dict]:
+    lines = "".join(json.dumps(r) + "\n" for r in requests)
+    result = subprocess.run(
+        ["socat", "-t", "3", "-", f"UNIX-CONNECT:{socket_path}"],
+        input=lines,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        user=NOBODY,
+        group=NOBODY,
+        extra_groups=[],
+    )
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+@needs_root
+def test_strangers_are_refused_and_read_only_peers_only_read(short_tmp: Path) -> None:
+    daemon = _shared_dir(short_tmp)
+    try:
+        daemon.start("--socket-mode", "0666")
+        with daemon.client() as client:
+            client.save(snapshot("mine"))
+        [refused] = _as_nobody(
+            daemon.socket_path, {"op": "ping", "rid": 1}, {"op": "ping", "rid": 2}
+        )
+        assert refused == {
+            "ok": False,
+            "rid": 1,
+            "error": {"code": "unauthorized", "message": refused["error"]["message"]},
+        }
+        assert f"uid={NOBODY}" in refused["error"]["message"]
+        daemon.stop()
+
+        daemon.start("--socket-mode", "0666", "--read-only-uid", str(NOBODY))
+        load, save, stats = _as_nobody(
+            daemon.socket_path,
+            {"op": "load", "session_id": "mine"},
+            {"op": "save", "snapshot": snapshot("theirs")},
+            {"op": "stats"},
+        )
+        assert load["ok"] and load["snapshot"] == snapshot("mine")
+        assert save["error"]["code"] == "unauthorized"
+        assert stats["ok"]
+        daemon.stop()
+
+        daemon.start("--socket-mode", "0666", "--allow-uid", str(NOBODY))
+        [saved] = _as_nobody(daemon.socket_path, {"op": "save", "snapshot": snapshot("theirs")})
+        assert saved["ok"]
+        with daemon.client() as client:
+            assert client.stats()["refused"]["unauthorized"] == 0
+        assert daemon.stop() == 0
+    finally:
+        daemon.cleanup()
+
+
+def test_connection_limit_answers_overloaded(short_tmp: Path) -> None:
+    daemon = DaemonProcess(short_tmp)
+    try:
+        daemon.start("--max-connections", "4")
+        idle = [socket.socket(socket.AF_UNIX) for _ in range(4)]
+        for sock in idle:
+            sock.connect(daemon.socket_path)
+        with daemon.client() as client, pytest.raises(Exception) as refused:
+            client.ping()
+        assert getattr(refused.value, "code", None) == "overloaded"
+        idle.pop().close()
+        time.sleep(0.2)
+        with daemon.client() as client:
+            client.ping()
+            assert client.stats()["refused"]["overloaded"] == 1
+        for sock in idle:
+            sock.close()
+        assert daemon.stop() == 0
+    finally:
+        daemon.cleanup()
+
+
+def test_slowloris_is_cut_off_while_everyone_else_is_served(short_tmp: Path) -> None:
+    daemon = DaemonProcess(short_tmp)
+    idle: list[socket.socket] = []
+    tricklers: list[socket.socket] = []
+    try:
+        daemon.start("--request-timeout-seconds", "1.5")
+        for _ in range(400):
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(daemon.socket_path)
+            idle.append(sock)
+        request = cbor2.dumps({"op": "save", "snapshot": snapshot("slow", pad="z" * 200)})
+        for _ in range(30):
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(daemon.socket_path)
+            sock.settimeout(10)
+            tricklers.append(sock)
+        stop = threading.Event()
+
+        def trickle() -> None:
+            position = 0
+            while not stop.is_set() and position < len(request) - 1:
+                for sock in tricklers:
+                    with contextlib.suppress(OSError):
+                        sock.send(request[position : position + 1])
+                position += 1
+                time.sleep(0.1)
+
+        thread = threading.Thread(target=trickle)
+        thread.start()
+        with daemon.client() as client:
+            for n in range(50):
+                client.save(snapshot(f"normal-{n}"))
+            assert client.load("normal-49") == snapshot("normal-49")
+        time.sleep(2.0)
+        stop.set()
+        thread.join()
+        answers = []
+        for sock in tricklers:
+            data = sock.recv(65536)
+            answers.append(cbor2.loads(data)["error"]["code"] if data else None)
+        assert answers == ["bad_request"] * 30
+        with daemon.client() as client:
+            assert client.stats()["refused"]["request_timeouts"] == 30
+            assert client.stats()["sessions"] == 50
+        for sock in idle:
+            sock.sendall(cbor2.dumps({"op": "ping"}))  # idle connections stayed usable
+            assert cbor2.loads(sock.recv(1024)) == {"ok": True}
+    finally:
+        for sock in idle + tricklers:
+            sock.close()
+        if daemon.proc and daemon.proc.poll() is None:
+            assert daemon.stop() == 0
+        daemon.cleanup()
+
+
+ADVERSARIAL = [
+    b"\x5b" + (1 << 62).to_bytes(8, "big"),  # a byte string claiming 4 EiB
+    b"\x9b" + (1 << 62).to_bytes(8, "big"),  # an array claiming 2^62 items
+    b"\x81" * 5000,  # nesting far too deep
+    b"\xbf" * 70 + b"\xff" * 70,
+    cbor2.dumps({"op": "save", "snapshot": [1, 2]}),
+    cbor2.dumps({"op": "save", "snapshot": {"schema_version": 1, "session": {"id": 7}}}),
+    cbor2.dumps({"op": "list", "limit": -1}),
+    cbor2.dumps({"op": "load", "session_id": b"bytes"}),
+    cbor2.dumps({"op": "watch", "since": "yesterday"}),
+    cbor2.dumps({"op": "lease_release", "holder": {}, "epoch": 1.5}),
+    cbor2.dumps({"op": "update", "session_id": "x", "component": "session", "value": 5}),
+    b'{"op": "save", "snapshot": {"schema_version": 1, "session": {"id": "j"}}\n',
+    b'{"op":\n{"op": "ping"}\n{{{{\n',
+    b"\xc1\x1a\x51\x4b\x67\xb0",
+    b"\xd8\x1c\x81\xd8\x1d\x00",  # shared-reference tags: a cycle if accepted
+]
+
+
+def test_socket_fuzzer_cannot_hurt_the_daemon(running: DaemonProcess) -> None:
+    rng = random.Random(1234)
+    deadline = time.monotonic() + 8
+    saved: list[str] = []
+    errors: list[BaseException] = []
+
+    def normal_client() -> None:
+        try:
+            with running.client() as client:
+                n = 0
+                while time.monotonic() < deadline:
+                    client.save(snapshot(f"steady-{n}"))
+                    saved.append(f"steady-{n}")
+                    n += 1
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    thread = threading.Thread(target=normal_client)
+    thread.start()
+    sent = 0
+    while time.monotonic() < deadline:
+        if rng.random() < 0.5:
+            payload = rng.choice(ADVERSARIAL)
+        else:
+            payload = bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 400)))
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(5)
+            sock.connect(running.socket_path)
+            try:
+                sock.sendall(payload)
+                sock.shutdown(socket.SHUT_WR)
+                while sock.recv(65536):
+                    pass
+            except OSError:
+                pass
+        sent += 1
+    thread.join(30)
+    assert not errors, errors
+    assert sent > 50 and len(saved) > 10
+    with running.client() as client:
+        client.ping()
+        assert client.load(saved[-1]) == snapshot(saved[-1])
+        assert client.verify()["problems"] == []
+
+
+@pytest.fixture
+def small_tmpfs(short_tmp: Path):  # type: ignore[no-untyped-def]
+    mount = short_tmp / "disk"
+    mount.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@needs_root
+def test_disk_full_fails_saves_keeps_reads_and_recovers(small_tmpfs: Path, short_tmp: Path) -> None:
+    filler = small_tmpfs / "filler"
+    daemon = DaemonProcess(short_tmp)
+    daemon.state_dir = small_tmpfs / "state"
+    try:
+        daemon.start()
+        acked = []
+        with daemon.client() as client:
+            client.save(snapshot("keep"))
+            with pytest.raises(NoSpace):
+                for n in range(1000):
+                    client.save(snapshot(f"big-{n}", blob="b" * 60_000))
+                    acked.append(n)
+            assert os.listdir(daemon.state_dir / "tmp") == []
+            assert client.load("keep") == snapshot("keep")
+            assert client.verify()["problems"] == []
+            for n in acked[: len(acked) // 2]:
+                client.delete(f"big-{n}")  # frees space through the daemon itself
+            client.save(snapshot("after", blob="a" * 60_000))
+        filler.write_bytes(b"")
+        daemon.kill9()
+        daemon.start()
+        with daemon.client() as client:
+            assert client.load("after") is not None
+            for n in acked[len(acked) // 2 :]:
+                assert client.load(f"big-{n}") is not None
+            assert client.verify()["problems"] == []
+        assert daemon.stop() == 0
+    finally:
+        daemon.cleanup()
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset % len(data)] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def _one_line_refusal(daemon: DaemonProcess) -> str:
+    daemon.start(wait=False)
+    assert daemon.wait_exit() == 1
+    lines = [line for line in daemon.log().splitlines() if line.startswith("sessionstored:")]
+    return lines[-1]
+
+
+def test_bit_rot_in_documents_is_reported_never_served(daemon: DaemonProcess) -> None:
+    daemon.start()
+    with daemon.client() as client:
+        client.save(snapshot("rotten"))
+        client.save(snapshot("fine"))
+        client.checkpoint_put("loop", "run", {"run_id": "run"})
+    assert daemon.stop() == 0
+    docs = daemon.state_dir / "docs"
+    _flip(docs / file_name("s", "rotten"), -10)
+    _flip(docs / file_name("l", "run"), -3)
+    daemon.start()
+    with daemon.client() as client:
+        with pytest.raises(IOFailure) as error:
+            client.load("rotten")
+        assert file_name("s", "rotten") in error.value.message and "offset" in error.value.message
+        with pytest.raises(IOFailure):
+            client.checkpoint_get("loop", "run")
+        assert client.load("fine") == snapshot("fine")
+        problems = client.verify()["problems"]
+        assert sorted(p["id"] for p in problems) == ["rotten", "run"]
+        client.save(snapshot("rotten", v=2))  # a new generation replaces the damaged file
+        client.checkpoint_delete("loop", "run")
+        assert client.verify()["problems"] == []
+
+
+def test_bit_rot_in_the_lease_refuses_the_start(daemon: DaemonProcess) -> None:
+    daemon.start()
+    with daemon.client() as client:
+        client.lease_acquire("holder")
+    assert daemon.stop() == 0
+    _flip(daemon.state_dir / "docs" / file_name("L", "lease"), -2)
+    line = _one_line_refusal(daemon)
+    assert "lease document is unreadable" in line and "L.i" in line
+
+
+def test_bit_rot_in_format_refuses_the_start(daemon: DaemonProcess) -> None:
+    daemon.start()
+    assert daemon.stop() == 0
+    _flip(daemon.state_dir / "FORMAT", 3)
+    assert "FORMAT" in _one_line_refusal(daemon)
+
+
+def test_bit_rot_in_the_wal_is_repaired_or_rebuilt(daemon: DaemonProcess) -> None:
+    daemon.start()
+    with daemon.client() as client:
+        digests = {f"w{n}": client.save(snapshot(f"w{n}"))["digest"] for n in range(10)}
+        client.delete("w0")
+    assert daemon.stop() == 0
+    [segment] = sorted((daemon.state_dir / "wal").glob("*.wal"))
+    _flip(segment, len(segment.read_bytes()) // 2)
+    daemon.start()
+    with daemon.client() as client:
+        recovery = client.stats()["recovery"]
+        assert recovery["wal_corruption"]["path"] == str(segment)
+        assert recovery["rebuilt_from_files"]
+        for session_id, digest in digests.items():
+            if session_id != "w0":
+                assert client.head(session_id)["digest"] == digest
+        assert client.save(snapshot("w1", v=2))["seq"] > 11
+        assert client.verify()["problems"] == []
+
+
+def test_bit_rot_in_an_index_checkpoint_falls_back(short_tmp: Path) -> None:
+    daemon = DaemonProcess(short_tmp)
+    try:
+        daemon.start("--history-changes", "2")
+        with daemon.client() as client:
+            for n in range(6):
+                client.save(snapshot(f"c{n}"))
+            client.compact()
+            client.save(snapshot("c6"))
+            client.compact()
+        assert daemon.stop() == 0
+        checkpoints = sorted((daemon.state_dir / "ckpt").glob("*.ckpt"))
+        _flip(checkpoints[-1], 40)
+        daemon.start()
+        with daemon.client() as client:
+            recovery = client.stats()["recovery"]
+            assert (
+                recovery["checkpoint_problems"]
+                and str(checkpoints[-1]) in recovery["checkpoint_problems"][0]
+            )
+            assert sorted(client.list()["ids"]) == [f"c{n}" for n in range(7)]
+            assert client.verify()["problems"] == []
+        assert daemon.stop() == 0
+    finally:
+        daemon.cleanup()
+
+
+def test_symlinks_out_of_the_store_are_refused(daemon: DaemonProcess, short_tmp: Path) -> None:
+    daemon.start()
+    with daemon.client() as client:
+        client.save(snapshot("linked"))
+    assert daemon.stop() == 0
+    outside = short_tmp / "outside"
+    outside.mkdir()
+    doc = daemon.state_dir / "docs" / file_name("s", "linked")
+    shutil.copy(doc, outside / "copy")
+    doc.unlink()
+    doc.symlink_to(outside / "copy")
+    daemon.start()
+    with daemon.client() as client, pytest.raises(IOFailure):
+        client.load("linked")
+    assert daemon.stop() == 0
+    wal = daemon.state_dir / "wal"
+    shutil.move(str(wal), str(outside / "wal"))
+    wal.symlink_to(outside / "wal")
+    assert "symlinks are refused" in _one_line_refusal(daemon)
