@@ -5,7 +5,8 @@ import logging
 import os
 import resource
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 import trio
 
@@ -61,6 +62,27 @@ def _raise_open_files_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+START_EXTENSION_USEC = 30_000_000
+START_EXTENSION_EVERY_S = 10.0
+
+
+@contextlib.contextmanager
+def _start_timeout_extended() -> Iterator[None]:
+    """While recovery runs, keep asking systemd for more start time (a large store)."""
+    done = threading.Event()
+
+    def extend() -> None:
+        while not done.wait(START_EXTENSION_EVERY_S):
+            notify(f"EXTEND_TIMEOUT_USEC={START_EXTENSION_USEC}", "STATUS=still recovering")
+
+    worker = threading.Thread(target=extend, name="extend-start-timeout", daemon=True)
+    worker.start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
 def run(config: Config) -> int:
     _setup_logging(config.log_level)
     _raise_open_files_limit()
@@ -80,7 +102,8 @@ def run(config: Config) -> int:
     )
     notify(f"STATUS=recovering {config.state_dir}")
     try:
-        report = store.open()
+        with _start_timeout_extended():
+            report = store.open()
     except StoreLocked as error:
         return _fail(str(error), EXIT_CANNOT_START)
     except StoreFormatError as error:

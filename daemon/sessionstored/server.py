@@ -38,7 +38,7 @@ from sessionstore.protocol import (
 
 from .access import Access, peer_of
 from .config import Config
-from .notify import notify
+from .notify import notify, watchdog_interval_s
 from .ops import READ_ONLY_OPS, Ops, Step
 from .storage.mutations import Outcome
 from .storage.recovery import RecoveryReport
@@ -155,7 +155,7 @@ class Server:
     async def run(self, listener: trio.SocketListener, socket_path: str | None) -> int:
         signal_scope = trio.CancelScope()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.writer.run)
+            nursery.start_soon(self.writer.run, watchdog_interval_s())
             await nursery.start(self._watch_signals, signal_scope)  # before READY=1
             async with trio.open_nursery() as connections:
                 accept_scope = trio.CancelScope()

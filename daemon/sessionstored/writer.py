@@ -7,6 +7,9 @@
 # from cancellation: it completes and its outcome is delivered.
 #
 # Exclusive jobs (verify, compact) run in the thread with no batch in flight.
+# The systemd watchdog is pinged from this loop, between batches and while it
+# idles, never from a timer of its own: a writer stuck in a batch (a hung disk)
+# stops the pings, and systemd restarts the daemon.
 # After a batch, if enough changes have accumulated, the writer checkpoints the
 # index and drops old WAL segments itself.
 #
@@ -26,6 +29,7 @@ from typing import Any
 
 import trio
 
+from .notify import notify
 from .storage.mutations import Mutation, Outcome, split_batches
 from .storage.store import FatalStorageError, Store
 
@@ -64,6 +68,7 @@ class Writer:
         self.batches = 0
         self.committed_jobs = 0
         self.compactions = 0
+        self._last_ping = float("-inf")
         self._recent: collections.deque[tuple[float, float, int]] = collections.deque(
             maxlen=RECENT_BATCHES
         )
@@ -86,10 +91,20 @@ class Writer:
     def close(self) -> None:
         self._send.close()
 
-    async def run(self) -> None:
+    async def run(self, watchdog_interval_s: float | None = None) -> None:
+        idle_wait_s = watchdog_interval_s if watchdog_interval_s else float("inf")
         try:
             async with self._receive:
-                async for first in self._receive:
+                while True:
+                    self._watchdog_ping(watchdog_interval_s)
+                    first = None
+                    with trio.move_on_after(idle_wait_s):
+                        try:
+                            first = await self._receive.receive()
+                        except trio.EndOfChannel:
+                            return
+                    if first is None:
+                        continue
                     jobs = [first]
                     size = first.size()
                     while len(jobs) < MAX_BATCH_JOBS and size < MAX_BATCH_BYTES:
@@ -181,6 +196,14 @@ class Writer:
         published.set()
         if batch.committed and self.on_publish is not None:
             self.on_publish()
+
+    def _watchdog_ping(self, interval_s: float | None) -> None:
+        if interval_s is None:
+            return
+        now = time.monotonic()
+        if now - self._last_ping >= interval_s:
+            notify("WATCHDOG=1")
+            self._last_ping = now
 
     def timing(self) -> dict[str, Any]:
         """The last batches: time in the storage engine, and including the thread handoff."""
