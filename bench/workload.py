@@ -19,13 +19,17 @@ def make_snapshot(session_id: str, target_bytes: int, generation: int = 0) -> di
         "trace_events": [],
         "run_records": [],
     }
-    n = 0
-    while len(canonical_dumps(snap)) < target_bytes:
-        snap["trace_events"].append(
-            {"seq": n, "kind": "tool_call", "tool": "edit_file", "detail": "x" * 48}
-        )
-        n += 1
+    base = len(canonical_dumps(snap))
+    event_bytes = len(canonical_dumps(_event(0)))
+    count = max(0, (target_bytes - base) // event_bytes)
+    snap["trace_events"] = [_event(n) for n in range(count)]
+    while len(canonical_dumps(snap)) < target_bytes:  # a step or two: sizes of seq vary
+        snap["trace_events"].append(_event(len(snap["trace_events"])))
     return snap
+
+
+def _event(n: int) -> dict[str, Any]:
+    return {"seq": n, "kind": "tool_call", "tool": "edit_file", "detail": "x" * 48}
 
 
 def snapshot_bytes(session_id: str, target_bytes: int, generation: int = 0) -> bytes:

@@ -297,7 +297,7 @@ def test_socat_round_trip_with_cbor2_tool(running: DaemonProcess) -> None:
 def test_oversized_request_refused_while_others_are_served(short_tmp: Path) -> None:
     daemon = DaemonProcess(short_tmp)
     try:
-        daemon.start("--max-request-bytes", "65536")
+        daemon.start("--max-request-bytes", "65536", "--request-timeout-seconds", "2")
         with daemon.client() as client:
             assert client.hello()["limits"]["max_request_bytes"] == 65536
             client.save(snapshot("small"))
@@ -306,8 +306,10 @@ def test_oversized_request_refused_while_others_are_served(short_tmp: Path) -> N
             with pytest.raises((TooLarge, ConnectionLost)):
                 client.save(big)
         header_only = b"\xa2\x62op\x64save\x68snapshot\x5b" + (1 << 40).to_bytes(8, "big")
-        responses = _decode_all(_raw_exchange(daemon.socket_path, header_only, half_close=False))
+        responses = _decode_all(_raw_exchange(daemon.socket_path, header_only))
         assert responses[0]["error"]["code"] == "too_large"
+        stalled = _decode_all(_raw_exchange(daemon.socket_path, header_only, half_close=False))
+        assert stalled[0]["error"]["code"] == "bad_request"  # the request deadline ends it
         with daemon.client() as client:
             assert client.load("small") == snapshot("small")
             assert client.verify()["problems"] == []

@@ -48,6 +48,11 @@ DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MAX_NESTING_DEPTH = 64
 BIGNUM_TAGS = (2, 3)
 FAST_PATH_MAX_BYTES = 1024 * 1024
+# An incomplete item is walked by ItemScanner (to refuse a header that claims too
+# much) only once it has stayed incomplete this many reads or grown this large:
+# a normal request that arrives in two or three reads is framed by C alone.
+PARTIAL_SCAN_AFTER_READS = 4
+PARTIAL_SCAN_AFTER_BYTES = 256 * 1024
 # Byte classes for one translate() pass over an item: 2 = an initial byte of a
 # half/single/double float (never in UTF-8 text), 1 = one that may start a simple
 # value other than false/true/null (0xE0-0xF3 also lead multi-byte UTF-8, so
@@ -139,19 +144,24 @@ def _failure_offset(item: bytes, max_depth: int) -> int:
     return fp.tell()
 
 
-def _refuse_simple_values(value: Any) -> None:
+def _refuse_simple_values(value: Any) -> bool:
+    """Raise on a simple value other than false/true/null; return whether a float was seen."""
+    floats = False
     stack = [value]
     while stack:
         item = stack.pop()
-        if item is cbor2.undefined or isinstance(item, cbor2.CBORSimpleValue):
+        if isinstance(item, float):
+            floats = True
+        elif item is cbor2.undefined or isinstance(item, cbor2.CBORSimpleValue):
             raise ProtocolError(
                 "bad_request", "simple value other than false/true/null", fatal=True
             )
-        if isinstance(item, Mapping):  # frozendict too: maps used as keys
+        elif isinstance(item, Mapping):  # frozendict too: maps used as keys
             stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, (list, tuple)):  # tuples: arrays used as keys
             stack.extend(item)
+    return floats
 
 
 _DECODE_ERRORS = (cbor2.CBORDecodeError, ValueError, TypeError, OverflowError, RecursionError)
@@ -385,6 +395,7 @@ class Connection:
     _buffer: bytearray = field(default_factory=bytearray)
     _scanner: ItemScanner | None = None
     _fast_fp: io.BytesIO | None = None
+    _incomplete_reads: int = 0
     _json_scanned: int = 0
     order_maps: bool = False  # the daemon's side: hand out maps in canonical order, set last_hint
     last_hint: Hint = Hint.NONE
@@ -439,12 +450,24 @@ class Connection:
                 value = _decoder(fp, self.max_depth, self._hook).decode()
             except cbor2.CBORDecodeEOF:
                 fp.seek(start)
-                if self._eof:
+                if self._eof:  # the limits first, as for an item cut into pieces
+                    self._scanner = self._scanner or ItemScanner(
+                        self.max_message_bytes, self.max_depth + 1
+                    )
+                    self._scanner.scan(self._buffer)
                     raise ProtocolError(
                         "bad_request", "stream ended inside a CBOR item", fatal=True
                     ) from None
-                # Incomplete: walk what has arrived (resumably, so each byte once) to refuse
-                # a header that claims more than the limit before its bytes are buffered.
+                # Incomplete. If it stays so, walk what has arrived (resumably, each byte
+                # once) to refuse a header that claims more than the limit before its
+                # bytes are buffered.
+                self._incomplete_reads += 1
+                if (
+                    self._scanner is None
+                    and self._incomplete_reads < PARTIAL_SCAN_AFTER_READS
+                    and len(self._buffer) < PARTIAL_SCAN_AFTER_BYTES
+                ):
+                    return NEED_DATA
                 if self._scanner is None:
                     self._scanner = ItemScanner(self.max_message_bytes, self.max_depth + 1)
                 if self._scanner.scan(self._buffer) is None:
@@ -462,6 +485,7 @@ class Connection:
                     "bad_request", f"undecodable CBOR item: {error}", fatal=True
                 ) from None
             self._scanner = None
+            self._incomplete_reads = 0
             end = fp.tell() - start
             if end > self.max_message_bytes:
                 raise ProtocolError(
@@ -493,7 +517,8 @@ class Connection:
         del self._buffer[:end]
         special = _FLOAT_CLASS in classes
         if special or _SIMPLE_CLASS in classes:
-            _refuse_simple_values(value)
+            # those bytes also occur inside integers and text: the walk knows for sure
+            special = _refuse_simple_values(value)
         if self._hook is None:
             self.last_hint = Hint.NONE
         elif not special:
