@@ -19,19 +19,6 @@ from sessionstore.client import Client
 READY_TIMEOUT_S = 30.0
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--run-slow", action="store_true", help="run soak tests marked slow")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--run-slow"):
-        return
-    skip = pytest.mark.skip(reason="slow soak: run with --run-slow")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
-
-
 def snapshot(session_id: str, **extra: Any) -> dict[str, Any]:
     return {"schema_version": 1, "session": {"id": session_id, **extra}}
 
