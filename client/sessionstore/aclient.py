@@ -9,10 +9,10 @@ from typing import Any
 import trio
 
 from . import requests as r
-from .client import MAX_RESPONSE_BYTES, RECEIVE_BYTES, WATCH_RETRY_S, _result
+from .client import MAX_RESPONSE_BYTES, RECEIVE_BYTES, WATCH_RETRY_S, _result, take_response
 from .errors import ConnectionLost
 from .paths import client_socket_path
-from .protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, ProtocolError
+from .protocol import Connection, Mode, ProtocolError
 from .requests import UNSET, Call
 
 
@@ -45,19 +45,13 @@ class AsyncClient:
 
     async def _read_message(self) -> dict[str, Any]:
         assert self._stream is not None
-        while True:
-            message = self._conn.next_message()
-            if message is END_OF_STREAM:
-                raise ConnectionLost("the daemon closed the connection")
-            if message is not NEED_DATA:
-                if not isinstance(message, dict):
-                    raise ConnectionLost(f"malformed response {message!r}")
-                return message
+        while (message := take_response(self._conn)) is None:
             data = await self._stream.receive_some(RECEIVE_BYTES)
             if data:
                 self._conn.receive_data(data)
             else:
                 self._conn.receive_eof()
+        return message
 
     async def send_raw(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         async with self._lock:

@@ -19,6 +19,18 @@ MAX_RESPONSE_BYTES = 1024 * 1024 * 1024
 WATCH_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
+def take_response(conn: Connection) -> dict[str, Any] | None:
+    """The next response, or None when more bytes are needed."""
+    message = conn.next_message()
+    if message is END_OF_STREAM:
+        raise ConnectionLost("the daemon closed the connection")
+    if message is NEED_DATA:
+        return None
+    if not isinstance(message, dict):
+        raise ConnectionLost(f"malformed response {message!r}")
+    return message
+
+
 def _result(call: Call, reply: dict[str, Any]) -> Any:
     if reply.get("ok") is True:
         return call.result(reply)
@@ -73,19 +85,13 @@ class Client:
 
     def _read_message(self) -> dict[str, Any]:
         assert self._sock is not None
-        while True:
-            message = self._conn.next_message()
-            if message is END_OF_STREAM:
-                raise ConnectionLost("the daemon closed the connection")
-            if message is not NEED_DATA:
-                if not isinstance(message, dict):
-                    raise ConnectionLost(f"malformed response {message!r}")
-                return message
+        while (message := take_response(self._conn)) is None:
             data = self._sock.recv(RECEIVE_BYTES)
             if data:
                 self._conn.receive_data(data)
             else:
                 self._conn.receive_eof()
+        return message
 
     def run(self, call: Call) -> Any:
         return _result(call, self.send_raw([call.request])[0])

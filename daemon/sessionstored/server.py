@@ -244,11 +244,14 @@ class Server:
         except* Exception as group:  # our bug: it may cost this connection, never the daemon
             log.error("connection failed", exc_info=group)
         finally:
-            self.connections -= 1
-            if self.connections == 0:
-                self._idle.set()
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await stream.aclose()
+            await self._closed(stream)
+
+    async def _closed(self, stream: trio.SocketStream) -> None:
+        self.connections -= 1
+        if self.connections == 0:
+            self._idle.set()
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.aclose()
 
     async def _refuse(
         self, stream: trio.SocketStream, conn: Connection, code: str, message: str
@@ -277,11 +280,7 @@ class Server:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
-            self.connections -= 1
-            if self.connections == 0:
-                self._idle.set()
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await stream.aclose()
+            await self._closed(stream)
 
     async def _read_requests(
         self,
