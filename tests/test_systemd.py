@@ -154,3 +154,11 @@ def test_socket_activation_through_systemd_socket_activate(short_tmp: Path) -> N
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_journal_priority_prefixes_under_systemd(daemon: DaemonProcess) -> None:
+    daemon.start(env={"JOURNAL_STREAM": "8:12345"})
+    assert daemon.stop() == 0
+    lines = [line for line in daemon.log().splitlines() if line.strip()]
+    assert lines and all(re.match(r"<[0-7]>sessionstored", line) for line in lines), lines
+    assert any(line.startswith("<6>sessionstored.server: serving on") for line in lines)
