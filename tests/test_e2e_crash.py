@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -185,7 +184,7 @@ def test_kill9_under_16_concurrent_writers_loses_nothing(
         assert client.stats()["seq"] >= sum(acked.values())
 
 
-def test_recovery_twice_equals_once(daemon: DaemonProcess, tmp_path: Path) -> None:
+def test_recovery_twice_equals_once(daemon: DaemonProcess) -> None:
     daemon.start(env={"SESSIONSTORED_FAILPOINTS": "after-rename=crash@3"})
     with daemon.client() as client:
         client.save(snapshot("r", gen=1))

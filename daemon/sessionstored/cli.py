@@ -104,9 +104,7 @@ def run(config: Config) -> int:
     try:
         with _start_timeout_extended():
             report = store.open()
-    except StoreLocked as error:
-        return _fail(str(error), EXIT_CANNOT_START)
-    except StoreFormatError as error:
+    except (StoreLocked, StoreFormatError) as error:
         return _fail(str(error), EXIT_CANNOT_START)
     except OSError as error:
         return _fail(f"cannot open store in {config.state_dir}: {error}", EXIT_CANNOT_START)

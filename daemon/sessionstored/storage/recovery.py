@@ -349,7 +349,7 @@ def recover(store: Store) -> RecoveryReport:
     store.lease = None
     if store.index.get(LEASE, LEASE_ID) is not None:
         try:
-            doc = store.read(LEASE, LEASE_ID)
+            doc = store.read(LEASE, LEASE_ID, cached=False)
             store.lease = cbor2.loads(doc.body) if doc else None
         except (CorruptDocument, OSError) as error:
             # Starting without it would silently stop fencing stale writers.

@@ -167,16 +167,18 @@ class Store:
     def head(self, kind: str, doc_id: str) -> Entry | None:
         return self.index.get(kind, doc_id)
 
-    def read(self, kind: str, doc_id: str) -> Document | None:
+    def read(self, kind: str, doc_id: str, *, cached: bool = True) -> Document | None:
+        """The committed generation. cached=False for any thread but the readers' (the
+        event loop's in the daemon): the cache is not shared between threads."""
         entry = self.index.get(kind, doc_id)
         if entry is None:
             return None
-        cached = self.cache.get(kind, doc_id, entry.seq, entry.digest)
-        if cached is not None:
-            return cached
+        if cached and (hit := self.cache.get(kind, doc_id, entry.seq, entry.digest)) is not None:
+            return hit
         doc = self.files.read(kind, doc_id)
         if doc is not None and doc.seq == entry.seq and doc.digest == entry.digest:
-            self.cache.put(doc)
+            if cached:
+                self.cache.put(doc)
             return doc
         if (kind, doc_id) in self._inflight:
             raise ReadRace(doc_id)
@@ -221,9 +223,7 @@ class Store:
         )
 
     def _read_committed(self, kind: str, doc_id: str) -> bytes | None:
-        if self.index.get(kind, doc_id) is None:
-            return None
-        doc = self.read(kind, doc_id)
+        doc = self.read(kind, doc_id, cached=False)  # the writer's thread: no cache
         return doc.body if doc is not None else None
 
     def _decide(self, mutation: Mutation, next_seq: int) -> Put | Remove | Outcome:
