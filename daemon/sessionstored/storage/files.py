@@ -9,7 +9,9 @@
 # under another name is caught by the id inside it. Names come from the id:
 # "<kind>.i<base64url(id)>" when that fits a file name, else "<kind>.h<sha256>"
 # (the id inside the file still decides), so any id, "../../etc/passwd" or 1024
-# bytes long, stays distinct and inside docs/. New generations are written under
+# bytes long, stays distinct and inside docs/. With a key (sealing.py) the name
+# is "<kind>.k<keyed hash>" and the whole file is sealed with the name as
+# associated data. New generations are written under
 # tmp/, synced, then renamed over the old file; the caller syncs docs/ once per
 # batch.
 from __future__ import annotations
@@ -26,6 +28,7 @@ import xxhash
 from sessionstore.canonical import digest_bytes_of_canonical
 
 from .fs import FileSystem
+from .sealing import ENVELOPE_HEAD_BYTES, TAG_BYTES, Key, Sealer, SealError, keyed_name_stem
 
 FILE_MAGIC = b"SSDOC\x00\x01\n"
 FILE_HEAD = struct.Struct("<8sIQ")
@@ -58,6 +61,12 @@ def file_name(kind: str, doc_id: str) -> str:
     if len(stem) <= MAX_NAME_STEM_CHARS:
         return f"{kind}.i{stem}"
     return f"{kind}.h{hashlib.sha256(raw).hexdigest()}"
+
+
+def _name_under(key: Key | None, kind: str, doc_id: str) -> str:
+    return (
+        file_name(kind, doc_id) if key is None else f"{kind}.{keyed_name_stem(key, kind, doc_id)}"
+    )
 
 
 def encode_document(doc: Document) -> bytes:
@@ -121,25 +130,46 @@ def decode_document(path: str, data: bytes) -> Document:
 
 
 class DocumentFiles:
-    def __init__(self, fs: FileSystem, root: str, max_document_bytes: int) -> None:
+    def __init__(self, fs: FileSystem, root: str, max_document_bytes: int, sealer: Sealer) -> None:
         self.fs = fs
         self.docs_dir = f"{root}/{DOCS_DIR}"
         self.tmp_dir = f"{root}/{TMP_DIR}"
-        self.max_file_bytes = max_document_bytes + FILE_HEAD.size + MAX_HEADER_BYTES
+        self.max_file_bytes = (
+            max_document_bytes + FILE_HEAD.size + MAX_HEADER_BYTES + ENVELOPE_HEAD_BYTES + TAG_BYTES
+        )
+        self.sealer = sealer
         self._temp_counter = itertools.count()
 
+    def name(self, kind: str, doc_id: str) -> str:
+        return _name_under(self.sealer.seal_with, kind, doc_id)
+
+    def names(self, kind: str, doc_id: str) -> list[str]:
+        """Every name the document may have: more than one only during a key rotation."""
+        return [_name_under(key, kind, doc_id) for key in self.sealer.naming_keys()]
+
     def path(self, kind: str, doc_id: str) -> str:
-        return f"{self.docs_dir}/{file_name(kind, doc_id)}"
+        return f"{self.docs_dir}/{self.name(kind, doc_id)}"
 
     def temp_path(self, kind: str, doc_id: str, seq: int) -> str:
         unique = next(self._temp_counter)
-        return f"{self.tmp_dir}/{seq:016x}-{unique}.{file_name(kind, doc_id)[:120]}.tmp"
+        return f"{self.tmp_dir}/{seq:016x}-{unique}.{self.name(kind, doc_id)[:120]}.tmp"
+
+    def seal(self, doc: Document) -> bytes:
+        return self.sealer.seal(encode_document(doc), self.name(doc.kind, doc.id).encode())
+
+    def unseal(self, path: str, data: bytes) -> Document:
+        name = path.rsplit("/", 1)[1]
+        try:
+            plain = self.sealer.open(data, name.encode())
+        except SealError as error:
+            raise CorruptDocument(path, error.offset, error.reason) from None
+        return decode_document(path, plain)
 
     def write_temp(self, doc: Document) -> str:
         path = self.temp_path(doc.kind, doc.id, doc.seq)
         fd = self.fs.create_exclusive(path)
         try:
-            self.fs.write(fd, encode_document(doc))
+            self.fs.write(fd, self.seal(doc))
             self.fs.fsync(fd)  # the new generation is on disk before it can be renamed in
         except OSError:
             self.fs.close(fd)
@@ -152,31 +182,40 @@ class DocumentFiles:
         self.fs.rename(temp_path, self.path(kind, doc_id))  # atomic: old or new, never a mix
 
     def remove(self, kind: str, doc_id: str) -> bool:
-        try:
-            self.fs.unlink(self.path(kind, doc_id))
-        except FileNotFoundError:
-            return False
-        return True
+        removed = False
+        for name in self.names(kind, doc_id):
+            try:
+                self.fs.unlink(f"{self.docs_dir}/{name}")
+            except FileNotFoundError:
+                continue
+            removed = True
+        return removed
 
     def sync(self) -> None:
         self.fs.fsync_dir(self.docs_dir)  # renames and unlinks of the batch survive power loss
 
     def read(self, kind: str, doc_id: str) -> Document | None:
-        path = self.path(kind, doc_id)
-        try:
-            data = self.fs.read_file(path, self.max_file_bytes)
-        except FileNotFoundError:
-            return None
-        doc = decode_document(path, data)
-        if doc.kind != kind or doc.id != doc_id:
-            raise CorruptDocument(
-                path, FILE_HEAD.size, "file holds another document (moved or swapped)"
-            )
-        return doc
+        for name in self.names(kind, doc_id):
+            path = f"{self.docs_dir}/{name}"
+            try:
+                data = self.fs.read_file(path, self.max_file_bytes)
+            except FileNotFoundError:
+                continue
+            doc = self.unseal(path, data)
+            if doc.kind != kind or doc.id != doc_id:
+                raise CorruptDocument(
+                    path, FILE_HEAD.size, "file holds another document (moved or swapped)"
+                )
+            return doc
+        return None
 
     def read_path(self, name: str) -> Document:
+        """The document in docs/<name>, which must be a name of its own kind and id."""
         path = f"{self.docs_dir}/{name}"
-        return decode_document(path, self.fs.read_file(path, self.max_file_bytes))
+        doc = self.unseal(path, self.fs.read_file(path, self.max_file_bytes))
+        if name not in self.names(doc.kind, doc.id):
+            raise CorruptDocument(path, FILE_HEAD.size, "file name does not match its id")
+        return doc
 
     def list_names(self) -> list[str]:
         return self.fs.listdir(self.docs_dir)

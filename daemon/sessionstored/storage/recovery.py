@@ -4,8 +4,9 @@
 # recovering twice leaves the same store as recovering once.
 #
 #   1. Lay out and lock: state dir with wal/, docs/, tmp/, ckpt/ (real
-#      directories, no symlinks), the FORMAT marker, and an exclusive flock on
-#      "lock" so a second daemon on the same directory refuses to start.
+#      directories, no symlinks), an exclusive flock on "lock" so a second
+#      daemon on the same directory refuses to start, and the FORMAT marker,
+#      which also names the key a sealed store needs (metadata.py).
 #   2. Load the newest intact index checkpoint, if any, and read the WAL (wal.py
 #      cuts a torn tail, keeping a .broken copy). The WAL must reach back to the
 #      checkpoint; a gap is corruption.
@@ -19,6 +20,7 @@
 #      with a commit record; any other is rolled back with an abort record and
 #      the previous generation stands.
 #   5. Remove every temp file under tmp/.
+#   6. If a key rotation was interrupted, finish it (rekey.py).
 #
 # If the WAL is corrupt (not a torn tail), the damage is reported with file and
 # offset, the log directory is moved aside as wal.corrupt-N, and the index is
@@ -35,20 +37,18 @@ import cbor2
 from .checkpoint import CKPT_DIR
 from .files import DOCS_DIR, TMP_DIR, CorruptDocument
 from .index import Entry, Index
+from .metadata import RekeyBridge, StoreFormatError, resolve_sealer
 from .mutations import LEASE, LEASE_ID, Committed
+from .rekey import finish_rekey
 from .wal import WalCorruption, WalRecord
 
 if TYPE_CHECKING:
     from .store import Store
 
-FORMAT_FILE = "FORMAT"
-FORMAT_TEXT = b"sessionstore-format 1\n"
 LOCK_FILE = "lock"
 WAL_DIR = "wal"
 
-
-class StoreFormatError(Exception):
-    pass
+__all__ = ["RecoveryReport", "StoreFormatError", "recover"]
 
 
 @dataclass
@@ -66,6 +66,7 @@ class RecoveryReport:
     documents: int = 0
     seq: int = 0
     duration_ms: float = 0.0
+    rekey_finished: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +83,7 @@ class RecoveryReport:
             "documents": self.documents,
             "seq": self.seq,
             "duration_ms": round(self.duration_ms, 3),
+            "rekey_finished": self.rekey_finished,
         }
 
     def summary(self) -> str:
@@ -104,6 +106,8 @@ class RecoveryReport:
             parts.append(
                 f"WAL corrupt at {c['path']}:{c['offset']} ({c['reason']}), rebuilt from files"
             )
+        if self.rekey_finished:
+            parts.append(f"finished a key rotation ({self.rekey_finished})")
         return "; ".join(parts) + f" in {self.duration_ms:.0f} ms"
 
 
@@ -198,7 +202,7 @@ def _effect_on_disk(store: Store, intent: list[Any]) -> bool:
     return doc is not None and doc.seq == intent[1] and doc.digest == intent[4]
 
 
-def _prepare_layout(store: Store) -> None:
+def _prepare_layout(store: Store) -> RekeyBridge | None:
     fs, root = store.fs, store.root
     if not fs.is_dir(root):
         raise StoreFormatError(f"{root}: state directory missing or not a directory")
@@ -216,25 +220,11 @@ def _prepare_layout(store: Store) -> None:
         if not fs.exists(path):
             fs.mkdir(path)
             created = True
-    format_path = f"{root}/{FORMAT_FILE}"
-    if fs.exists(format_path):
-        found = fs.read_file(format_path, 4096)
-        if found != FORMAT_TEXT:
-            raise StoreFormatError(f"{format_path}: unknown store format {found[:40]!r}")
-    else:
-        temp = f"{root}/{TMP_DIR}/FORMAT.tmp"
-        if fs.exists(temp):
-            fs.unlink(temp)
-        fd = fs.create_exclusive(temp)
-        try:
-            fs.write(fd, FORMAT_TEXT)
-            fs.fsync(fd)
-        finally:
-            fs.close(fd)
-        fs.rename(temp, format_path)
-        created = True
     if created:
         fs.fsync_dir(root)
+    sealer, bridge = resolve_sealer(fs, root, store.key)
+    store.set_sealer(sealer)
+    return bridge
 
 
 def _rebuild_from_files(store: Store, report: RecoveryReport, floor_seq: int) -> _Replay:
@@ -245,11 +235,6 @@ def _rebuild_from_files(store: Store, report: RecoveryReport, floor_seq: int) ->
             doc = store.files.read_path(name)
         except (CorruptDocument, OSError) as error:
             report.unreadable_files.append({"file": name, "error": str(error)})
-            continue
-        if name != store.files.path(doc.kind, doc.id).rsplit("/", 1)[1]:
-            report.unreadable_files.append(
-                {"file": name, "error": "file name does not match its id"}
-            )
             continue
         index.put(doc.kind, doc.id, Entry(doc.seq, doc.digest, len(doc.body)))
         last_seq = max(last_seq, doc.seq)
@@ -280,7 +265,7 @@ def _check_wal_reaches(store: Store, base_seq: int) -> None:
 def recover(store: Store) -> RecoveryReport:
     started = time.monotonic()
     report = RecoveryReport()
-    _prepare_layout(store)
+    bridge = _prepare_layout(store)
     checkpoint, report.checkpoint_problems = store.checkpoints.load_latest()
     base_seq = checkpoint.seq if checkpoint else 0
     report.checkpoint_seq = base_seq
@@ -357,6 +342,11 @@ def recover(store: Store) -> RecoveryReport:
                 f"the lease document is unreadable ({error}); restore it, or delete it to start "
                 "with no lease (writers are then unfenced until the next lease_acquire)"
             ) from None
+    if bridge is not None:
+        rekey = finish_rekey(store, bridge)
+        report.rekey_finished = f"{rekey.bridge}, {rekey.resealed} documents resealed"
+        report.unreadable_files.extend({"error": line} for line in rekey.unreadable)
+        store.checkpoint_seq = store.seq
     report.seq = replay.last_seq
     report.documents = sum(replay.index.count(k) for k in replay.index.kinds())
     report.duration_ms = (time.monotonic() - started) * 1000

@@ -61,6 +61,7 @@ from .mutations import (
     history_records,
     split_batches,
 )
+from .sealing import Key, Sealer
 from .wal import WriteAheadLog
 
 DEFAULT_MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
@@ -127,6 +128,7 @@ class Store:
         read_cache_bytes: int = DEFAULT_CAPACITY_BYTES,
         failpoint: Failpoint = _no_failpoint,
         executor: Executor | None = None,
+        key: Key | None = None,
     ) -> None:
         self.fs = fs
         self.root = root
@@ -135,9 +137,11 @@ class Store:
         self.checkpoint_every = checkpoint_every
         self.failpoint = failpoint
         self.executor = executor
-        self.files = DocumentFiles(fs, root, max_document_bytes)
-        self.wal = WriteAheadLog(fs, f"{root}/wal")
-        self.checkpoints = Checkpoints(fs, root)
+        self.key = key
+        self.sealer = Sealer(key)
+        self.files = DocumentFiles(fs, root, max_document_bytes, self.sealer)
+        self.wal = WriteAheadLog(fs, f"{root}/wal", self.sealer)
+        self.checkpoints = Checkpoints(fs, root, self.sealer)
         self.index = Index()
         self.cache = DocumentCache(read_cache_bytes)
         self.seq = 0
@@ -156,6 +160,17 @@ class Store:
         except BaseException:
             self._release_lock()
             raise
+
+    def set_sealer(self, sealer: Sealer) -> None:
+        """Recovery decides the sealer from FORMAT (and a key rotation in progress)."""
+        self.sealer = sealer
+        self.files.sealer = sealer
+        self.wal.sealer = sealer
+        self.checkpoints.sealer = sealer
+
+    @property
+    def encrypted(self) -> bool:
+        return self.sealer.encrypted
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:

@@ -11,7 +11,8 @@
 #     RECORD_MAGIC (4 bytes) | xxh3_64(length + payload) (u64 LE)
 #     | payload length (u32 LE) | payload
 # where the payload is one CBOR array (the checksum covers adjacent bytes, so
-# boot checks each record without copying it). Segments are named by the first
+# boot checks each record without copying it); with a key, the payload is that
+# array sealed (sealing.py), so the log names no id and no digest. Segments are named by the first
 # seq they may hold (16 hex digits) and rotate at SEGMENT_TARGET_BYTES, always
 # at a batch boundary.
 #
@@ -31,6 +32,7 @@ import cbor2
 import xxhash
 
 from .fs import FileSystem
+from .sealing import PLAINTEXT, Sealer, SealError
 
 SEGMENT_HEADER = b"SSWAL\x00\x01\n"
 RECORD_MAGIC = b"\xa5WR1"
@@ -39,6 +41,7 @@ LENGTH_OFFSET = 12
 MAX_RECORD_PAYLOAD_BYTES = 64 * 1024
 SEGMENT_TARGET_BYTES = 64 * 1024 * 1024
 SEGMENT_SUFFIX = ".wal"
+RECORD_ASSOCIATED_DATA = b"sessionstore/wal-record"
 
 
 # (segment path, offset, payload): plain tuples, since boot makes hundreds of thousands
@@ -54,13 +57,15 @@ class WalCorruption(Exception):
         self.salvaged = salvaged
 
 
-def encode_record(payload: list[Any]) -> bytes:
-    body = cbor2.dumps(payload)
+def encode_record(payload: list[Any], sealer: Sealer = PLAINTEXT) -> bytes:
+    body = sealer.seal(cbor2.dumps(payload), RECORD_ASSOCIATED_DATA)
     length = struct.pack("<I", len(body))
     return RECORD_MAGIC + struct.pack("<Q", xxhash.xxh3_64_intdigest(length + body)) + length + body
 
 
-def _record_at(data: bytes | memoryview, offset: int) -> tuple[list[Any], int] | None:
+def _record_at(
+    data: bytes | memoryview, offset: int, sealer: Sealer
+) -> tuple[list[Any], int] | None:
     """The record at offset and the offset after it, or None when it is not valid."""
     start = offset + RECORD_HEAD.size
     if start > len(data):
@@ -72,18 +77,21 @@ def _record_at(data: bytes | memoryview, offset: int) -> tuple[list[Any], int] |
     if xxhash.xxh3_64_intdigest(data[offset + LENGTH_OFFSET : end]) != checksum:
         return None
     try:
-        payload = cbor2.loads(data[start:end])
-    except (cbor2.CBORDecodeError, ValueError):
+        body = data[start:end]
+        if sealer.encrypted:
+            body = sealer.open(bytes(body), RECORD_ASSOCIATED_DATA)
+        payload = cbor2.loads(body)
+    except (cbor2.CBORDecodeError, ValueError, SealError):
         return None
     if not isinstance(payload, list) or not payload:
         return None
     return payload, end
 
 
-def _valid_record_after(data: bytes, offset: int) -> int | None:
+def _valid_record_after(data: bytes, offset: int, sealer: Sealer) -> int | None:
     probe = data.find(RECORD_MAGIC, offset + 1)
     while probe >= 0:
-        if _record_at(data, probe) is not None:
+        if _record_at(data, probe, sealer) is not None:
             return probe
         probe = data.find(RECORD_MAGIC, probe + 1)
     return None
@@ -97,17 +105,17 @@ class SegmentScan:
     valid_after_bad: int | None
 
 
-def scan_segment(data: bytes) -> SegmentScan:
+def scan_segment(data: bytes, sealer: Sealer = PLAINTEXT) -> SegmentScan:
     if not data.startswith(SEGMENT_HEADER):
-        after = _valid_record_after(data, -1) if data else None
+        after = _valid_record_after(data, -1, sealer) if data else None
         return SegmentScan([], 0, 0, after)
     records: list[tuple[int, list[Any]]] = []
     offset = len(SEGMENT_HEADER)
     view = memoryview(data)
     while offset < len(data):
-        found = _record_at(view, offset)
+        found = _record_at(view, offset, sealer)
         if found is None:
-            return SegmentScan(records, offset, offset, _valid_record_after(data, offset))
+            return SegmentScan(records, offset, offset, _valid_record_after(data, offset, sealer))
         payload, end = found
         records.append((offset, payload))
         offset = end
@@ -127,9 +135,10 @@ class TailRepair:
 
 
 class WriteAheadLog:
-    def __init__(self, fs: FileSystem, directory: str) -> None:
+    def __init__(self, fs: FileSystem, directory: str, sealer: Sealer) -> None:
         self.fs = fs
         self.directory = directory
+        self.sealer = sealer
         self._fd: int | None = None
         self._segment_path = ""
         self._segment_bytes = 0
@@ -150,7 +159,7 @@ class WriteAheadLog:
         for position, name in enumerate(names):
             path = self._path(name)
             data = self.fs.read_file(path, 1 << 40)
-            scan = scan_segment(data)
+            scan = scan_segment(data, self.sealer)
             records.extend([(path, offset, payload) for offset, payload in scan.records])
             if scan.bad_offset is None:
                 continue
@@ -195,7 +204,7 @@ class WriteAheadLog:
                 probe = data.find(RECORD_MAGIC, offset)
                 if probe < 0:
                     break
-                found = _record_at(data, probe)
+                found = _record_at(data, probe, self.sealer)
                 if found is None:
                     offset = probe + 1
                     continue
@@ -232,7 +241,7 @@ class WriteAheadLog:
     def append(self, payloads: list[list[Any]]) -> None:
         """Write records to the OS; durable only after sync()."""
         assert self._fd is not None, "WAL not open"
-        data = b"".join(encode_record(p) for p in payloads)
+        data = b"".join(encode_record(p, self.sealer) for p in payloads)
         try:
             self.fs.write(self._fd, data)
         except OSError:
@@ -279,7 +288,8 @@ class WriteAheadLog:
                 self.fs.unlink(temp)
             fd = self.fs.create_exclusive(temp)
             try:
-                self.fs.write(fd, SEGMENT_HEADER + b"".join(encode_record(p) for p in history))
+                records = b"".join(encode_record(p, self.sealer) for p in history)
+                self.fs.write(fd, SEGMENT_HEADER + records)
                 self.fs.fsync(fd)  # the compacted history is whole before the old log goes
             finally:
                 self.fs.close(fd)

@@ -1,0 +1,170 @@
+# Theory of operation: encryption at rest
+#
+# With a key, every byte the store keeps about a session is sealed with
+# AES-256-GCM (the `cryptography` package; nothing here is a primitive of our
+# own):
+#
+#     SEAL_MAGIC (8 bytes) | key id (8 bytes) | nonce (12 random bytes)
+#     | ciphertext + 16-byte tag
+#
+# - Documents (snapshots, checkpoints, the lease): the whole self-checking
+#   document file (files.py) is the plaintext; the associated data is the file
+#   name, and the name is a keyed hash of (kind, id), so a sealed file moved or
+#   copied to another id fails to open. Inside, the header's kind and id must
+#   hash to that same name.
+# - WAL records and index checkpoints carry ids and digests: each record's
+#   payload and each checkpoint's payload is sealed the same way, so neither
+#   file names nor the log nor the checkpoints reveal an id.
+# - The key id is a keyed fingerprint of the key (HMAC-SHA256, first 8 bytes).
+#   It is in every envelope and in the FORMAT file, so the store can refuse a
+#   missing or wrong key in one line before it reads anything else.
+#
+# A Sealer seals with one key (or none: a plaintext store) and opens with any
+# of a set, which is how a key rotation (rekey.py) reads both generations.
+# Plaintext found where a sealed envelope is expected is refused, never served.
+from __future__ import annotations
+
+import binascii
+import hashlib
+import hmac
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+KEY_BYTES = 32
+KEY_ID_BYTES = 8
+NONCE_BYTES = 12
+TAG_BYTES = 16
+SEAL_MAGIC = b"SSEAL\x00\x01\n"
+ENVELOPE_HEAD_BYTES = len(SEAL_MAGIC) + KEY_ID_BYTES + NONCE_BYTES
+NAME_HASH_HEX_CHARS = 40  # 160 bits of HMAC-SHA256: names never collide in practice
+
+
+class KeyFileError(Exception):
+    """A key file that cannot be used; the message is one line naming the file."""
+
+
+class SealError(Exception):
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(reason)
+        self.offset = offset
+        self.reason = reason
+
+
+def _derive(material: bytes, purpose: bytes) -> bytes:
+    return hmac.new(material, b"sessionstore/" + purpose, hashlib.sha256).digest()
+
+
+@dataclass(frozen=True)
+class Key:
+    material: bytes = field(repr=False)
+    key_id: bytes
+    name_key: bytes = field(repr=False)
+
+    @classmethod
+    def from_material(cls, material: bytes) -> Key:
+        if len(material) != KEY_BYTES:
+            raise ValueError(f"a key is {KEY_BYTES} bytes, not {len(material)}")
+        key_id = _derive(material, b"key-id")[:KEY_ID_BYTES]
+        return cls(material, key_id, _derive(material, b"names"))
+
+    @property
+    def key_id_hex(self) -> str:
+        return self.key_id.hex()
+
+
+def parse_key(data: bytes, source: str) -> Key:
+    """32 raw bytes, or 64 hex digits (surrounding whitespace allowed)."""
+    if len(data) == KEY_BYTES:
+        return Key.from_material(data)
+    text = data.strip()
+    if len(text) == 2 * KEY_BYTES:
+        try:
+            return Key.from_material(binascii.unhexlify(text))
+        except binascii.Error:
+            pass
+    raise KeyFileError(
+        f"{source}: a key must be {KEY_BYTES} raw bytes or {2 * KEY_BYTES} hex digits"
+    )
+
+
+class Sealer:
+    def __init__(
+        self,
+        seal_with: Key | None,
+        also_open: Iterable[Key] = (),
+        *,
+        accept_plaintext: bool | None = None,
+    ) -> None:
+        self.seal_with = seal_with
+        self._aeads: dict[bytes, AESGCM] = {}
+        self._naming: list[Key | None] = [seal_with]
+        for key in ([seal_with] if seal_with else []) + list(also_open):
+            self._aeads[key.key_id] = AESGCM(key.material)
+            if key not in self._naming:
+                self._naming.append(key)
+        self.accept_plaintext = seal_with is None if accept_plaintext is None else accept_plaintext
+        if self.accept_plaintext and None not in self._naming:
+            self._naming.append(None)
+
+    @property
+    def encrypted(self) -> bool:
+        return self.seal_with is not None
+
+    @property
+    def key_id_hex(self) -> str | None:
+        return self.seal_with.key_id_hex if self.seal_with else None
+
+    def seal(self, plaintext: bytes, associated: bytes) -> bytes:
+        key = self.seal_with
+        if key is None:
+            return plaintext
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        sealed = self._aeads[key.key_id].encrypt(nonce, plaintext, associated)
+        return SEAL_MAGIC + key.key_id + nonce + sealed
+
+    def open(self, data: bytes, associated: bytes) -> bytes:
+        """The plaintext, or SealError naming the offset and the reason."""
+        if not data.startswith(SEAL_MAGIC):
+            if self.accept_plaintext:
+                return data
+            raise SealError(0, "plaintext in an encrypted store (not sealed with its key)")
+        if len(data) < ENVELOPE_HEAD_BYTES + TAG_BYTES:
+            raise SealError(len(data), "sealed envelope shorter than its header and tag")
+        key_id = data[len(SEAL_MAGIC) : len(SEAL_MAGIC) + KEY_ID_BYTES]
+        aead = self._aeads.get(key_id)
+        if aead is None:
+            have = self.key_id_hex or "none: the store is not encrypted"
+            reason = f"sealed with another key (key id {key_id.hex()}; this key: {have})"
+            raise SealError(len(SEAL_MAGIC), reason)
+        nonce = data[len(SEAL_MAGIC) + KEY_ID_BYTES : ENVELOPE_HEAD_BYTES]
+        try:
+            return aead.decrypt(nonce, data[ENVELOPE_HEAD_BYTES:], associated)
+        except InvalidTag:
+            raise SealError(
+                ENVELOPE_HEAD_BYTES,
+                "sealed data does not authenticate (tampered, or moved from another name)",
+            ) from None
+
+    def is_sealed_with_current(self, data: bytes) -> bool:
+        if self.seal_with is None:
+            return not data.startswith(SEAL_MAGIC)
+        head = len(SEAL_MAGIC)
+        return data.startswith(SEAL_MAGIC) and data[head : head + KEY_ID_BYTES] == (
+            self.seal_with.key_id
+        )
+
+    def naming_keys(self) -> list[Key | None]:
+        """Keys whose naming a file may use: the sealing key's first, then the others."""
+        return list(self._naming)
+
+
+def keyed_name_stem(key: Key, kind: str, doc_id: str) -> str:
+    mac = hmac.new(key.name_key, f"{kind}\0{doc_id}".encode(), hashlib.sha256)
+    return "k" + mac.hexdigest()[:NAME_HASH_HEX_CHARS]
+
+
+PLAINTEXT = Sealer(None)
