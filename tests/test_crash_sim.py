@@ -17,6 +17,7 @@ import pytest
 
 from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical
 from sessionstored.storage.mutations import LEASE, LEASE_ID, Mutation, Put, Remove, Rewrite
+from sessionstored.storage.sealing import Key
 from sessionstored.storage.store import Store
 
 from .simfs import SimulatedCrash
@@ -30,6 +31,8 @@ from .storage_helpers import (
     remove,
     snapshot_of,
 )
+
+SEALING_KEY = Key.from_material(b"\x5a" * 32)
 
 WORKLOAD: list[list[Mutation]] = [
     [put("a", 1), put("b", 1), put("c", "x" * 5000)],
@@ -88,9 +91,9 @@ def _check_recovered(
         assert recovered.get(doc_id) in allowed, (doc_id, recovered.get(doc_id), allowed)
 
 
-def _recover_cleanly(fs: Any) -> Store:
+def _recover_cleanly(fs: Any, key: Key | None = None) -> Store:
     """A crash, even power loss, must never look like corruption."""
-    store = Store(fs, ROOT)
+    store = Store(fs, ROOT, key=key)
     report = store.open()
     assert report.wal_corruption is None, report.wal_corruption
     assert not report.rebuilt_from_files and not report.checkpoint_problems
@@ -242,16 +245,19 @@ def _all_documents(store: Store) -> dict[tuple[str, str], bytes]:
     return out
 
 
+@pytest.mark.parametrize("sealing_key", [None, SEALING_KEY], ids=["plaintext", "sealed"])
 @pytest.mark.parametrize("keep_unsynced", [False, True], ids=["power-loss", "process-kill"])
-def test_crash_at_every_step_with_rewrites_leases_and_compaction(keep_unsynced: bool) -> None:
+def test_crash_at_every_step_with_rewrites_leases_and_compaction(
+    keep_unsynced: bool, sealing_key: Key | None
+) -> None:
     probe_fs = new_fs()
-    probe = open_store(probe_fs)
+    probe = open_store(probe_fs, key=sealing_key)
     before = probe_fs.steps
     final_seq = _run_with_compaction(probe, {}, {})
     total = probe_fs.steps - before
     for step in range(total + 1):
         fs = new_fs()
-        store = open_store(fs)
+        store = open_store(fs, key=sealing_key)
         model: dict[tuple[str, str], Any] = {}
         inflight: dict[tuple[str, str], list[Any]] = {}
         fs.arm(step)
@@ -261,7 +267,7 @@ def test_crash_at_every_step_with_rewrites_leases_and_compaction(keep_unsynced: 
         except SimulatedCrash:
             acked_seq = store.seq
         fs.crash(keep_unsynced=keep_unsynced)
-        recovered = _recover_cleanly(fs)
+        recovered = _recover_cleanly(fs, sealing_key)
         assert_clean(recovered)
         assert recovered.seq >= acked_seq
         documents = _all_documents(recovered)
@@ -277,7 +283,7 @@ def test_crash_at_every_step_with_rewrites_leases_and_compaction(keep_unsynced: 
         first = (recovered.seq, documents)
         recovered.close()
         fs.crash(keep_unsynced=False)
-        again = open_store(fs)
+        again = open_store(fs, key=sealing_key)
         assert (again.seq, _all_documents(again)) == first, (
             f"second recovery differs at step {step}"
         )

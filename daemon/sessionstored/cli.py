@@ -12,10 +12,13 @@ import trio
 
 from .config import Config, ConfigError, build_config
 from .failpoints import Failpoints
+from .keyfile import key_path, read_key_file
 from .notify import notify
+from .rekey_command import rekey_main
 from .server import Server, StartupError, open_listener
 from .storage.fs import RealFileSystem
 from .storage.recovery import StoreFormatError
+from .storage.sealing import Key, KeyFileError
 from .storage.store import Store, StoreLocked
 
 log = logging.getLogger("sessionstored")
@@ -86,6 +89,13 @@ def _start_timeout_extended() -> Iterator[None]:
 def run(config: Config) -> int:
     _setup_logging(config.log_level)
     _raise_open_files_limit()
+    key: Key | None = None
+    source = key_path(config.key_file, os.environ)
+    if source is not None:
+        try:
+            key = read_key_file(source)
+        except KeyFileError as error:
+            return _fail(str(error), EXIT_BAD_CONFIG)
     try:
         os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
     except OSError as error:
@@ -99,6 +109,7 @@ def run(config: Config) -> int:
         checkpoint_every=config.checkpoint_every,
         read_cache_bytes=config.read_cache_bytes,
         failpoint=failpoints.hit,
+        key=key,
     )
     notify(f"STATUS=recovering {config.state_dir}")
     try:
@@ -109,6 +120,13 @@ def run(config: Config) -> int:
     except OSError as error:
         return _fail(f"cannot open store in {config.state_dir}: {error}", EXIT_CANNOT_START)
     log.info("recovered %s: %s", config.state_dir, report.summary())
+    if store.sealer.seal_with is not None:
+        log.info("documents are sealed with key id %s", store.sealer.key_id_hex)
+        if key is not None and store.sealer.key_id_hex != key.key_id_hex:
+            log.warning(
+                "a key rotation finished with the old key: from now on start with key id %s",
+                store.sealer.key_id_hex,
+            )
 
     async def serve() -> int:
         try:
@@ -124,9 +142,12 @@ def run(config: Config) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["rekey"]:
+        return rekey_main(arguments[1:])
     try:
         config = build_config(
-            sys.argv[1:] if argv is None else argv,
+            arguments,
             os.environ,
             pid=os.getpid(),
             uid=os.getuid(),

@@ -40,6 +40,7 @@ class Config:
     access: AccessPolicy
     max_connections: int
     request_timeout_s: float
+    key_file: str | None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--socket", help="Unix socket path to listen on")
     parser.add_argument("--socket-mode", default="0660", help="octal mode of the socket (0660)")
     parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    parser.add_argument(
+        "--key-file",
+        help="seal the store with this key: 32 raw bytes or 64 hex digits "
+        "(else SESSIONSTORED_KEY_FILE, else the systemd credential sessionstored.key)",
+    )
     parser.add_argument(
         "--max-request-bytes",
         type=int,
@@ -199,4 +205,5 @@ def build_config(
         ),
         max_connections=args.max_connections,
         request_timeout_s=args.request_timeout_seconds,
+        key_file=args.key_file,
     )

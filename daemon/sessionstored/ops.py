@@ -279,7 +279,7 @@ class Ops:
                     "aggregate_cas": True,
                     "append_only_event_log": True,
                     "lease_fencing": True,
-                    "encrypted_at_rest": False,
+                    "encrypted_at_rest": self.store.encrypted,
                     "watch": True,
                 },
                 limits={

@@ -1,0 +1,89 @@
+# `sessionstored rekey`: rotate the store's encryption key offline (the daemon
+# must be stopped: the store's lock says so otherwise). Without --old-key-file
+# it seals a plaintext store; without --new-key-file it unseals one. A run that
+# is interrupted is finished by the next rekey with the same new key, or by the
+# daemon's next start with either key.
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from .config import resolve_state_dir
+from .keyfile import read_key_file
+from .storage.fs import RealFileSystem
+from .storage.metadata import REKEY_FILE, RekeyBridge, StoreFormatError
+from .storage.rekey import begin_rekey
+from .storage.sealing import Key, KeyFileError
+from .storage.store import Store, StoreLocked
+
+EXIT_BAD_USAGE = 2
+EXIT_FAILED = 1
+MAX_REKEY_FILE_BYTES = 64 * 1024
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sessionstored rekey",
+        description="Reseal every document of a stopped store under a new key, crash-safely.",
+    )
+    parser.add_argument("--state-dir", help="where the store lives")
+    parser.add_argument("--old-key-file", help="the key the store is sealed with (none: plaintext)")
+    parser.add_argument("--new-key-file", help="the key to seal it with (none: unseal it)")
+    return parser
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"sessionstored rekey: {message}", file=sys.stderr)
+    return code
+
+
+def _pending_bridge(state_dir: str) -> RekeyBridge | None:
+    path = os.path.join(state_dir, REKEY_FILE)
+    try:
+        with open(path, "rb") as handle:
+            return RekeyBridge.decode(path, handle.read(MAX_REKEY_FILE_BYTES))
+    except FileNotFoundError:
+        return None
+
+
+def rekey_main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(list(argv))
+    state_dir = resolve_state_dir(args.state_dir, os.environ)
+    if not args.old_key_file and not args.new_key_file:
+        return _fail("give --old-key-file, --new-key-file, or both", EXIT_BAD_USAGE)
+    try:
+        old = read_key_file(args.old_key_file) if args.old_key_file else None
+        new = read_key_file(args.new_key_file) if args.new_key_file else None
+    except KeyFileError as error:
+        return _fail(str(error), EXIT_BAD_USAGE)
+    new_id = new.key_id_hex if new else None
+    if old is not None and new is not None and old.key_id == new.key_id:
+        return _fail("the old and the new key are the same key", EXIT_BAD_USAGE)
+    try:
+        pending = _pending_bridge(state_dir)
+        if pending is not None and pending.to_id != new_id:
+            return _fail(
+                f"an unfinished rotation {pending.describe()} is in the way; rerun it with "
+                "that new key first",
+                EXIT_FAILED,
+            )
+        opener: Key | None = new if pending is not None and new is not None else old
+        store = Store(RealFileSystem(), state_dir, key=opener)
+        report = store.open()
+        try:
+            if pending is None:
+                done = f"resealed {begin_rekey(store, new).resealed} documents"
+            else:
+                done = f"finished the rotation ({report.rekey_finished})"
+        finally:
+            store.close()
+    except (StoreLocked, StoreFormatError) as error:
+        return _fail(str(error), EXIT_FAILED)
+    except OSError as error:
+        return _fail(f"{state_dir}: {error}", EXIT_FAILED)
+    old_name = f"key id {old.key_id_hex}" if old else "plaintext"
+    new_name = f"key id {new_id}" if new else "plaintext"
+    print(f"sessionstored rekey: {state_dir}: {old_name} -> {new_name}: {done}")
+    return 0
