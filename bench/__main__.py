@@ -1,5 +1,6 @@
-# `make bench` (python -m bench): this daemon, SQLite (WAL, synchronous=FULL)
-# and the naive upstream algorithm on the same bytes, in one run on one disk.
+# `make bench` (python -m bench): this daemon (plain, and sealed with a key),
+# SQLite (WAL, synchronous=FULL) and the naive upstream algorithm on the same
+# bytes, in one run on one disk.
 # Prints a table and writes bench/results/latest.json. `--quick` is the short
 # run that the README's foundation figures come from.
 from __future__ import annotations
@@ -102,9 +103,11 @@ class Daemon:
         self.log.close()
 
 
-def bench_daemon(workdir: Path, args: argparse.Namespace) -> list[Row]:
+def bench_daemon(
+    workdir: Path, args: argparse.Namespace, name: str = "sessionstored", *extra: str
+) -> list[Row]:
     rows = []
-    daemon = Daemon(workdir)
+    daemon = Daemon(workdir, *extra)
     try:
         for size in args.sizes:
             for clients in args.clients:
@@ -114,7 +117,7 @@ def bench_daemon(workdir: Path, args: argparse.Namespace) -> list[Row]:
                     )
                     for r in range(args.repeats)
                 ]
-                rows.append(_row("sessionstored save", clients, size, samples))
+                rows.append(_row(f"{name} save", clients, size, samples))
                 print(_format(rows[-1]), flush=True)
         samples = [
             run_clients(
@@ -127,7 +130,7 @@ def bench_daemon(workdir: Path, args: argparse.Namespace) -> list[Row]:
             )
             for _ in range(args.repeats)
         ]
-        rows.append(_row("sessionstored load", args.load_clients, 4 * KIB, samples))
+        rows.append(_row(f"{name} load", args.load_clients, 4 * KIB, samples))
         rows[-1].extra["rss_kib_after"] = daemon.rss_kib()
         print(_format(rows[-1]), flush=True)
     finally:
@@ -244,6 +247,11 @@ def main() -> None:
         daemon_dir = base / "daemon"
         daemon_dir.mkdir()
         rows += bench_daemon(daemon_dir, args)
+        sealed_dir = base / "sealed"
+        sealed_dir.mkdir()
+        key_file = sealed_dir / "bench.key"
+        key_file.write_bytes(os.urandom(32))
+        rows += bench_daemon(sealed_dir, args, "sessionstored+key", "--key-file", str(key_file))
 
         sqlite_dir = base / "sqlite"
         sqlite_dir.mkdir()
