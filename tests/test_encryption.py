@@ -252,3 +252,29 @@ def test_a_crashed_rekey_refuses_a_third_key_in_one_line() -> None:
         with pytest.raises(StoreFormatError, match=r"key rotation .* is unfinished") as error:
             _open(fs, key)
         assert "\n" not in str(error.value)
+
+
+def test_finishing_a_rotation_survives_a_crash_at_every_step_of_its_own() -> None:
+    fs, expected = _rekey_setup()
+    store = _open(fs, KEY_A)
+    fs.arm(_rekey_steps() // 3)
+    with contextlib.suppress(SimulatedCrash):
+        begin_rekey(store, KEY_B)
+    fs.crash(keep_unsynced=False)
+    assert fs.exists(f"{ROOT}/{REKEY_FILE}")
+    attempts = 0
+    while True:
+        fs.arm(attempts)
+        try:
+            finished = _open(fs, KEY_B if attempts % 2 else KEY_A)
+        except SimulatedCrash:
+            fs.crash(keep_unsynced=False)
+            attempts += 1
+            continue
+        break
+    assert attempts > 20
+    assert (finished.seq, _documents(finished)) == expected
+    assert_clean(finished)
+    finished.close()
+    fs.crash(keep_unsynced=False)
+    assert (_open(fs, KEY_B).seq, not fs.exists(f"{ROOT}/{REKEY_FILE}")) == (expected[0], True)
