@@ -85,6 +85,10 @@ def test_a_sealed_store_keeps_nothing_readable_and_needs_its_key(daemon: DaemonP
     daemon.start("--key-file", str(key_a))
     with daemon.client() as client:
         assert client.hello()["capabilities"]["encrypted_at_rest"] is True
+        assert (
+            client.stats()["sealed_with_key_id"]
+            == (daemon.state_dir / "FORMAT").read_text().split("key-id ")[1].strip()
+        )
     expected = _fill(daemon)
     assert daemon.stop() == 0
     assert _plaintext_on_disk(daemon.state_dir) == []
@@ -113,6 +117,7 @@ def test_a_sealed_store_keeps_nothing_readable_and_needs_its_key(daemon: DaemonP
 def test_a_plaintext_store_says_so(running: DaemonProcess) -> None:
     with running.client() as client:
         assert client.hello()["capabilities"]["encrypted_at_rest"] is False
+        assert client.stats()["sealed_with_key_id"] is None
 
 
 def _new_doc_file(docs: Path, before: set[str]) -> Path:

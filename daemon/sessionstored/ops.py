@@ -549,6 +549,7 @@ class Ops:
                 history_oldest_seq=self.store.history.oldest_seq(),
                 watchers=self.broadcaster.watchers,
                 lease_epoch=(self.store.lease or {}).get("epoch"),
+                sealed_with_key_id=self.store.sealer.key_id_hex,
                 **self.stats_extra(),
             )
 
