@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench fuzz clean
+.PHONY: run test test-systemd lint bench fuzz clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found (Python 3.11+ is required)" >&2; exit 1; }
@@ -23,6 +23,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# boots a Debian VM under qemu (software emulation; root, debootstrap, qemu): see vm/
+test-systemd: $(STAMP)
+	$(BIN)/python -m pytest -q --timeout 2400 vm/test_vm_systemd.py $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
