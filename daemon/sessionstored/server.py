@@ -161,9 +161,7 @@ class Server:
                 accept_scope = trio.CancelScope()
                 connections.start_soon(self._accept, listener, connections, accept_scope)
                 where = socket_path or "the socket passed by systemd"
-                notify(
-                    "READY=1", f"STATUS=serving {self.store.session_count()} sessions on {where}"
-                )
+                notify("READY=1", f"STATUS=serving on {where}; recovered to seq {self.store.seq}")
                 log.info("serving on %s", where)
                 await self._stop.wait()
                 notify("STOPPING=1", "STATUS=stopping")
