@@ -24,6 +24,7 @@ from sessionstore.client import Client
 
 from . import anchors
 from .load import Sample, run_clients, run_in_processes
+from .sealing_cost import sealing_cost
 from .workload import snapshot_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -243,6 +244,13 @@ def main() -> None:
         )
         for row in rows:
             print(_format(row), flush=True)
+        sealing = {f"{kib}KiB": sealing_cost(kib * KIB) for kib in (4, 64)}
+        for size, cost in sealing.items():
+            print(
+                f"cpu: sealing one {size} document: "
+                + ", ".join(f"{name} {micros:.1f} us" for name, micros in cost.items()),
+                flush=True,
+            )
 
         daemon_dir = base / "daemon"
         daemon_dir.mkdir()
@@ -312,6 +320,7 @@ def main() -> None:
         },
         "rows": [row.__dict__ for row in rows],
         "soak": soak,
+        "sealing_cpu_us": sealing,
     }
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2))
     print(f"bench: wrote {RESULTS / 'latest.json'}")

@@ -181,6 +181,8 @@ def test_rekey_between_runs_of_the_daemon(daemon: DaemonProcess) -> None:
     rotated = _rekey(daemon.state_dir, "--old-key-file", str(key_a), "--new-key-file", str(key_b))
     assert rotated.returncode == 0, rotated.stderr
     assert "resealed 4 documents" in rotated.stdout
+    again = _rekey(daemon.state_dir, "--old-key-file", str(key_a), "--new-key-file", str(key_b))
+    assert again.returncode == 0 and "nothing to do" in again.stdout, again.stderr
     code, line = _refusal(daemon, "--key-file", str(key_a))
     assert code == 1 and "wrong key" in line
     daemon.start("--key-file", str(key_b))

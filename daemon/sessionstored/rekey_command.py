@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from .config import resolve_state_dir
 from .keyfile import read_key_file
 from .storage.fs import RealFileSystem
-from .storage.metadata import REKEY_FILE, RekeyBridge, StoreFormatError
+from .storage.metadata import (
+    FORMAT_FILE,
+    REKEY_FILE,
+    RekeyBridge,
+    StoreFormatError,
+    parse_format,
+)
 from .storage.rekey import begin_rekey
 from .storage.sealing import Key, KeyFileError
 from .storage.store import Store, StoreLocked
@@ -37,6 +43,16 @@ def _parser() -> argparse.ArgumentParser:
 def _fail(message: str, code: int) -> int:
     print(f"sessionstored rekey: {message}", file=sys.stderr)
     return code
+
+
+def _sealed_with(state_dir: str) -> tuple[bool, str | None]:
+    """(whether the store exists, the key id it is sealed with)."""
+    path = os.path.join(state_dir, FORMAT_FILE)
+    try:
+        with open(path, "rb") as handle:
+            return True, parse_format(path, handle.read(MAX_REKEY_FILE_BYTES))
+    except FileNotFoundError:
+        return False, None
 
 
 def _pending_bridge(state_dir: str) -> RekeyBridge | None:
@@ -63,6 +79,12 @@ def rekey_main(argv: Sequence[str]) -> int:
         return _fail("the old and the new key are the same key", EXIT_BAD_USAGE)
     try:
         pending = _pending_bridge(state_dir)
+        exists, sealed_with = _sealed_with(state_dir)
+        if pending is None and exists and sealed_with == new_id:
+            print(
+                f"sessionstored rekey: {state_dir}: already sealed with the new key; nothing to do"
+            )
+            return 0
         if pending is not None and pending.to_id != new_id:
             return _fail(
                 f"an unfinished rotation {pending.describe()} is in the way; rerun it with "
