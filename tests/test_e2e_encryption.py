@@ -103,6 +103,10 @@ def test_a_sealed_store_keeps_nothing_readable_and_needs_its_key(daemon: DaemonP
     assert code == 2 and "32 raw bytes or 64 hex digits" in line
     code, line = _refusal(daemon, "--key-file", str(daemon.workdir / "missing.key"))
     assert code == 2 and "cannot read key file" in line
+    none = daemon.workdir / "none.key"
+    none.write_text("none")  # only the systemd credential may say "no key"
+    code, line = _refusal(daemon, "--key-file", str(none))
+    assert code == 2 and "32 raw bytes or 64 hex digits" in line
 
     daemon.start(env={"SESSIONSTORED_KEY_FILE": str(key_a)})
     assert _observed(daemon) == expected
@@ -114,8 +118,13 @@ def test_a_sealed_store_keeps_nothing_readable_and_needs_its_key(daemon: DaemonP
     assert _observed(daemon) == expected
 
 
-def test_a_plaintext_store_says_so(running: DaemonProcess) -> None:
-    with running.client() as client:
+def test_a_plaintext_store_says_so(daemon: DaemonProcess) -> None:
+    # the shipped unit's fallback credential when /etc/credstore has no key
+    credentials = daemon.workdir / "credentials"
+    credentials.mkdir()
+    (credentials / "sessionstored.key").write_text("none\n")
+    daemon.start(env={"CREDENTIALS_DIRECTORY": str(credentials)})
+    with daemon.client() as client:
         assert client.hello()["capabilities"]["encrypted_at_rest"] is False
         assert client.stats()["sealed_with_key_id"] is None
 

@@ -99,14 +99,13 @@ def test_the_vm_ran_the_whole_scenario(vm: dict[str, str]) -> None:
     assert vm["verify_units"] == "0"
 
 
-def test_a_missing_key_credential_fails_the_unit_so_the_key_lives_in_a_drop_in(
+def test_the_key_credential_in_the_unit_is_harmless_without_a_key_file(
     vm: dict[str, str],
 ) -> None:
-    # systemd 252 (Debian 12): LoadCredential= naming a missing file fails the start
-    # with 243/CREDENTIALS, so a plaintext install must not carry it in the main unit.
-    assert vm["missing_key_start_rc"] != "0"
-    assert vm["missing_key_result"] == "exit-code"
-    assert vm["missing_key_exec_status"] == "243"
+    # LoadCredential= alone would fail the start with 243/CREDENTIALS on systemd 252;
+    # SetCredential=sessionstored.key:none is its fallback, read by the daemon as no key.
+    assert vm["no_key_start_rc"] == "0"
+    assert _json(vm, "no_key_hello")["encrypted_at_rest"] is False
 
 
 def test_socket_activation_starts_the_daemon_on_the_first_client(vm: dict[str, str]) -> None:
@@ -119,8 +118,7 @@ def test_socket_activation_starts_the_daemon_on_the_first_client(vm: dict[str, s
 def test_kill_9_is_restarted_by_systemd_and_recovery_keeps_the_data(vm: dict[str, str]) -> None:
     assert vm["restarted_after_kill"] == "yes"
     assert vm["restarts_added_by_kill"] == "1"
-    assert int(vm["recoveries_logged"]) >= 2
-    assert int(vm["recovered_at_info_priority"]) >= 2
+    assert vm["recoveries_added_by_kill"] == "1"  # logged at info priority
     assert _json(vm, "check_after_kill") == {"checked": 20, "wrong": [], "problems": []}
 
 
@@ -142,3 +140,9 @@ def test_the_key_comes_from_a_credential_and_nothing_is_left_readable(
     assert vm["plaintext_files_in_state"] == "0"
     assert vm["state_owner"] == "sessionstore"
     assert vm["stop_result"] == "success"
+
+
+def test_a_sealed_store_without_its_key_file_refuses_to_start(vm: dict[str, str]) -> None:
+    assert vm["keyless_start_rc"] != "0"
+    assert int(vm["keyless_refusals_logged"]) >= 1
+    assert _json(vm, "key_back_check") == {"checked": 20, "wrong": [], "problems": []}

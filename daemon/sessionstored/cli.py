@@ -12,13 +12,13 @@ import trio
 
 from .config import Config, ConfigError, build_config
 from .failpoints import Failpoints
-from .keyfile import key_path, read_key_file
+from .keyfile import load_key
 from .notify import notify
 from .rekey_command import rekey_main
 from .server import Server, StartupError, open_listener
 from .storage.fs import RealFileSystem
 from .storage.recovery import StoreFormatError
-from .storage.sealing import Key, KeyFileError
+from .storage.sealing import KeyFileError
 from .storage.store import Store, StoreLocked
 
 log = logging.getLogger("sessionstored")
@@ -89,13 +89,10 @@ def _start_timeout_extended() -> Iterator[None]:
 def run(config: Config) -> int:
     _setup_logging(config.log_level)
     _raise_open_files_limit()
-    key: Key | None = None
-    source = key_path(config.key_file, os.environ)
-    if source is not None:
-        try:
-            key = read_key_file(source)
-        except KeyFileError as error:
-            return _fail(str(error), EXIT_BAD_CONFIG)
+    try:
+        key = load_key(config.key_file, os.environ)
+    except KeyFileError as error:
+        return _fail(str(error), EXIT_BAD_CONFIG)
     try:
         os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
     except OSError as error:
