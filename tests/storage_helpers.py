@@ -47,6 +47,17 @@ def snapshot_of(store: Store) -> dict[str, tuple[int, bytes]]:
     return out
 
 
+def all_documents(store: Store) -> dict[tuple[str, str], bytes]:
+    """Every committed document of every kind: (kind, id) -> body, read back from the files."""
+    out = {}
+    for kind in store.index.kinds():
+        for doc_id, _entry in store.index.items(kind):
+            doc = store.read(kind, doc_id)
+            assert doc is not None
+            out[(kind, doc_id)] = doc.body
+    return out
+
+
 def assert_clean(store: Store) -> None:
     checked, problems = check(store)
     assert problems == [], problems

@@ -23,6 +23,7 @@ from sessionstored.storage.store import Store
 from .simfs import SimulatedCrash
 from .storage_helpers import (
     ROOT,
+    all_documents,
     assert_clean,
     body_for,
     new_fs,
@@ -235,16 +236,6 @@ def _run_with_compaction(
     return store.seq
 
 
-def _all_documents(store: Store) -> dict[tuple[str, str], bytes]:
-    out = {}
-    for kind in store.index.kinds():
-        for doc_id, _entry in store.index.items(kind):
-            doc = store.read(kind, doc_id)
-            assert doc is not None
-            out[(kind, doc_id)] = doc.body
-    return out
-
-
 @pytest.mark.parametrize("sealing_key", [None, SEALING_KEY], ids=["plaintext", "sealed"])
 @pytest.mark.parametrize("keep_unsynced", [False, True], ids=["power-loss", "process-kill"])
 def test_crash_at_every_step_with_rewrites_leases_and_compaction(
@@ -270,7 +261,7 @@ def test_crash_at_every_step_with_rewrites_leases_and_compaction(
         recovered = _recover_cleanly(fs, sealing_key)
         assert_clean(recovered)
         assert recovered.seq >= acked_seq
-        documents = _all_documents(recovered)
+        documents = all_documents(recovered)
         for key in set(model) | set(documents) | set(inflight):
             allowed = inflight.get(key, [model.get(key)])
             assert documents.get(key) in allowed, (step, key)
@@ -284,6 +275,4 @@ def test_crash_at_every_step_with_rewrites_leases_and_compaction(
         recovered.close()
         fs.crash(keep_unsynced=False)
         again = open_store(fs, key=sealing_key)
-        assert (again.seq, _all_documents(again)) == first, (
-            f"second recovery differs at step {step}"
-        )
+        assert (again.seq, all_documents(again)) == first, f"second recovery differs at step {step}"

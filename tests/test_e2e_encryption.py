@@ -39,13 +39,7 @@ def _fill(daemon: DaemonProcess) -> dict[str, Any]:
         lease = client.lease_acquire(SECRET_HOLDER)
         client.compact()
         client.save(snapshot(SECRET_ID, prompt=SECRET + "-v2"), lease=lease)
-        return {
-            "session": client.load(SECRET_ID),
-            "head": client.head(SECRET_ID),
-            "other": client.load("other"),
-            "checkpoint": client.checkpoint_get("loop", SECRET_RUN),
-            "lease_holder": client.lease_get()["holder"],
-        }
+    return _observed(daemon)
 
 
 def _observed(daemon: DaemonProcess) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from sessionstored.storage.sealing import Key, KeyFileError, parse_key
 from sessionstored.storage.store import Store
 
 from .simfs import SimFileSystem, SimulatedCrash
-from .storage_helpers import ROOT, assert_clean, new_fs, put, remove
+from .storage_helpers import ROOT, all_documents, assert_clean, new_fs, put, remove
 
 KEY_A = Key.from_material(bytes(range(32)))
 KEY_B = Key.from_material(bytes(range(100, 132)))
@@ -56,16 +56,6 @@ def _fill(store: Store) -> None:
     store.commit([put(SECRET_ID, SECRET + "-2"), put("third", [SECRET])])
 
 
-def _documents(store: Store) -> dict[tuple[str, str], bytes]:
-    out = {}
-    for kind in store.index.kinds():
-        for doc_id, _entry in store.index.items(kind):
-            doc = store.read(kind, doc_id)
-            assert doc is not None
-            out[(kind, doc_id)] = doc.body
-    return out
-
-
 def _readable_secrets(fs: SimFileSystem) -> list[tuple[str, str]]:
     found = []
     for path, data in fs.all_files().items():
@@ -91,11 +81,11 @@ def test_the_key_round_trips_every_document_across_a_restart() -> None:
     fs = new_fs()
     store = _open(fs, KEY_A)
     _fill(store)
-    before = (store.seq, _documents(store))
+    before = (store.seq, all_documents(store))
     store.close()
     fs.crash(keep_unsynced=False)
     again = _open(fs, KEY_A)
-    assert (again.seq, _documents(again)) == before
+    assert (again.seq, all_documents(again)) == before
     assert again.lease is not None and again.lease["holder"] == SECRET_HOLDER
     assert_clean(again)
 
@@ -172,9 +162,9 @@ def test_rekey_moves_every_document_to_the_new_key(old: Key | None, new: Key | N
     fs = new_fs()
     store = _open(fs, old)
     _fill(store)
-    before = (store.seq, _documents(store))
+    before = (store.seq, all_documents(store))
     begin_rekey(store, new)
-    assert (store.seq, _documents(store)) == before
+    assert (store.seq, all_documents(store)) == before
     store.close()
     fs.crash(keep_unsynced=False)
     if new is not None:
@@ -182,7 +172,7 @@ def test_rekey_moves_every_document_to_the_new_key(old: Key | None, new: Key | N
     with pytest.raises(StoreFormatError):
         _open(fs, old)
     again = _open(fs, new)
-    assert (again.seq, _documents(again)) == before
+    assert (again.seq, all_documents(again)) == before
     assert_clean(again)
 
 
@@ -191,7 +181,7 @@ def _rekey_setup() -> tuple[SimFileSystem, tuple[int, dict[tuple[str, str], byte
     store = _open(fs, KEY_A)
     _fill(store)
     store.commit([remove("other")])
-    state = (store.seq, _documents(store))
+    state = (store.seq, all_documents(store))
     store.close()
     return fs, state
 
@@ -226,7 +216,7 @@ def test_rekey_survives_a_crash_at_every_step(keep_unsynced: bool) -> None:
             begin_rekey(recovered, KEY_B)
         else:
             recovered = _open(fs, KEY_B)
-        assert (recovered.seq, _documents(recovered)) == expected, step
+        assert (recovered.seq, all_documents(recovered)) == expected, step
         assert recovered.lease is not None and recovered.lease["holder"] == SECRET_HOLDER
         assert_clean(recovered)
         recovered.close()
@@ -235,7 +225,7 @@ def test_rekey_survives_a_crash_at_every_step(keep_unsynced: bool) -> None:
         with pytest.raises(StoreFormatError, match="wrong key"):
             _open(fs, KEY_A)
         again = _open(fs, KEY_B)
-        assert (again.seq, _documents(again)) == expected, step
+        assert (again.seq, all_documents(again)) == expected, step
         assert _readable_secrets(fs) == []
         again.close()
 
@@ -273,7 +263,7 @@ def test_finishing_a_rotation_survives_a_crash_at_every_step_of_its_own() -> Non
             continue
         break
     assert attempts > 20
-    assert (finished.seq, _documents(finished)) == expected
+    assert (finished.seq, all_documents(finished)) == expected
     assert_clean(finished)
     finished.close()
     fs.crash(keep_unsynced=False)

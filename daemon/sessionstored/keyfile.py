@@ -16,40 +16,28 @@ NO_KEY_CREDENTIAL = b"none"
 MAX_KEY_FILE_BYTES = 4 * KEY_BYTES
 
 
-def key_path(explicit: str | None, env: Mapping[str, str]) -> str | None:
-    if explicit:
-        return explicit
-    if env.get("SESSIONSTORED_KEY_FILE"):
-        return env["SESSIONSTORED_KEY_FILE"]
-    credentials = env.get("CREDENTIALS_DIRECTORY")
-    if credentials:
-        candidate = os.path.join(credentials, CREDENTIAL_NAME)
-        if os.path.exists(candidate):
-            return candidate
-    return None
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(MAX_KEY_FILE_BYTES + 1)
+    except OSError as error:
+        raise KeyFileError(f"cannot read key file {path}: {error.strerror}") from None
 
 
 def read_key_file(path: str) -> Key:
-    key = read_key_source(path, credential=False)
-    assert key is not None
-    return key
-
-
-def read_key_source(path: str, *, credential: bool) -> Key | None:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_KEY_FILE_BYTES + 1)
-    except OSError as error:
-        raise KeyFileError(f"cannot read key file {path}: {error.strerror}") from None
-    if credential and data.strip() == NO_KEY_CREDENTIAL:
-        return None
-    return parse_key(data, f"key file {path}")
+    return parse_key(_read(path), f"key file {path}")
 
 
 def load_key(explicit: str | None, env: Mapping[str, str]) -> Key | None:
     """The configured key, or None for a plaintext store; KeyFileError in one line."""
-    path = key_path(explicit, env)
-    if path is None:
+    path = explicit or env.get("SESSIONSTORED_KEY_FILE")
+    if path:
+        return read_key_file(path)
+    credentials = env.get("CREDENTIALS_DIRECTORY")
+    credential = os.path.join(credentials, CREDENTIAL_NAME) if credentials else None
+    if credential is None or not os.path.exists(credential):
         return None
-    from_credential = not explicit and not env.get("SESSIONSTORED_KEY_FILE")
-    return read_key_source(path, credential=from_credential)
+    data = _read(credential)
+    if data.strip() == NO_KEY_CREDENTIAL:  # only the credential may say "no key"
+        return None
+    return parse_key(data, f"key file {credential}")

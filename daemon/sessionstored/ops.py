@@ -177,6 +177,13 @@ def _failure(request: Request, outcome: Outcome) -> Response:
     return error_response(request, code, outcome.message or code, **outcome.details)
 
 
+def _rewritten_reply(request: Request) -> Callable[[Outcome], Response]:
+    """The reply to a session Rewrite (update, fork): the new generation's digest and seq."""
+    return lambda outcome: ok_response(
+        request, digest=digest_text(outcome.digest or b""), seq=outcome.seq
+    )
+
+
 class Ops:
     def __init__(
         self,
@@ -402,7 +409,7 @@ class Ops:
         return self._mutation(
             request,
             rewrite,
-            lambda o: ok_response(request, digest=digest_text(o.digest or b""), seq=o.seq),
+            _rewritten_reply(request),
         )
 
     def _fork(self, request: Request) -> Step:
@@ -427,7 +434,7 @@ class Ops:
         return self._mutation(
             request,
             rewrite,
-            lambda o: ok_response(request, digest=digest_text(o.digest or b""), seq=o.seq),
+            _rewritten_reply(request),
         )
 
     # -- checkpoints -------------------------------------------------------------

@@ -13,20 +13,13 @@ from collections.abc import Sequence
 from .config import resolve_state_dir
 from .keyfile import read_key_file
 from .storage.fs import RealFileSystem
-from .storage.metadata import (
-    FORMAT_FILE,
-    REKEY_FILE,
-    RekeyBridge,
-    StoreFormatError,
-    parse_format,
-)
+from .storage.metadata import StoreFormatError, read_metadata
 from .storage.rekey import begin_rekey
 from .storage.sealing import Key, KeyFileError
 from .storage.store import Store, StoreLocked
 
 EXIT_BAD_USAGE = 2
 EXIT_FAILED = 1
-MAX_REKEY_FILE_BYTES = 64 * 1024
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,25 +38,6 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def _sealed_with(state_dir: str) -> tuple[bool, str | None]:
-    """(whether the store exists, the key id it is sealed with)."""
-    path = os.path.join(state_dir, FORMAT_FILE)
-    try:
-        with open(path, "rb") as handle:
-            return True, parse_format(path, handle.read(MAX_REKEY_FILE_BYTES))
-    except FileNotFoundError:
-        return False, None
-
-
-def _pending_bridge(state_dir: str) -> RekeyBridge | None:
-    path = os.path.join(state_dir, REKEY_FILE)
-    try:
-        with open(path, "rb") as handle:
-            return RekeyBridge.decode(path, handle.read(MAX_REKEY_FILE_BYTES))
-    except FileNotFoundError:
-        return None
-
-
 def rekey_main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
     state_dir = resolve_state_dir(args.state_dir, os.environ)
@@ -78,9 +52,10 @@ def rekey_main(argv: Sequence[str]) -> int:
     if old is not None and new is not None and old.key_id == new.key_id:
         return _fail("the old and the new key are the same key", EXIT_BAD_USAGE)
     try:
-        pending = _pending_bridge(state_dir)
-        exists, sealed_with = _sealed_with(state_dir)
-        if pending is None and exists and sealed_with == new_id:
+        fs = RealFileSystem()
+        metadata = read_metadata(fs, state_dir)
+        pending = metadata.bridge
+        if pending is None and metadata.exists and metadata.sealed_with == new_id:
             print(
                 f"sessionstored rekey: {state_dir}: already sealed with the new key; nothing to do"
             )
@@ -92,7 +67,7 @@ def rekey_main(argv: Sequence[str]) -> int:
                 EXIT_FAILED,
             )
         opener: Key | None = new if pending is not None and new is not None else old
-        store = Store(RealFileSystem(), state_dir, key=opener)
+        store = Store(fs, state_dir, key=opener)
         report = store.open()
         try:
             if pending is None:

@@ -78,12 +78,13 @@ class RekeyBridge:
 
     @classmethod
     def between(cls, old: Key | None, new: Key | None) -> RekeyBridge:
-        both = old is not None and new is not None
+        if old is None or new is None:  # nothing to wrap: one side is plaintext
+            return cls(old.key_id_hex if old else None, new.key_id_hex if new else None, None, None)
         return cls(
-            old.key_id_hex if old else None,
-            new.key_id_hex if new else None,
-            Sealer(old).seal(new.material, REKEY_ASSOCIATED_DATA) if both and new else None,
-            Sealer(new).seal(old.material, REKEY_ASSOCIATED_DATA) if both and old else None,
+            old.key_id_hex,
+            new.key_id_hex,
+            Sealer(old).seal(new.material, REKEY_ASSOCIATED_DATA),
+            Sealer(new).seal(old.material, REKEY_ASSOCIATED_DATA),
         )
 
     def encode(self) -> bytes:
@@ -114,23 +115,19 @@ class RekeyBridge:
     def keys(self, given: Key | None, root: str) -> tuple[Key | None, Key | None]:
         """(old, new) recovered from whichever of the two keys was given."""
         given_id = given.key_id_hex if given else None
-        try:
-            if given is not None and given_id == self.from_id:
-                new = None
-                if self.to_key_sealed is not None:
-                    new = Key.from_material(
-                        Sealer(given).open(self.to_key_sealed, REKEY_ASSOCIATED_DATA)
-                    )
-                return given, new
-            if given is not None and given_id == self.to_id:
-                old = None
-                if self.from_key_sealed is not None:
-                    old = Key.from_material(
-                        Sealer(given).open(self.from_key_sealed, REKEY_ASSOCIATED_DATA)
-                    )
-                return old, given
-        except (SealError, ValueError) as error:
-            raise StoreFormatError(f"{root}/{REKEY_FILE}: {error}") from None
+
+        def unwrap(sealed: bytes | None) -> Key | None:
+            if given is None or sealed is None:
+                return None
+            try:
+                return Key.from_material(Sealer(given).open(sealed, REKEY_ASSOCIATED_DATA))
+            except (SealError, ValueError) as error:
+                raise StoreFormatError(f"{root}/{REKEY_FILE}: {error}") from None
+
+        if given is not None and given_id == self.from_id:
+            return given, unwrap(self.to_key_sealed)
+        if given is not None and given_id == self.to_id:
+            return unwrap(self.from_key_sealed), given
         have = f"the given key has id {given_id}" if given else "no key was given"
         raise StoreFormatError(
             f"{root}: a key rotation {self.describe()} is unfinished and {have}; "
@@ -138,21 +135,36 @@ class RekeyBridge:
         )
 
 
+@dataclass(frozen=True)
+class StoreMetadata:
+    exists: bool  # FORMAT is there: the store was created
+    sealed_with: str | None  # the key id FORMAT names
+    bridge: RekeyBridge | None  # an unfinished key rotation
+
+
+def read_metadata(fs: FileSystem, root: str) -> StoreMetadata:
+    format_path = f"{root}/{FORMAT_FILE}"
+    if not fs.exists(format_path):
+        return StoreMetadata(False, None, None)
+    sealed_with = parse_format(format_path, fs.read_file(format_path, MAX_METADATA_BYTES))
+    rekey_path = f"{root}/{REKEY_FILE}"
+    bridge = None
+    if fs.exists(rekey_path):
+        bridge = RekeyBridge.decode(rekey_path, fs.read_file(rekey_path, MAX_METADATA_BYTES))
+    return StoreMetadata(True, sealed_with, bridge)
+
+
 def resolve_sealer(
     fs: FileSystem, root: str, given: Key | None
 ) -> tuple[Sealer, RekeyBridge | None]:
     """The sealer the store must be opened with, or a one-line StoreFormatError."""
-    format_path = f"{root}/{FORMAT_FILE}"
-    if not fs.exists(format_path):
+    metadata = read_metadata(fs, root)
+    if not metadata.exists:
         write_durably(fs, root, FORMAT_FILE, format_text(given.key_id_hex if given else None))
         return Sealer(given), None
-    sealed_with = parse_format(format_path, fs.read_file(format_path, MAX_METADATA_BYTES))
-    rekey_path = f"{root}/{REKEY_FILE}"
-    if fs.exists(rekey_path):
-        bridge = RekeyBridge.decode(rekey_path, fs.read_file(rekey_path, MAX_METADATA_BYTES))
-        old, new = bridge.keys(given, root)
-        also = [old] if old is not None else []
-        return Sealer(new, also, accept_plaintext=old is None or new is None), bridge
+    sealed_with, bridge = metadata.sealed_with, metadata.bridge
+    if bridge is not None:
+        return Sealer.for_rotation(*bridge.keys(given, root)), bridge
     if sealed_with is None and given is not None:
         raise StoreFormatError(
             f"{root}: the store is not encrypted but a key was given; seal it with "

@@ -346,7 +346,6 @@ def recover(store: Store) -> RecoveryReport:
         rekey = finish_rekey(store, bridge)
         report.rekey_finished = f"{rekey.bridge}, {rekey.resealed} documents resealed"
         report.unreadable_files.extend({"error": line} for line in rekey.unreadable)
-        store.checkpoint_seq = store.seq
     report.seq = replay.last_seq
     report.documents = sum(replay.index.count(k) for k in replay.index.kinds())
     report.duration_ms = (time.monotonic() - started) * 1000

@@ -37,8 +37,7 @@ def begin_rekey(store: Store, new: Key | None) -> RekeyReport:
     old = store.sealer.seal_with
     bridge = RekeyBridge.between(old, new)
     write_durably(store.fs, store.root, REKEY_FILE, bridge.encode())
-    also = [old] if old is not None else []
-    store.set_sealer(Sealer(new, also, accept_plaintext=old is None or new is None))
+    store.set_sealer(Sealer.for_rotation(old, new))
     return finish_rekey(store, bridge)
 
 

@@ -110,6 +110,12 @@ class Sealer:
         if self.accept_plaintext and None not in self._naming:
             self._naming.append(None)
 
+    @classmethod
+    def for_rotation(cls, old: Key | None, new: Key | None) -> Sealer:
+        """Seals with the new key and opens what either key (or none) sealed."""
+        also = [old] if old is not None else []
+        return cls(new, also, accept_plaintext=old is None or new is None)
+
     @property
     def encrypted(self) -> bool:
         return self.seal_with is not None
