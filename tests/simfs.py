@@ -8,11 +8,19 @@
 # step; once the budget given to arm() is spent, the next call raises
 # SimulatedCrash before doing anything. Directories themselves (mkdir) are
 # modelled as durable at once; their entries are not.
+#
+# Power loss can also land only some of a file's unsynced pages, in any order:
+# "torn-alternate" lands every other dirty 4 KiB page, "torn-last-only" only
+# the last one, "torn-first-only" only the first (what a disk that writes
+# pages out of order leaves of the last append).
 from __future__ import annotations
 
 import errno
 import itertools
 from dataclasses import dataclass, field
+
+PAGE_BYTES = 4096
+CRASH_MODES = ("drop", "keep", "torn-alternate", "torn-last-only", "torn-first-only")
 
 
 class SimulatedCrash(Exception):
@@ -57,18 +65,23 @@ class SimFileSystem:
                 raise SimulatedCrash(f"crash at step {self.steps}")
             self._budget -= 1
 
-    def crash(self, keep_unsynced: bool) -> None:
+    def crash(self, mode: bool | str) -> None:
+        """Power loss ("drop", or a torn mode) or a process kill ("keep"; True means that)."""
+        mode = {True: "keep", False: "drop"}.get(mode, mode)  # type: ignore[call-overload]
+        assert mode in CRASH_MODES, mode
         self._fds.clear()
         self._fd_paths.clear()
         self.locked.clear()
         self._budget = None
-        if keep_unsynced:
+        if mode == "keep":
             for inode in self._inodes.values():
                 inode.durable = bytes(inode.data)
             for directory in self._dirs.values():
                 directory.durable = dict(directory.entries)
             return
         for inode in self._inodes.values():
+            if mode != "drop" and len(inode.data) == len(inode.durable):
+                inode.durable = _torn(inode.durable, bytes(inode.data), mode)
             inode.data = bytearray(inode.durable)
         for directory in self._dirs.values():
             directory.entries = dict(directory.durable)
@@ -92,6 +105,11 @@ class SimFileSystem:
         if ino is None:
             raise FileNotFoundError(errno.ENOENT, "no such file", path)
         return self._inodes[ino]
+
+    def _ino_at(self, path: str) -> int | None:
+        parent, name = self._split(path)
+        directory = self._dirs.get(parent)
+        return directory.entries.get(name) if directory else None
 
     def makedirs_durable(self, path: str) -> None:
         self._dirs.setdefault(path, _Dir())
@@ -119,17 +137,20 @@ class SimFileSystem:
         self._fd_paths[fd] = path
         return fd
 
-    def open_append(self, path: str, *, create: bool) -> int:
+    def open_read_write(self, path: str) -> int:
         self._step()
         parent, name = self._split(path)
-        directory = self._dir(parent)
-        if name not in directory.entries:
-            if not create:
-                raise FileNotFoundError(errno.ENOENT, "no such file", path)
-            ino = next(self._next_ino)
-            self._inodes[ino] = _Inode()
-            directory.entries[name] = ino
-        return self._new_fd(directory.entries[name], path)
+        ino = self._dir(parent).entries.get(name)
+        if ino is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", path)
+        return self._new_fd(ino, path)
+
+    def open_read(self, path: str) -> int:
+        parent, name = self._split(path)
+        ino = self._dir(parent).entries.get(name)
+        if ino is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", path)
+        return self._new_fd(ino, path)
 
     def create_exclusive(self, path: str) -> int:
         self._step()
@@ -153,9 +174,28 @@ class SimFileSystem:
                 raise OSError(errno.ENOSPC, "No space left on device")
         inode.data += data
 
+    def pwrite(self, fd: int, data: bytes, offset: int) -> None:
+        self._step()
+        inode = self._inodes[self._fds[fd]]
+        end = offset + len(data)
+        if end > len(inode.data):
+            grow = end - len(inode.data)
+            if self.full_after_bytes is not None:
+                used = sum(len(i.data) for i in self._inodes.values())
+                if used + grow > self.full_after_bytes:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+            inode.data.extend(bytes(grow))
+        inode.data[offset:end] = data
+
+    def pread(self, fd: int, length: int, offset: int) -> bytes:
+        return bytes(self._inodes[self._fds[fd]].data[offset : offset + length])
+
+    def fdatasync(self, fd: int) -> None:
+        self.fsync(fd)
+
     def fsync(self, fd: int) -> None:
         self._step()
-        if self._fd_paths.get(fd) in self.fail_fsync_paths:
+        if self._fds[fd] in {self._ino_at(p) for p in self.fail_fsync_paths}:
             raise OSError(errno.EIO, "Input/output error")
         inode = self._inodes[self._fds[fd]]
         inode.durable = bytes(inode.data)
@@ -163,12 +203,6 @@ class SimFileSystem:
     def close(self, fd: int) -> None:
         self._fds.pop(fd, None)
         self.locked.discard(self._fd_paths.pop(fd, ""))
-
-    def truncate(self, path: str, length: int) -> None:
-        self._step()
-        inode = self._lookup(path)
-        del inode.data[length:]
-        inode.durable = bytes(inode.data)
 
     def rename(self, source: str, target: str) -> None:
         self._step()
@@ -209,6 +243,14 @@ class SimFileSystem:
             raise FileExistsError(errno.EEXIST, "exists", path)
         self._dirs[path] = _Dir()
 
+    def rmdir(self, path: str) -> None:
+        self._step()
+        if path not in self._dirs:
+            raise FileNotFoundError(errno.ENOENT, "no such directory", path)
+        if self._dirs[path].entries:
+            raise OSError(errno.ENOTEMPTY, "directory not empty", path)
+        del self._dirs[path]
+
     def is_dir(self, path: str) -> bool:
         return path in self._dirs
 
@@ -239,3 +281,22 @@ class SimFileSystem:
             self._inodes[ino] = _Inode()
             directory.entries[name] = ino
         return self._new_fd(directory.entries[name], path)
+
+
+def _torn(durable: bytes, data: bytes, mode: str) -> bytes:
+    """What a disk that lands only some dirty pages leaves: durable, with those pages new."""
+    dirty = [
+        start
+        for start in range(0, len(data), PAGE_BYTES)
+        if data[start : start + PAGE_BYTES] != durable[start : start + PAGE_BYTES]
+    ]
+    if mode == "torn-alternate":
+        landing = dirty[::2]
+    elif mode == "torn-last-only":
+        landing = dirty[-1:]
+    else:
+        landing = dirty[:1]
+    out = bytearray(durable)
+    for start in landing:
+        out[start : start + PAGE_BYTES] = data[start : start + PAGE_BYTES]
+    return bytes(out)

@@ -5,6 +5,8 @@ from typing import Any
 from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical
 from sessionstored.storage.check import check
 from sessionstored.storage.mutations import ANY, Put, Remove
+from sessionstored.storage.recovery import RecoveryReport
+from sessionstored.storage.recovery import open_store as open_recovered
 from sessionstored.storage.store import Store
 
 from .simfs import SimFileSystem
@@ -31,14 +33,20 @@ def new_fs() -> SimFileSystem:
     return fs
 
 
+SMALL_SEGMENT_BYTES = 64 * 1024  # rotations and compactions within a short workload
+
+
 def open_store(fs: SimFileSystem, **kwargs: Any) -> Store:
-    store = Store(fs, ROOT, **kwargs)
-    store.open()
-    return store
+    return open_with_report(fs, **kwargs)[0]
+
+
+def open_with_report(fs: SimFileSystem, **kwargs: Any) -> tuple[Store, RecoveryReport]:
+    kwargs.setdefault("segment_bytes", SMALL_SEGMENT_BYTES)
+    return open_recovered(fs, ROOT, **kwargs)
 
 
 def snapshot_of(store: Store) -> dict[str, tuple[int, bytes]]:
-    """Every committed session: id -> (seq, body), read back from the files."""
+    """Every committed session: id -> (seq, body), read back from the log."""
     out = {}
     for doc_id, _entry in store.index.items("s"):
         doc = store.read("s", doc_id)
@@ -48,7 +56,7 @@ def snapshot_of(store: Store) -> dict[str, tuple[int, bytes]]:
 
 
 def all_documents(store: Store) -> dict[tuple[str, str], bytes]:
-    """Every committed document of every kind: (kind, id) -> body, read back from the files."""
+    """Every committed document of every kind: (kind, id) -> body, read back from the log."""
     out = {}
     for kind in store.index.kinds():
         for doc_id, _entry in store.index.items(kind):

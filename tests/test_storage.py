@@ -1,3 +1,6 @@
+# The log engine in process, over the simulated file system (and a few real
+# directories): torn tails, bit rot, duplicate sequences, a full disk, fsync
+# failure, rotation, compaction and checkpoint damage.
 from __future__ import annotations
 
 import errno
@@ -6,265 +9,343 @@ from pathlib import Path
 
 import pytest
 
-from sessionstored.storage import wal as wal_module
-from sessionstored.storage.check import check
-from sessionstored.storage.files import CorruptDocument, file_name
+from sessionstored.storage.errors import (
+    CorruptRecord,
+    FatalStorageError,
+    InjectedFault,
+    NoSpace,
+    StoreFormatError,
+    StoreLocked,
+)
 from sessionstored.storage.fs import RealFileSystem
-from sessionstored.storage.recovery import StoreFormatError
-from sessionstored.storage.store import FatalStorageError, Store, StoreLocked
+from sessionstored.storage.log import SEGMENT_HEADER_BYTES
+from sessionstored.storage.records import HEADER_BYTES, encode_removal
+from sessionstored.storage.recovery import open_store as open_real
+from sessionstored.storage.sealing import PLAINTEXT
+from sessionstored.storage.store import Store
 
-from .storage_helpers import ROOT, assert_clean, body_for, new_fs, open_store, put, remove
+from .simfs import SimFileSystem
+from .storage_helpers import (
+    ROOT,
+    assert_clean,
+    body_for,
+    new_fs,
+    open_store,
+    open_with_report,
+    put,
+    remove,
+)
 
 
-def _segment(fs: object) -> str:
-    names = sorted(n for n in fs.listdir(f"{ROOT}/wal") if n.endswith(".wal"))  # type: ignore[attr-defined]
-    return f"{ROOT}/wal/{names[-1]}"
+def _active_path(store: Store) -> str:
+    return store.log.path(store.log.active)
 
 
-def test_torn_tail_is_cut_and_a_broken_copy_kept() -> None:
+def _flip(fs: SimFileSystem, path: str, offset: int) -> None:
+    data = bytearray(fs.file_bytes(path))
+    data[offset] ^= 0xFF
+    fs.set_file_bytes(path, bytes(data))
+
+
+def test_a_torn_tail_is_cut_and_a_broken_copy_kept() -> None:
     fs = new_fs()
     store = open_store(fs)
     store.commit([put("a", 1)])
     store.commit([put("a", 2)])
+    path, end = _active_path(store), store.log.offset
     store.close()
-    path = _segment(fs)
     good = fs.file_bytes(path)
-    for torn in (
-        good + wal_module.encode_record(["I", 3, "s", "a", b"\0" * 16, 5])[:9],
-        good + b"\x00" * 40,
-        good + b"\xa5WR1\xff\xff",
-    ):
-        fs.set_file_bytes(path, torn)
-        recovered = open_store(fs)
+    half_record = encode_removal(PLAINTEXT, 3, 3, "s", "a")[:30]
+    for torn in (half_record, b"\xa5SL2\xff\xff", b"\x01" * 40):
+        fs.set_file_bytes(path, good[:end] + torn + good[end + len(torn) :])
+        recovered, report = open_with_report(fs)
         assert recovered.read("s", "a").body == body_for("a", 2)
-        assert fs.file_bytes(path) == good
-        assert fs.file_bytes(path + ".broken") == torn
+        assert report.corruption == [] and report.torn_tail is not None
+        assert report.torn_tail["offset"] == end
+        assert fs.file_bytes(path) == good, "the torn bytes are zeroed"
+        assert fs.file_bytes(report.torn_tail["broken_copy"]) == torn
         assert_clean(recovered)
         recovered.close()
+        again, second = open_with_report(fs)
+        assert second.torn_tail is None, "recovering twice equals recovering once"
+        again.close()
 
 
-def test_corruption_in_the_middle_is_reported_and_files_rebuild_the_index() -> None:
+def test_an_uncommitted_last_batch_is_rolled_back_and_its_space_reused() -> None:
     fs = new_fs()
-    store = open_store(fs)
-    for n in range(5):
-        store.commit([put(f"s{n}", n)])
-    store.commit([remove("s0")])
-    store.close()
-    path = _segment(fs)
-    data = bytearray(fs.file_bytes(path))
-    middle = len(data) // 2
-    data[middle] ^= 0xFF
-    fs.set_file_bytes(path, bytes(data))
-    recovered = Store(fs, ROOT)
-    report = recovered.open()
-    assert report.wal_corruption is not None
-    assert report.wal_corruption["path"] == path
-    assert 0 < report.wal_corruption["offset"] <= middle
-    assert report.rebuilt_from_files
-    assert fs.exists(f"{ROOT}/wal.corrupt-1")
-    assert sorted(i for i, _ in recovered.index.items("s")) == ["s1", "s2", "s3", "s4"]
-    assert recovered.seq >= 5
-    assert_clean(recovered)
-    [outcome] = recovered.commit([put("s1", 99)])
-    assert outcome.ok and outcome.seq > 5
+    failing = {"on": False}
 
+    def failpoint(name: str) -> None:
+        if failing["on"] and name == "before-commit-record":
+            raise InjectedFault(name)
 
-def test_duplicate_commit_fails_closed() -> None:
-    fs = new_fs()
-    store = open_store(fs)
+    store = open_store(fs, failpoint=failpoint)
     store.commit([put("a", 1)])
-    store.close()
-    path = _segment(fs)
-    fs.set_file_bytes(path, fs.file_bytes(path) + wal_module.encode_record(["C", [1], 0]))
-    report = Store(fs, ROOT).open()
-    assert report.wal_corruption is not None and "commit" in report.wal_corruption["reason"]
-
-
-@pytest.mark.parametrize("where", ["magic", "header", "body", "truncated", "empty"])
-def test_bit_rot_in_a_document_is_never_served(where: str) -> None:
-    fs = new_fs()
-    store = open_store(fs)
-    store.commit([put("a", "precious"), put("b", "other")])
-    path = f"{ROOT}/docs/{file_name('s', 'a')}"
-    data = bytearray(fs.file_bytes(path))
-    if where == "magic":
-        data[0] ^= 1
-    elif where == "header":
-        data[30] ^= 1
-    elif where == "body":
-        data[-3] ^= 1
-    elif where == "truncated":
-        del data[-5:]
-    else:
-        data = bytearray()
-    fs.set_file_bytes(path, bytes(data))
-    store.close()
-    recovered = open_store(fs)
-    with pytest.raises(CorruptDocument) as error:
-        recovered.read("s", "a")
-    assert path in str(error.value) and "offset" in str(error.value)
-    assert recovered.read("s", "b").body == body_for("b", "other")
-    checked, problems = check(recovered)
-    assert checked == 2 and [p["id"] for p in problems] == ["a"]
-
-
-def test_swapped_files_are_detected() -> None:
-    fs = new_fs()
-    store = open_store(fs)
-    store.commit([put("a", 1), put("b", 2)])
-    a_path = f"{ROOT}/docs/{file_name('s', 'a')}"
-    b_path = f"{ROOT}/docs/{file_name('s', 'b')}"
-    a_bytes = fs.file_bytes(a_path)
-    fs.set_file_bytes(a_path, fs.file_bytes(b_path))
-    fs.set_file_bytes(b_path, a_bytes)
-    with pytest.raises(CorruptDocument):
-        store.read("s", "a")
-
-
-def test_disk_full_fails_the_batch_and_later_writes_succeed() -> None:
-    fs = new_fs()
-    store = open_store(fs)
-    store.commit([put("a", 1)])
-    used = sum(len(v) for v in fs.all_files().values())
-    fs.full_after_bytes = used + 300  # room for the intents, not for a large document
-    outcomes = store.commit([put("a", "y" * 5000), put("b", "z" * 5000)])
-    assert [o.code for o in outcomes] == ["no_space", "no_space"]
-    assert fs.listdir(f"{ROOT}/tmp") == []
-    assert store.read("s", "a").body == body_for("a", 1)
-    assert store.seq == 1
-    fs.full_after_bytes = None
-    [outcome] = store.commit([put("b", 2)])
-    assert outcome.ok and outcome.seq == 2
-    assert_clean(store)
-    fs.crash(keep_unsynced=False)
-    recovered = open_store(fs)
-    assert recovered.seq == 2 and recovered.read("s", "b").body == body_for("b", 2)
-
-
-def test_disk_full_on_the_wal_itself() -> None:
-    fs = new_fs()
-    store = open_store(fs)
-    store.commit([put("a", 1)])
-    fs.full_after_bytes = sum(len(v) for v in fs.all_files().values()) + 10
+    start = store.log.offset
+    failing["on"] = True
     [outcome] = store.commit([put("a", 2)])
-    assert outcome.code == "no_space"
-    fs.full_after_bytes = None
-    assert store.commit([put("a", 3)])[0].seq == 2
+    assert outcome.code == "io_error" and store.seq == 1
+    assert store.log.offset == start, "the failed batch is rewound"
+    assert fs.file_bytes(_active_path(store))[start : start + 64] == bytes(64)
+    failing["on"] = False
+    [outcome] = store.commit([put("b", 3)])
+    assert outcome.seq == 2, "seq counts committed mutations only"
     store.close()
-    fs.crash(keep_unsynced=False)
-    assert open_store(fs).read("s", "a").body == body_for("a", 3)
-
-
-@pytest.mark.parametrize("target", ["wal", "docs"])
-def test_fsync_failure_is_fatal(target: str) -> None:
-    fs = new_fs()
-    store = open_store(fs)
-    store.commit([put("a", 1)])
-    if target == "wal":
-        fs.fail_fsync_paths.add(_segment(fs))
-    else:
-        fs.fail_fsync_paths.add(f"{ROOT}/docs")
-    with pytest.raises(FatalStorageError):
-        store.commit([put("a", 2)])
-    with pytest.raises(FatalStorageError):
-        store.commit([put("b", 1)])
-    fs.fail_fsync_paths.clear()
-    fs.crash(keep_unsynced=False)
     recovered = open_store(fs)
     assert recovered.read("s", "a").body == body_for("a", 1)
+    assert recovered.read("s", "b").body == body_for("b", 3)
     assert_clean(recovered)
 
 
-def test_lost_wal_rebuilds_from_files() -> None:
+def _five_sessions_in_the_log(fs: SimFileSystem, **options: object) -> Store:
+    store = open_store(fs, **options)
+    for n in range(5):
+        store.commit([put(f"s{n}", n)])
+    return store
+
+
+@pytest.mark.parametrize("where", ["payload", "header"])
+def test_bit_rot_in_a_replayed_record_is_reported_and_hides_only_its_document(
+    where: str,
+) -> None:
+    fs = new_fs()
+    store = _five_sessions_in_the_log(fs)
+    entry = store.index.get("s", "s2")
+    assert entry is not None
+    path = store.log.path(entry.segment)
+    store.close()
+    offset = entry.offset + (HEADER_BYTES + 40 if where == "payload" else 20)
+    _flip(fs, path, offset)
+    recovered, report = open_with_report(fs)
+    assert {c["path"] for c in report.corruption} == {path}
+    assert report.corruption[0]["offset"] == entry.offset
+    for n in (0, 1, 3, 4):
+        assert recovered.read("s", f"s{n}").body == body_for(f"s{n}", n)
+    checked, problems = recovered.verify()
+    if where == "payload":
+        # the header survived: it names the document, which is io_error, never stale
+        with pytest.raises(CorruptRecord) as caught:
+            recovered.read("s", "s2")
+        assert caught.value.path == path and caught.value.offset == entry.offset
+        assert [p["kind"] for p in problems] == ["damaged"]
+    else:
+        # nothing names the document any more; the damage is still reported
+        assert recovered.read("s", "s2") is None
+        assert problems == []
+    assert report.seq == 5 and recovered.seq == 5
+    [outcome] = recovered.commit([put("s2", 9)])
+    assert outcome.ok and recovered.read("s", "s2").body == body_for("s2", 9)
+
+
+def test_bit_rot_in_a_checkpointed_record_is_io_error_naming_file_and_offset() -> None:
+    fs = new_fs()
+    store = _five_sessions_in_the_log(fs)
+    store.checkpoint()
+    entry = store.index.get("s", "s3")
+    assert entry is not None
+    store.close()
+    path = store.log.path(entry.segment)
+    _flip(fs, path, entry.offset + entry.length - 3)
+    recovered, report = open_with_report(fs)
+    assert report.corruption == [], "nothing before the checkpoint is rescanned"
+    with pytest.raises(CorruptRecord) as caught:
+        recovered.read("s", "s3")
+    assert caught.value.path == path
+    assert caught.value.offset == entry.offset + HEADER_BYTES
+    assert recovered.read("s", "s4").body == body_for("s4", 4)
+    _, problems = recovered.verify()
+    assert [(p["kind"], p["id"], p["file"]) for p in problems] == [("unreadable", "s3", path)]
+
+
+def test_a_batch_that_reuses_seqs_fails_closed() -> None:
     fs = new_fs()
     store = open_store(fs)
-    store.commit([put("a", 1), put("b", 2)])
+    store.commit([put("a", 1)])
+    first_batch_end = store.log.offset
+    store.commit([put("b", 2)])
+    end, path = store.log.offset, _active_path(store)
     store.close()
-    for name in fs.listdir(f"{ROOT}/wal"):
-        fs.unlink(f"{ROOT}/wal/{name}")
-    recovered = Store(fs, ROOT)
-    report = recovered.open()
-    assert report.rebuilt_from_files and recovered.seq == 2
+    data = bytearray(fs.file_bytes(path))
+    replayed = data[SEGMENT_HEADER_BYTES:first_batch_end]
+    data[end : end + len(replayed)] = replayed  # batch 1 again, after batch 2
+    fs.set_file_bytes(path, bytes(data))
+    recovered, report = open_with_report(fs)
+    assert any("duplicate sequence" in c["reason"] for c in report.corruption)
+    with pytest.raises(CorruptRecord):
+        recovered.read("s", "a")
     assert recovered.read("s", "b").body == body_for("b", 2)
 
 
-def test_wal_segments_rotate(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wal_module, "SEGMENT_TARGET_BYTES", 400)
+def test_a_full_disk_refuses_saves_keeps_deletes_and_recovers() -> None:
+    fs = new_fs()
+    store = open_store(fs, segment_bytes=64 * 1024)
+    for n in range(4):
+        store.commit([put(f"s{n}", "x" * 2000)])
+    fs.full_after_bytes = sum(len(b) for b in fs.all_files().values())
+    outcomes: list[str | None] = []
+    for n in range(40):  # the active segment fills; no new one can be made
+        [outcome] = store.commit([put(f"new{n}", "y" * 2000)])
+        outcomes.append(outcome.code)
+    assert "no_space" in outcomes
+    [deleted] = store.commit([remove("s0")])
+    assert deleted.ok, "a removal goes into the segment's reserve"
+    with pytest.raises(NoSpace):
+        store.checkpoint()
+    assert not store.failed
+    assert_clean(store)
+    fs.full_after_bytes = None
+    [outcome] = store.commit([put("after", 1)])
+    assert outcome.ok
+    store.close()
+    recovered = open_store(fs)
+    assert recovered.read("s", "s0") is None
+    assert recovered.read("s", "after").body == body_for("after", 1)
+    assert_clean(recovered)
+
+
+def test_compaction_on_a_full_disk_answers_no_space_and_changes_nothing() -> None:
+    fs = new_fs()
+    store = open_store(fs, segment_bytes=64 * 1024)
+    for n in range(20):
+        store.commit([put(f"kept{n}", "k" * 2000)])
+    for n in range(60):
+        store.commit([put(f"s{n % 3}", "x" * 2000)])
+    before = store.log.size_bytes
+    fs.full_after_bytes = sum(len(b) for b in fs.all_files().values())
+    with pytest.raises(NoSpace):
+        store.compact()
+    assert store.log.size_bytes == before and not store.failed
+    assert_clean(store)
+    fs.full_after_bytes = None
+    result = store.compact()
+    assert result.wal_bytes_after < before
+    assert_clean(store)
+
+
+@pytest.mark.parametrize("target", ["segment", "tmp"])
+def test_an_fsync_failure_is_fatal(target: str) -> None:
     fs = new_fs()
     store = open_store(fs)
-    for n in range(20):
-        store.commit([put(f"id{n % 3}", n)])
-    segments = [n for n in fs.listdir(f"{ROOT}/wal") if n.endswith(".wal")]
-    assert len(segments) >= 3
+    store.commit([put("a", 1)])
+    if target == "segment":
+        fs.fail_fsync_paths.add(_active_path(store))
+        with pytest.raises(FatalStorageError, match="fdatasync of the log"):
+            store.commit([put("a", 2)])
+    else:
+        fs.fail_fsync_paths.add(f"{ROOT}/tmp")
+        fs.fail_fsync_paths.add(f"{ROOT}/ckpt")
+        with pytest.raises(FatalStorageError):
+            store.checkpoint()
+    with pytest.raises(FatalStorageError, match="failed earlier"):
+        store.commit([put("a", 3)])
+
+
+def test_segments_rotate_and_every_generation_survives() -> None:
+    fs = new_fs()
+    store = open_store(fs, segment_bytes=64 * 1024)
+    for n in range(100):
+        store.commit([put(f"s{n % 7}", ["v", n, "z" * 1500])])
+    assert len(store.log.used) > 2
     store.close()
-    fs.crash(keep_unsynced=False)
-    recovered = open_store(fs)
-    assert recovered.seq == 20
-    assert recovered.read("s", "id1").body == body_for("id1", 19)
+    recovered = open_store(fs, segment_bytes=64 * 1024)
+    for n in range(93, 100):
+        assert recovered.read("s", f"s{n % 7}").body == body_for(f"s{n % 7}", ["v", n, "z" * 1500])
+    assert_clean(recovered)
 
 
-def test_second_open_on_same_directory_is_refused(tmp_path: Path) -> None:
-    first = Store(RealFileSystem(), str(tmp_path))
-    first.open()
+def test_compaction_keeps_space_within_twice_the_live_bytes() -> None:
+    fs = new_fs()
+    store = open_store(fs, segment_bytes=32 * 1024)
+    for round_ in range(30):
+        store.commit([put(f"s{n}", [round_, "q" * 1000]) for n in range(40)])
+        if store.compaction_due():
+            store.compact()
+    live = sum(e.length for _, _, e in store.index.rows())
+    on_disk = sum(v for n, v in store.log.used.items() if n != store.log.active)
+    assert on_disk <= 2 * live
+    store.close()
+    recovered = open_store(fs, segment_bytes=32 * 1024)
+    for n in range(40):
+        assert recovered.read("s", f"s{n}").body == body_for(f"s{n}", [29, "q" * 1000])
+    assert_clean(recovered)
+
+
+def test_a_damaged_checkpoint_falls_back_to_its_twin() -> None:
+    fs = new_fs()
+    store = _five_sessions_in_the_log(fs, segment_bytes=64 * 1024)
+    store.commit([remove("s1")])
+    for n in range(40):
+        store.commit([put("filler", ["f" * 2000, n])])
+    store.compact()
+    assert 2 in store.log.used, "a compacted segment exists"
+    store.close()
+    first, second = sorted(fs.listdir(f"{ROOT}/ckpt"))
+    _flip(fs, f"{ROOT}/ckpt/{first}", 30)
+    recovered, report = open_with_report(fs)
+    assert len(report.checkpoint_problems) == 1 and first in report.checkpoint_problems[0]
+    assert recovered.read("s", "s1") is None
+    assert recovered.read("s", "s4").body == body_for("s4", 4)
+    recovered.close()
+    _flip(fs, f"{ROOT}/ckpt/{second}", 30)
+    with pytest.raises(StoreFormatError, match="every index checkpoint is damaged"):
+        open_store(fs)
+
+
+def test_without_a_checkpoint_the_whole_log_replays() -> None:
+    fs = new_fs()
+    store = _five_sessions_in_the_log(fs)
+    store.close()
+    recovered, report = open_with_report(fs)
+    assert report.batches_replayed == 5 and report.checkpoint_seq == 0
+    assert recovered.read("s", "s4").body == body_for("s4", 4)
+
+
+def test_a_second_open_on_the_same_directory_is_refused(tmp_path: Path) -> None:
+    store, _ = open_real(RealFileSystem(), str(tmp_path))
     with pytest.raises(StoreLocked):
-        Store(RealFileSystem(), str(tmp_path)).open()
-    first.close()
-    again = Store(RealFileSystem(), str(tmp_path))
-    again.open()
+        open_real(RealFileSystem(), str(tmp_path))
+    store.close()
+    again, _ = open_real(RealFileSystem(), str(tmp_path))
     again.close()
 
 
-def test_unknown_format_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "FORMAT").write_text("sessionstore-format 99\n")
-    with pytest.raises(StoreFormatError):
-        Store(RealFileSystem(), str(tmp_path)).open()
+def test_an_unknown_format_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "FORMAT").write_bytes(b"sessionstore-format 99\n")
+    with pytest.raises(StoreFormatError, match="unknown store format"):
+        open_real(RealFileSystem(), str(tmp_path))
 
 
 def test_symlinks_are_refused_for_directories_and_files(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
-    state = tmp_path / "state"
-    state.mkdir()
-    os.symlink(outside, state / "docs")
+    root = tmp_path / "state"
+    root.mkdir()
+    (root / "log").symlink_to(outside)
     with pytest.raises(StoreFormatError, match="symlinks are refused"):
-        Store(RealFileSystem(), str(state)).open()
-    os.unlink(state / "docs")
-    store = Store(RealFileSystem(), str(state))
-    store.open()
+        open_real(RealFileSystem(), str(root))
+    (root / "log").unlink()
+    store, _ = open_real(RealFileSystem(), str(root))
     store.commit([put("a", 1)])
-    doc = state / "docs" / file_name("s", "a")
-    secret = outside / "secret"
-    secret.write_bytes(doc.read_bytes())
-    doc.unlink()
-    os.symlink(secret, doc)
-    with pytest.raises(OSError) as error:
-        store.read("s", "a")
-    assert error.value.errno == errno.ELOOP
+    path = Path(store.log.path(store.log.active))
     store.close()
+    target = outside / "segment"
+    target.write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(target)
+    with pytest.raises(OSError) as caught:
+        open_real(RealFileSystem(), str(root))
+    assert caught.value.errno == errno.ELOOP
 
 
-def test_real_filesystem_round_trip(tmp_path: Path) -> None:
-    store = Store(RealFileSystem(), str(tmp_path))
-    store.open()
-    store.commit([put("a", 1), put("b" * 900, 2)])
-    store.commit([remove("a")])
+def test_the_real_file_system_round_trip(tmp_path: Path) -> None:
+    store, _ = open_real(RealFileSystem(), str(tmp_path), segment_bytes=1024 * 1024)
+    for n in range(300):
+        store.commit([put(f"s{n % 10}", ["x" * 3000, n])])
+    store.compact()
     store.close()
-    again = Store(RealFileSystem(), str(tmp_path))
-    report = again.open()
-    assert again.seq == 3 and report.records_replayed > 0
-    assert again.read("s", "b" * 900).body == body_for("b" * 900, 2)
-    assert_clean(again)
-    again.close()
-
-
-def test_documents_over_the_cap_are_refused_before_reading(tmp_path: Path) -> None:
-    store = Store(RealFileSystem(), str(tmp_path), max_document_bytes=1024)
-    store.open()
-    store.commit([put("a", "x" * 500)])
-    path = tmp_path / "docs" / file_name("s", "a")
-    with open(path, "ab") as handle:
-        handle.truncate(50 * 1024 * 1024)  # sparse: a cap check must not read it
-    with pytest.raises(OSError) as error:
-        store.read("s", "a")
-    assert error.value.errno == errno.EFBIG
-    store.close()
+    recovered, report = open_real(RealFileSystem(), str(tmp_path))
+    assert report.corruption == []
+    assert recovered.read("s", "s9").body == body_for("s9", ["x" * 3000, 299])
+    assert_clean(recovered)
+    assert all(os.path.getsize(tmp_path / "log" / n) > 0 for n in os.listdir(tmp_path / "log"))
+    recovered.close()

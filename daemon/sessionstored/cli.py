@@ -16,10 +16,10 @@ from .keyfile import load_key
 from .notify import notify
 from .rekey_command import rekey_main
 from .server import Server, StartupError, open_listener
+from .storage.errors import StoreFormatError, StoreLocked
 from .storage.fs import RealFileSystem
-from .storage.recovery import StoreFormatError
+from .storage.recovery import open_store
 from .storage.sealing import KeyFileError
-from .storage.store import Store, StoreLocked
 
 log = logging.getLogger("sessionstored")
 
@@ -98,20 +98,21 @@ def run(config: Config) -> int:
     except OSError as error:
         return _fail(f"cannot create state directory {config.state_dir}: {error.strerror}", 1)
     failpoints = Failpoints(config.failpoints)
-    store = Store(
-        RealFileSystem(),
-        config.state_dir,
-        max_document_bytes=config.max_snapshot_bytes,
-        history_changes=config.history_changes,
-        checkpoint_every=config.checkpoint_every,
-        read_cache_bytes=config.read_cache_bytes,
-        failpoint=failpoints.hit,
-        key=key,
-    )
     notify(f"STATUS=recovering {config.state_dir}")
     try:
         with _start_timeout_extended():
-            report = store.open()
+            store, report = open_store(
+                RealFileSystem(),
+                config.state_dir,
+                max_document_bytes=config.max_snapshot_bytes,
+                history_changes=config.history_changes,
+                checkpoint_every=config.checkpoint_every,
+                compact_dead_share=config.compact_dead_share,
+                segment_bytes=config.segment_bytes,
+                read_cache_bytes=config.read_cache_bytes,
+                failpoint=failpoints.hit,
+                key=key,
+            )
     except (StoreLocked, StoreFormatError) as error:
         return _fail(str(error), EXIT_CANNOT_START)
     except OSError as error:

@@ -35,6 +35,8 @@ class Config:
     shutdown_grace_s: float
     history_changes: int
     checkpoint_every: int
+    compact_dead_share: float
+    segment_bytes: int
     watch_max_lag: int
     read_cache_bytes: int
     access: AccessPolicy
@@ -78,8 +80,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--checkpoint-every",
         type=int,
-        default=50_000,
-        help="checkpoint the index and drop old WAL segments after this many changes (50000)",
+        default=100_000,
+        help="checkpoint the index after this many changes, or 256 MiB of log (100000)",
+    )
+    parser.add_argument(
+        "--compact-dead-share",
+        type=float,
+        default=0.4,
+        help="compact the log once this share of its bytes is dead (0.4; space <= 1/(1-x) live)",
+    )
+    parser.add_argument(
+        "--segment-mib",
+        type=int,
+        default=16,
+        help="size of a preallocated log segment (16 MiB)",
     )
     parser.add_argument(
         "--watch-max-lag",
@@ -169,6 +183,10 @@ def build_config(
         raise ConfigError("--max-snapshot-bytes must be at least 256")
     if args.request_timeout_seconds <= 0:
         raise ConfigError("--request-timeout-seconds must be positive")
+    if not 0.05 <= args.compact_dead_share <= 0.95:
+        raise ConfigError("--compact-dead-share must be between 0.05 and 0.95")
+    if not 1 <= args.segment_mib <= 1024:
+        raise ConfigError("--segment-mib must be from 1 to 1024")
     for name in ("history_changes", "checkpoint_every", "watch_max_lag", "max_connections"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
@@ -193,6 +211,8 @@ def build_config(
         shutdown_grace_s=args.shutdown_grace_seconds,
         history_changes=args.history_changes,
         checkpoint_every=args.checkpoint_every,
+        compact_dead_share=args.compact_dead_share,
+        segment_bytes=args.segment_mib * 1024 * 1024,
         watch_max_lag=args.watch_max_lag,
         read_cache_bytes=max(0, args.read_cache_mib) * 1024 * 1024,
         access=AccessPolicy(

@@ -8,7 +8,7 @@ import signal
 import threading
 from dataclasses import dataclass
 
-from .storage.store import InjectedFault
+from .storage.errors import InjectedFault
 
 POINTS = (
     "before-intent",

@@ -31,8 +31,7 @@ from .snapshot import (
     validate_snapshot,
     with_component,
 )
-from .storage.check import check
-from .storage.files import CorruptDocument
+from .storage.errors import CorruptRecord, Refused
 from .storage.mutations import (
     ANY,
     LEASE,
@@ -43,11 +42,10 @@ from .storage.mutations import (
     Mutation,
     Outcome,
     Put,
-    Refused,
     Remove,
     Rewrite,
 )
-from .storage.store import ReadRace, Store
+from .storage.store import Store
 from .watch import Broadcaster
 from .writer import Job, Writer
 
@@ -55,7 +53,6 @@ log = logging.getLogger("sessionstored.ops")
 
 LIST_DEFAULT_LIMIT = 1000
 LIST_MAX_LIMIT = 10000
-READ_RACE_RETRIES = 3
 CHECKPOINT_KINDS = {
     "loop": (LOOP_CHECKPOINT, "run_id"),
     "workflow": (WORKFLOW_CHECKPOINT, "workflow_id"),
@@ -249,15 +246,10 @@ class Ops:
         return Step(request, job=Job(mutation), on_outcome=on_outcome)
 
     def _read_document(self, kind: str, doc_id: str) -> Callable[[], Awaitable[Any]]:
-        """A reader that waits out the batch in flight; returns the Document or None."""
+        """A reader of the committed generation; returns the Document or None."""
 
         async def read() -> Any:
-            for _ in range(READ_RACE_RETRIES):
-                try:
-                    return self.store.read(kind, doc_id)
-                except ReadRace:
-                    await self.writer.wait_published()
-            raise RequestError("overloaded", "the document kept changing while being read")
+            return self.store.read(kind, doc_id)
 
         return read
 
@@ -268,7 +260,7 @@ class Ops:
             return await produce()
         except RequestError as error:
             return error_response(request, error.code, error.message, **error.details)
-        except (CorruptDocument, OSError) as error:
+        except (CorruptRecord, OSError) as error:
             log.error("%s: %s", request.op, error)
             return error_response(request, "io_error", str(error))
 
@@ -341,7 +333,7 @@ class Ops:
                 size=entry.size,
             )
 
-        return Step(request, read=read)
+        return Step(request, read=lambda: self._guarded_read(request, read))
 
     def _exists(self, request: Request) -> Step:
         session_id = _id_arg(request.args, "session_id")
@@ -349,7 +341,7 @@ class Ops:
         async def read() -> Response:
             return ok_response(request, exists=self.store.head(SESSION, session_id) is not None)
 
-        return Step(request, read=read)
+        return Step(request, read=lambda: self._guarded_read(request, read))
 
     def _list(self, request: Request) -> Step:
         args = request.args
@@ -366,7 +358,7 @@ class Ops:
             )
 
         async def read() -> Response:
-            ids, cursor = self.store.index.list_sessions(prefix, after, limit)
+            ids, cursor = self.store.list_sessions(prefix, after, limit)
             return ok_response(request, ids=ids, next=cursor)
 
         return Step(request, read=read)
@@ -550,13 +542,10 @@ class Ops:
                 request,
                 sessions=self.store.session_count(),
                 seq=self.store.seq,
-                wal_bytes=self.store.wal.size_bytes,
                 uptime_s=round(time.monotonic() - self.started, 3),
-                checkpoint_seq=self.store.checkpoint_seq,
-                history_oldest_seq=self.store.history.oldest_seq(),
                 watchers=self.broadcaster.watchers,
                 lease_epoch=(self.store.lease or {}).get("epoch"),
-                sealed_with_key_id=self.store.sealer.key_id_hex,
+                **self.store.stats(),
                 **self.stats_extra(),
             )
 
@@ -564,7 +553,7 @@ class Ops:
 
     def _verify(self, request: Request) -> Step:
         def run_check() -> Response:
-            checked, problems = check(self.store)
+            checked, problems = self.store.verify()
             return ok_response(request, checked=checked, problems=problems)
 
         return Step(

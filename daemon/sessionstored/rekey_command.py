@@ -12,11 +12,12 @@ from collections.abc import Sequence
 
 from .config import resolve_state_dir
 from .keyfile import read_key_file
+from .storage.errors import StoreFormatError, StoreLocked
 from .storage.fs import RealFileSystem
-from .storage.metadata import StoreFormatError, read_metadata
+from .storage.metadata import read_metadata
+from .storage.recovery import open_store
 from .storage.rekey import begin_rekey
 from .storage.sealing import Key, KeyFileError
-from .storage.store import Store, StoreLocked
 
 EXIT_BAD_USAGE = 2
 EXIT_FAILED = 1
@@ -67,8 +68,7 @@ def rekey_main(argv: Sequence[str]) -> int:
                 EXIT_FAILED,
             )
         opener: Key | None = new if pending is not None and new is not None else old
-        store = Store(fs, state_dir, key=opener)
-        report = store.open()
+        store, report = open_store(fs, state_dir, key=opener)
         try:
             if pending is None:
                 done = f"resealed {begin_rekey(store, new).resealed} documents"

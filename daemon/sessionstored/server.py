@@ -139,12 +139,8 @@ class Server:
             "batches": self.writer.batches,
             "committed": self.writer.committed_jobs,
             "compactions": self.writer.compactions,
+            "checkpoints": self.writer.checkpoints,
             "recent_batches": self.writer.timing(),
-            "read_cache": {
-                "bytes": self.store.cache.used_bytes,
-                "hits": self.store.cache.hits,
-                "misses": self.store.cache.misses,
-            },
             "recovery": self.report.as_dict(),
         }
 

@@ -1,17 +1,23 @@
 # The single writer: the only task that mutates the store. Connection tasks send
 # it jobs through a small channel (a slow disk makes senders wait instead of
 # growing memory); it takes the first job, drains whatever else is already
-# queued (group commit: one WAL fsync and one directory fsync for all of them),
-# runs the batch in a worker thread, publishes it to the index and the watch
+# queued (group commit: one log write and one fdatasync for all of them), runs
+# the batch in its worker thread, publishes it to the index and the watch
 # history, then resolves each job. Once a batch is in the thread it is shielded
 # from cancellation: it completes and its outcome is delivered.
 #
 # Exclusive jobs (verify, compact) run in the thread with no batch in flight.
+# Between batches the writer also keeps the store in shape:
+#   - an index checkpoint when enough changes or log bytes accumulated;
+#   - a spare log segment zero-filled in the background before the active one
+#     is full, so that a rotation costs a rename;
+#   - automatic compaction once dead bytes pass --compact-dead-share: the plan
+#     and the switch happen here, between batches; the copying runs in a
+#     background thread while batches go on; then a checkpoint, then the old
+#     segments go.
 # The systemd watchdog is pinged from this loop, between batches and while it
 # idles, never from a timer of its own: a writer stuck in a batch (a hung disk)
 # stops the pings, and systemd restarts the daemon.
-# After a batch, if enough changes have accumulated, the writer checkpoints the
-# index and drops old WAL segments itself.
 #
 # A FatalStorageError (an fsync failed, or an error after the point of no
 # return) fails the batch and everything queued with io_error, and asks the
@@ -23,22 +29,24 @@ import logging
 import statistics
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
 from .notify import notify
+from .storage import compaction
+from .storage.errors import FatalStorageError, InjectedFault, NoSpace
 from .storage.mutations import Mutation, Outcome, split_batches
-from .storage.store import FatalStorageError, Store
+from .storage.store import Store
+from .worker_thread import WorkerThread
 
 log = logging.getLogger("sessionstored.writer")
 
 QUEUE_DEPTH = 64
 MAX_BATCH_JOBS = 512
 MAX_BATCH_BYTES = 128 * 1024 * 1024
-FILE_SYNC_THREADS = 16
 RECENT_BATCHES = 256
 
 
@@ -56,17 +64,26 @@ class Job:
         return len(body) if isinstance(body, bytes) else 0
 
 
+@dataclass
+class _BackgroundCompaction:
+    plan: compaction.Plan
+    copying: Future[None]
+
+
 class Writer:
     def __init__(self, store: Store, on_fatal: Callable[[str], None]) -> None:
         self.store = store
         self.on_fatal = on_fatal
         self._send, self._receive = trio.open_memory_channel[Job](QUEUE_DEPTH)
         self._published = trio.Event()
-        self._executor = ThreadPoolExecutor(FILE_SYNC_THREADS, thread_name_prefix="fsync")
-        store.executor = self._executor
+        self._thread: WorkerThread | None = None
+        self._background = ThreadPoolExecutor(1, thread_name_prefix="log-background")
+        self._spare: Future[None] | None = None
+        self._compaction: _BackgroundCompaction | None = None
         self.failed: str | None = None
         self.batches = 0
         self.committed_jobs = 0
+        self.checkpoints = 0
         self.compactions = 0
         self._last_ping = float("-inf")
         self._recent: collections.deque[tuple[float, float, int]] = collections.deque(
@@ -91,8 +108,13 @@ class Writer:
     def close(self) -> None:
         self._send.close()
 
+    async def _call(self, fn: Callable[[], Any]) -> Any:
+        assert self._thread is not None
+        return await self._thread.call(fn)
+
     async def run(self, watchdog_interval_s: float | None = None) -> None:
         idle_wait_s = watchdog_interval_s if watchdog_interval_s else float("inf")
+        self._thread = WorkerThread("writer")
         try:
             async with self._receive:
                 while True:
@@ -116,10 +138,11 @@ class Writer:
                         size += job.size()
                     with trio.CancelScope(shield=True):
                         await self._run_jobs(jobs)
-                        if self.failed is None and self.store.checkpoint_due():
-                            await self._checkpoint()
+                        if self.failed is None:
+                            await self._maintain()
         finally:
-            self._executor.shutdown(wait=False)
+            self._thread.close()
+            self._background.shutdown(wait=False, cancel_futures=True)
 
     async def _run_jobs(self, jobs: list[Job]) -> None:
         mutations: list[Job] = []
@@ -139,29 +162,16 @@ class Writer:
         if self.failed is not None:
             self._fail([job], self.failed)
             return
+        await self._settle_compaction(wait=True)
         try:
-            job.result = await trio.to_thread.run_sync(job.exclusive)
+            job.result = await self._call(job.exclusive)
         except FatalStorageError as error:
             self._fatal(str(error), [job])
             return
         except Exception as error:  # reported to the one client that asked
             job.error = error
+        self.store.log.close_retired()
         job.done.set()
-
-    async def _checkpoint(self) -> None:
-        try:
-            result = await trio.to_thread.run_sync(self.store.compact)
-        except FatalStorageError as error:
-            self._fatal(str(error), [])
-            return
-        self.compactions += 1
-        log.info(
-            "checkpoint at seq %d: WAL %d -> %d bytes (%d segments replaced)",
-            result.seq,
-            result.wal_bytes_before,
-            result.wal_bytes_after,
-            result.segments_replaced,
-        )
 
     async def _commit(self, jobs: list[Job]) -> None:
         if not jobs:
@@ -180,7 +190,7 @@ class Writer:
             return result
 
         try:
-            batch = await trio.to_thread.run_sync(commit)
+            batch = await self._call(commit)
         except FatalStorageError as error:
             self._fatal(str(error), jobs)
             return
@@ -196,6 +206,64 @@ class Writer:
         published.set()
         if batch.committed and self.on_publish is not None:
             self.on_publish()
+
+    # -- keeping the store in shape, between batches ------------------------------
+
+    async def _maintain(self) -> None:
+        store = self.store
+        if self._spare is None and store.log.want_spare():
+            self._spare = self._background.submit(store.log.prepare_spare)
+        elif self._spare is not None and self._spare.done():
+            error = self._spare.exception()
+            self._spare = None
+            if error is not None:
+                log.warning("could not prepare a spare log segment: %s", error)
+        await self._settle_compaction(wait=False)
+        if self.failed is None and self._compaction is None and store.compaction_due():
+            work = compaction.plan(store)
+            if work is not None:
+                copying = self._background.submit(compaction.copy, store, work)
+                self._compaction = _BackgroundCompaction(work, copying)
+        if self.failed is None and store.checkpoint_due():
+            await self._checkpoint("checkpoint")
+
+    async def _settle_compaction(self, *, wait: bool) -> None:
+        """Finish a background compaction whose copy is done (or wait for it)."""
+        running = self._compaction
+        if running is None or not (wait or running.copying.done()):
+            return
+        if not running.copying.done():
+            await trio.to_thread.run_sync(running.copying.exception)
+        self._compaction = None
+        error = running.copying.exception()
+        if isinstance(error, NoSpace | InjectedFault):
+            log.warning("automatic compaction did not run: %s", error)
+            return
+        if error is not None:
+            self._fatal(f"compaction failed: {error}", [])
+            return
+        moved = compaction.switch(self.store, running.plan)
+        self.compactions += 1
+        log.info(
+            "compacted %d segments into segment %d (%d records moved)",
+            len(running.plan.victims),
+            running.plan.number,
+            moved,
+        )
+        await self._checkpoint("checkpoint after compaction")
+
+    async def _checkpoint(self, what: str) -> None:
+        try:
+            path = await self._call(self.store.checkpoint)
+        except (NoSpace, InjectedFault) as error:
+            log.warning("%s skipped: %s", what, error)
+            return
+        except FatalStorageError as error:
+            self._fatal(str(error), [])
+            return
+        self.store.log.close_retired()
+        self.checkpoints += 1
+        log.info("%s at seq %d: %s", what, self.store.seq, path)
 
     def _watchdog_ping(self, interval_s: float | None) -> None:
         if interval_s is None:
@@ -220,6 +288,7 @@ class Writer:
 
     def _fatal(self, reason: str, jobs: list[Job]) -> None:
         self.failed = f"storage failure, daemon stopping: {reason}"
+        self.store.fail()
         log.critical("%s", self.failed)
         self._fail(jobs, self.failed)
         self.on_fatal(self.failed)

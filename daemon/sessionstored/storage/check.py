@@ -1,12 +1,14 @@
 # The consistency checker behind `verify`, also run at the end of storage tests:
-# every indexed document is read in full and must match the index (seq, digest,
-# size, id); every file in docs/ must belong to an indexed document; tmp/ must
-# be empty between batches.
+# every indexed document is read back whole and must match the index (record
+# checksum, id, seq, digest); every damaged record recovery found is listed;
+# every segment file must be one the store knows; tmp/ may hold only the spare
+# segment between batches.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .files import CorruptDocument
+from .errors import CorruptRecord
+from .log import SEGMENT_SUFFIX, segment_number
 
 if TYPE_CHECKING:
     from .store import Store
@@ -15,33 +17,37 @@ if TYPE_CHECKING:
 def check(store: Store) -> tuple[int, list[dict[str, Any]]]:
     problems: list[dict[str, Any]] = []
     checked = 0
-    expected_names: set[str] = set()
     for kind in store.index.kinds():
         for doc_id, entry in store.index.items(kind):
             checked += 1
-            path = store.files.path(kind, doc_id)
-            expected_names.add(path.rsplit("/", 1)[1])
             try:
-                doc = store.files.read(kind, doc_id)
-            except (CorruptDocument, OSError) as error:
-                problems.append(
-                    {"kind": "unreadable", "id": doc_id, "file": path, "error": str(error)}
-                )
-                continue
-            if doc is None:
-                problems.append({"kind": "missing", "id": doc_id, "file": path})
-            elif (doc.seq, doc.digest, len(doc.body)) != (entry.seq, entry.digest, entry.size):
+                store.read_entry(kind, doc_id, entry)
+            except (CorruptRecord, OSError) as error:
                 problems.append(
                     {
-                        "kind": "mismatch",
+                        "kind": "unreadable",
                         "id": doc_id,
-                        "file": path,
-                        "error": f"file seq {doc.seq}, index seq {entry.seq}",
+                        "file": getattr(error, "path", store.log.path(entry.segment)),
+                        "offset": getattr(error, "offset", entry.offset),
+                        "error": str(error),
                     }
                 )
-    for name in store.files.list_names():
-        if name not in expected_names:
-            problems.append({"kind": "orphan", "file": f"{store.files.docs_dir}/{name}"})
-    for name in store.fs.listdir(store.files.tmp_dir):
-        problems.append({"kind": "stray_temp", "file": f"{store.files.tmp_dir}/{name}"})
+    for _, seq, path, offset, reason in store.damaged.values():
+        problems.append(
+            {
+                "kind": "damaged",
+                "file": path,
+                "offset": offset,
+                "seq": seq,
+                "error": f"{reason}: the generation it held is lost; the document is io_error",
+            }
+        )
+    known = set(store.log.used) | set(store.retiring)
+    for name in store.fs.listdir(store.log.directory):
+        number = segment_number(name)
+        if number is not None and number not in known:
+            problems.append({"kind": "orphan", "file": f"{store.log.directory}/{name}"})
+    for name in store.fs.listdir(store.log.tmp_dir):
+        if not (name.startswith("spare-") and name.endswith(SEGMENT_SUFFIX)):
+            problems.append({"kind": "stray_temp", "file": f"{store.log.tmp_dir}/{name}"})
     return checked, problems

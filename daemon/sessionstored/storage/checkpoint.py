@@ -1,61 +1,95 @@
-# Index checkpoints: the whole index as of one seq, so boot reads one file plus
-# the WAL after it instead of all history, and old WAL segments can go.
+# Index checkpoints: the store's state as of one point in the log, so that boot
+# reads one file plus the log after it, and so that segments can go.
 #
 #     CKPT_MAGIC (8 bytes) | xxh3_64(payload) (u64 LE) | payload
-#     payload: CBOR {"seq": S, "entries": [[kind, id, seq, digest, size], ...]},
-#              sealed with the checkpoint's name as associated data when there is a key
+#     payload: CBOR {generation, seq, batch, position: [segment, offset],
+#              next_segment, segments: [[number, record bytes], ...],
+#              entries: [[kind, id, seq, digest, size, segment, offset, length], ...],
+#              history: [[seq, kind, id, digest|null, size, committed_at_ms], ...],
+#              damaged: [[id hash, seq, file, offset, reason], ...]}
+#     sealed as a whole when the store has a key.
 #
-# Written like a document: tmp/ -> fsync -> rename into ckpt/ -> fsync(ckpt/).
-# The newest checkpoint that reads back intact wins; the one before it is kept
-# as a fallback.
+# A checkpoint is the root of everything before its position: the compacted
+# segments are reached only through it, and the retained watch history
+# survives compaction in it. So each generation is written twice, as two
+# files (like bbolt's two meta pages), each temp -> fsync -> rename -> fsync
+# of ckpt/. Older generations are removed only once both copies of the new one
+# are durable, and a segment is removed only when no checkpoint on disk names it.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import cbor2
 import xxhash
 
+from .durable import Failpoint, no_failpoint, replace_file
 from .fs import FileSystem
 from .index import Entry, Index
 from .sealing import Sealer, SealError
 
-CKPT_MAGIC = b"SSCKPT1\n"
+CKPT_MAGIC = b"SSCKPT2\n"
 CKPT_HEAD = struct.Struct("<8sQ")
 CKPT_DIR = "ckpt"
 CKPT_SUFFIX = ".ckpt"
-CHECKPOINTS_KEPT = 2
+COPIES = (1, 2)
+ASSOCIATED_DATA = b"sessionstore/index-checkpoint"
 MAX_CHECKPOINT_BYTES = 4 * 1024 * 1024 * 1024
+
+HistoryRow = tuple[int, str, str, bytes | None, int, int]
+DamageRow = tuple[int, int, str, int, str]
 
 
 @dataclass
-class Checkpoint:
+class CheckpointState:
+    generation: int
     seq: int
+    batch: int
+    position: tuple[int, int]
+    next_segment: int
+    segments: dict[int, int]
     index: Index
-    path: str
+    history: list[HistoryRow] = field(default_factory=list)
+    damaged: list[DamageRow] = field(default_factory=list)
+    path: str = ""
 
 
 class CheckpointError(Exception):
     pass
 
 
-def checkpoint_name(seq: int) -> str:
-    return f"{seq:016x}{CKPT_SUFFIX}"
+def checkpoint_name(generation: int, copy: int) -> str:
+    return f"{generation:016x}-{copy}{CKPT_SUFFIX}"
 
 
-def encode_checkpoint(seq: int, index: Index, sealer: Sealer) -> bytes:
-    entries = [
-        [kind, doc_id, entry.seq, entry.digest, entry.size]
-        for kind in index.kinds()
-        for doc_id, entry in index.items(kind)
-    ]
-    payload = sealer.seal(
-        cbor2.dumps({"seq": seq, "entries": entries}), checkpoint_name(seq).encode()
-    )
-    return CKPT_HEAD.pack(CKPT_MAGIC, xxhash.xxh3_64_intdigest(payload)) + payload
+def generation_of(name: str) -> int | None:
+    stem, dash, rest = name.partition("-")
+    if not dash or rest not in {f"{c}{CKPT_SUFFIX}" for c in COPIES} or len(stem) != 16:
+        return None
+    try:
+        return int(stem, 16)
+    except ValueError:
+        return None
 
 
-def decode_checkpoint(path: str, data: bytes, sealer: Sealer) -> Checkpoint:
+def encode_checkpoint(state: CheckpointState, sealer: Sealer) -> bytes:
+    payload = {
+        "generation": state.generation,
+        "seq": state.seq,
+        "batch": state.batch,
+        "position": list(state.position),
+        "next_segment": state.next_segment,
+        "segments": sorted(state.segments.items()),
+        "entries": [(k, i, *e) for k, i, e in state.index.rows()],
+        "history": state.history,
+        "damaged": state.damaged,
+    }
+    sealed = sealer.seal(cbor2.dumps(payload), ASSOCIATED_DATA)
+    return CKPT_HEAD.pack(CKPT_MAGIC, xxhash.xxh3_64_intdigest(sealed)) + sealed
+
+
+def decode_checkpoint(path: str, data: bytes, sealer: Sealer) -> CheckpointState:
     if len(data) < CKPT_HEAD.size:
         raise CheckpointError(f"{path}: offset 0: shorter than its header")
     magic, checksum = CKPT_HEAD.unpack_from(data, 0)
@@ -65,56 +99,65 @@ def decode_checkpoint(path: str, data: bytes, sealer: Sealer) -> Checkpoint:
     if xxhash.xxh3_64_intdigest(payload) != checksum:
         raise CheckpointError(f"{path}: offset {CKPT_HEAD.size}: checksum mismatch")
     try:
-        payload = sealer.open(payload, path.rsplit("/", 1)[1].encode())
+        plain = sealer.open(payload, ASSOCIATED_DATA)
     except SealError as error:
         raise CheckpointError(f"{path}: offset {CKPT_HEAD.size + error.offset}: {error}") from None
-    decoded = cbor2.loads(payload)
-    index = Index.from_entries(
-        [(row[0], row[1], Entry._make(row[2:])) for row in decoded["entries"]]
-    )
-    return Checkpoint(decoded["seq"], index, path)
+    try:
+        fields: dict[str, Any] = cbor2.loads(plain)
+        index = Index.from_entries([(r[0], r[1], Entry._make(r[2:])) for r in fields["entries"]])
+        return CheckpointState(
+            generation=fields["generation"],
+            seq=fields["seq"],
+            batch=fields["batch"],
+            position=(fields["position"][0], fields["position"][1]),
+            next_segment=fields["next_segment"],
+            segments=dict(fields["segments"]),
+            index=index,
+            history=[tuple(row) for row in fields["history"]],
+            damaged=[tuple(row) for row in fields["damaged"]],
+            path=path,
+        )
+    except (KeyError, TypeError, ValueError, IndexError, cbor2.CBORDecodeError) as error:
+        raise CheckpointError(f"{path}: offset {CKPT_HEAD.size}: bad payload ({error})") from None
 
 
 class Checkpoints:
     def __init__(self, fs: FileSystem, root: str, sealer: Sealer) -> None:
         self.fs = fs
+        self.root = root
         self.sealer = sealer
         self.directory = f"{root}/{CKPT_DIR}"
-        self.tmp_dir = f"{root}/tmp"
 
     def names(self) -> list[str]:
-        return sorted(n for n in self.fs.listdir(self.directory) if n.endswith(CKPT_SUFFIX))
+        """Checkpoint files, oldest generation first."""
+        found = [(generation_of(n), n) for n in self.fs.listdir(self.directory)]
+        return [n for g, n in sorted((g, n) for g, n in found if g is not None)]
 
-    def load_latest(self) -> tuple[Checkpoint | None, list[str]]:
-        """The newest intact checkpoint, and a problem line for each newer one that was not."""
+    def load_all(self) -> tuple[list[CheckpointState], list[str]]:
+        """Every intact checkpoint, newest first, and a problem line for each that was not."""
+        intact: list[CheckpointState] = []
         problems: list[str] = []
         for name in reversed(self.names()):
             path = f"{self.directory}/{name}"
             try:
-                return decode_checkpoint(
-                    path, self.fs.read_file(path, MAX_CHECKPOINT_BYTES), self.sealer
-                ), problems
-            except (CheckpointError, OSError, ValueError, KeyError, TypeError) as error:
+                data = self.fs.read_file(path, MAX_CHECKPOINT_BYTES)
+                intact.append(decode_checkpoint(path, data, self.sealer))
+            except (CheckpointError, OSError) as error:
                 problems.append(str(error))
-        return None, problems
+        return intact, problems
 
-    def write(self, seq: int, index: Index) -> str:
-        name = checkpoint_name(seq)
-        temp = f"{self.tmp_dir}/{name}.tmp"
-        if self.fs.exists(temp):
-            self.fs.unlink(temp)
-        fd = self.fs.create_exclusive(temp)
-        try:
-            self.fs.write(fd, encode_checkpoint(seq, index, self.sealer))
-            self.fs.fsync(fd)  # the checkpoint is whole on disk before it is named
-        finally:
-            self.fs.close(fd)
-        path = f"{self.directory}/{name}"
-        self.fs.rename(temp, path)
-        self.fs.fsync_dir(self.directory)  # the name survives power loss
-        self.prune(CHECKPOINTS_KEPT)
-        return path
+    def write(self, state: CheckpointState, failpoint: Failpoint = no_failpoint) -> str:
+        """Both copies of a new generation, then the older generations go."""
+        data = encode_checkpoint(state, self.sealer)
+        paths = [f"{self.directory}/{checkpoint_name(state.generation, c)}" for c in COPIES]
+        for path in paths:
+            replace_file(self.fs, self.root, path, data, failpoint)
+        self.prune(keep_generation=state.generation)
+        return paths[0]
 
-    def prune(self, keep: int) -> None:
-        for old in self.names()[:-keep]:
-            self.fs.unlink(f"{self.directory}/{old}")
+    def prune(self, keep_generation: int) -> None:
+        stale = [n for n in self.names() if (generation_of(n) or 0) < keep_generation]
+        for name in stale:
+            self.fs.unlink(f"{self.directory}/{name}")
+        if stale:
+            self.fs.fsync_dir(self.directory)

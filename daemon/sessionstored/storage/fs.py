@@ -14,17 +14,21 @@ ENOSPC_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
 class FileSystem(Protocol):
-    def open_append(self, path: str, *, create: bool) -> int: ...
     def create_exclusive(self, path: str) -> int: ...
+    def open_read_write(self, path: str) -> int: ...
+    def open_read(self, path: str) -> int: ...
     def write(self, fd: int, data: bytes) -> None: ...
+    def pwrite(self, fd: int, data: bytes, offset: int) -> None: ...
+    def pread(self, fd: int, length: int, offset: int) -> bytes: ...
     def fsync(self, fd: int) -> None: ...
+    def fdatasync(self, fd: int) -> None: ...
     def close(self, fd: int) -> None: ...
-    def truncate(self, path: str, length: int) -> None: ...
     def rename(self, source: str, target: str) -> None: ...
     def fsync_dir(self, path: str) -> None: ...
     def unlink(self, path: str) -> None: ...
     def listdir(self, path: str) -> list[str]: ...
     def mkdir(self, path: str) -> None: ...
+    def rmdir(self, path: str) -> None: ...
     def is_dir(self, path: str) -> bool: ...
     def exists(self, path: str) -> bool: ...
     def file_size(self, path: str) -> int: ...
@@ -41,12 +45,14 @@ class RealFileSystem:
 
     _FILE_FLAGS = os.O_CLOEXEC | os.O_NOFOLLOW
 
-    def open_append(self, path: str, *, create: bool) -> int:
-        flags = os.O_WRONLY | os.O_APPEND | self._FILE_FLAGS | (os.O_CREAT if create else 0)
-        return os.open(path, flags, 0o600)
-
     def create_exclusive(self, path: str) -> int:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | self._FILE_FLAGS, 0o600)
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | self._FILE_FLAGS, 0o600)
+
+    def open_read_write(self, path: str) -> int:
+        return os.open(path, os.O_RDWR | self._FILE_FLAGS)
+
+    def open_read(self, path: str) -> int:
+        return os.open(path, os.O_RDONLY | self._FILE_FLAGS)
 
     def write(self, fd: int, data: bytes) -> None:
         view = memoryview(data)
@@ -54,19 +60,35 @@ class RealFileSystem:
             written = os.write(fd, view)
             view = view[written:]
 
+    def pwrite(self, fd: int, data: bytes, offset: int) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view = view[written:]
+            offset += written
+
+    def pread(self, fd: int, length: int, offset: int) -> bytes:
+        data = os.pread(fd, length, offset)
+        if len(data) == length:
+            return data
+        chunks = [data]
+        got = len(data)
+        while got < length:
+            chunk = os.pread(fd, length - got, offset + got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
     def fsync(self, fd: int) -> None:
         os.fsync(fd)
 
+    def fdatasync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
     def close(self, fd: int) -> None:
         os.close(fd)
-
-    def truncate(self, path: str, length: int) -> None:
-        fd = os.open(path, os.O_WRONLY | self._FILE_FLAGS)
-        try:
-            os.ftruncate(fd, length)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def rename(self, source: str, target: str) -> None:
         os.rename(source, target)
@@ -86,6 +108,9 @@ class RealFileSystem:
 
     def mkdir(self, path: str) -> None:
         os.mkdir(path, 0o700)
+
+    def rmdir(self, path: str) -> None:
+        os.rmdir(path)
 
     def is_dir(self, path: str) -> bool:
         try:

@@ -1,9 +1,12 @@
-# The in-memory index: (kind, id) -> (seq, digest, size) of the committed
-# generation, plus the session ids in UTF-8 byte order for `list`. It is
-# rebuilt at every start from the WAL (or, after WAL loss, from the files).
+# The in-memory index: (kind, id) -> where the committed generation lies in the
+# log (segment, offset, length of its record) and what it is (seq, digest,
+# size of the body), plus the session ids in UTF-8 byte order for `list`, and
+# the bytes of live records per segment, which is what compaction decides by.
+# Rebuilt at every start from the newest index checkpoint and the log after it.
 from __future__ import annotations
 
 import bisect
+from collections import defaultdict
 from typing import NamedTuple
 
 SESSION = "s"
@@ -13,19 +16,28 @@ class Entry(NamedTuple):
     seq: int
     digest: bytes
     size: int
+    segment: int
+    offset: int
+    length: int
 
 
 class Index:
     def __init__(self) -> None:
         self._entries: dict[str, dict[str, Entry]] = {}
         self._sorted_session_keys: list[bytes] = []
+        self.live_bytes: defaultdict[int, int] = defaultdict(int)
 
     @classmethod
     def from_entries(cls, rows: list[tuple[str, str, Entry]]) -> Index:
         """Bulk build: one sort at the end instead of one insertion per id."""
         index = cls()
         for kind, doc_id, entry in rows:
-            index._entries.setdefault(kind, {})[doc_id] = entry
+            table = index._entries.setdefault(kind, {})
+            old = table.get(doc_id)
+            if old is not None:
+                index.live_bytes[old.segment] -= old.length
+            table[doc_id] = entry
+            index.live_bytes[entry.segment] += entry.length
         index._sorted_session_keys = sorted(
             doc_id.encode("utf-8") for doc_id in index._entries.get(SESSION, {})
         )
@@ -36,13 +48,22 @@ class Index:
 
     def put(self, kind: str, doc_id: str, entry: Entry) -> None:
         table = self._entries.setdefault(kind, {})
-        if doc_id not in table and kind == SESSION:
-            bisect.insort(self._sorted_session_keys, doc_id.encode("utf-8"))
+        old = table.get(doc_id)
+        if old is None:
+            if kind == SESSION:
+                bisect.insort(self._sorted_session_keys, doc_id.encode("utf-8"))
+        else:
+            self.live_bytes[old.segment] -= old.length
         table[doc_id] = entry
+        self.live_bytes[entry.segment] += entry.length
 
     def remove(self, kind: str, doc_id: str) -> None:
         table = self._entries.get(kind, {})
-        if table.pop(doc_id, None) is not None and kind == SESSION:
+        old = table.pop(doc_id, None)
+        if old is None:
+            return
+        self.live_bytes[old.segment] -= old.length
+        if kind == SESSION:
             key = doc_id.encode("utf-8")
             position = bisect.bisect_left(self._sorted_session_keys, key)
             del self._sorted_session_keys[position]
@@ -55,6 +76,9 @@ class Index:
 
     def kinds(self) -> list[str]:
         return list(self._entries)
+
+    def rows(self) -> list[tuple[str, str, Entry]]:
+        return [(k, i, e) for k, table in self._entries.items() for i, e in table.items()]
 
     def list_sessions(
         self, prefix: str, after: str | None, limit: int

@@ -1,12 +1,14 @@
 # The store's own metadata at the top of the state directory:
 #
-#   FORMAT  "sessionstore-format 1\n", then "key-id <16 hex>\n" when the store is
+#   FORMAT  "sessionstore-format 2\n", then "key-id <16 hex>\n" when the store is
 #           sealed: which key the store needs, checked before anything is read.
+#           Format 1 was the file-per-generation layout (wal/ and docs/); a store
+#           in it is migrated on first open (migrate_v1.py).
 #   REKEY   present only while a key rotation runs (rekey.py): the old and new key
 #           ids, and each key sealed under the other, so the store opens with
 #           either one and the rotation finishes from whichever is given.
 #
-# Both are written temp -> fsync -> rename -> fsync(root).
+# Both are written temp -> fsync -> rename -> fsync(root) (durable.py).
 from __future__ import annotations
 
 import struct
@@ -15,11 +17,15 @@ from dataclasses import dataclass
 import cbor2
 import xxhash
 
+from .durable import Failpoint, no_failpoint, replace_file
+from .errors import StoreFormatError
 from .fs import FileSystem
 from .sealing import Key, Sealer, SealError
 
 FORMAT_FILE = "FORMAT"
-FORMAT_FIRST_LINE = b"sessionstore-format 1"
+FORMAT_PREFIX = b"sessionstore-format "
+FORMAT_VERSION = 2
+LEGACY_FORMAT_VERSION = 1
 KEY_ID_PREFIX = b"key-id "
 REKEY_FILE = "REKEY"
 REKEY_MAGIC = b"SSREKEY1"
@@ -29,44 +35,34 @@ MAX_METADATA_BYTES = 64 * 1024
 KEY_SOURCES = "--key-file, SESSIONSTORED_KEY_FILE or the sessionstored.key credential"
 
 
-class StoreFormatError(Exception):
-    pass
-
-
-def format_text(key_id_hex: str | None) -> bytes:
-    text = FORMAT_FIRST_LINE + b"\n"
+def format_text(key_id_hex: str | None, version: int = FORMAT_VERSION) -> bytes:
+    text = FORMAT_PREFIX + str(version).encode() + b"\n"
     if key_id_hex is not None:
         text += KEY_ID_PREFIX + key_id_hex.encode("ascii") + b"\n"
     return text
 
 
-def parse_format(path: str, data: bytes) -> str | None:
-    """The key id the store is sealed with, or None for a plaintext store."""
+def parse_format(path: str, data: bytes) -> tuple[int, str | None]:
+    """(format version, the key id the store is sealed with or None for plaintext)."""
     lines = data.split(b"\n")
-    if lines[0] != FORMAT_FIRST_LINE or lines[-1] != b"":
+    versions = {FORMAT_PREFIX + str(v).encode(): v for v in (LEGACY_FORMAT_VERSION, FORMAT_VERSION)}
+    version = versions.get(lines[0])
+    if version is None or lines[-1] != b"":
         raise StoreFormatError(f"{path}: unknown store format {data[:40]!r}")
     body = lines[1:-1]
     if not body:
-        return None
+        return version, None
     if len(body) == 1 and body[0].startswith(KEY_ID_PREFIX):
         key_id = body[0][len(KEY_ID_PREFIX) :].decode("ascii", "replace")
         if len(key_id) == 16 and all(c in "0123456789abcdef" for c in key_id):
-            return key_id
+            return version, key_id
     raise StoreFormatError(f"{path}: offset {len(lines[0]) + 1}: bad key-id line")
 
 
-def write_durably(fs: FileSystem, root: str, name: str, data: bytes) -> None:
-    temp = f"{root}/tmp/{name}.tmp"
-    if fs.exists(temp):
-        fs.unlink(temp)
-    fd = fs.create_exclusive(temp)
-    try:
-        fs.write(fd, data)
-        fs.fsync(fd)
-    finally:
-        fs.close(fd)
-    fs.rename(temp, f"{root}/{name}")
-    fs.fsync_dir(root)
+def write_durably(
+    fs: FileSystem, root: str, name: str, data: bytes, failpoint: Failpoint = no_failpoint
+) -> None:
+    replace_file(fs, root, f"{root}/{name}", data, failpoint)
 
 
 @dataclass(frozen=True)
@@ -138,6 +134,7 @@ class RekeyBridge:
 @dataclass(frozen=True)
 class StoreMetadata:
     exists: bool  # FORMAT is there: the store was created
+    version: int
     sealed_with: str | None  # the key id FORMAT names
     bridge: RekeyBridge | None  # an unfinished key rotation
 
@@ -145,20 +142,19 @@ class StoreMetadata:
 def read_metadata(fs: FileSystem, root: str) -> StoreMetadata:
     format_path = f"{root}/{FORMAT_FILE}"
     if not fs.exists(format_path):
-        return StoreMetadata(False, None, None)
-    sealed_with = parse_format(format_path, fs.read_file(format_path, MAX_METADATA_BYTES))
+        return StoreMetadata(False, FORMAT_VERSION, None, None)
+    version, sealed_with = parse_format(format_path, fs.read_file(format_path, MAX_METADATA_BYTES))
     rekey_path = f"{root}/{REKEY_FILE}"
     bridge = None
     if fs.exists(rekey_path):
         bridge = RekeyBridge.decode(rekey_path, fs.read_file(rekey_path, MAX_METADATA_BYTES))
-    return StoreMetadata(True, sealed_with, bridge)
+    return StoreMetadata(True, version, sealed_with, bridge)
 
 
 def resolve_sealer(
-    fs: FileSystem, root: str, given: Key | None
+    fs: FileSystem, root: str, given: Key | None, metadata: StoreMetadata
 ) -> tuple[Sealer, RekeyBridge | None]:
     """The sealer the store must be opened with, or a one-line StoreFormatError."""
-    metadata = read_metadata(fs, root)
     if not metadata.exists:
         write_durably(fs, root, FORMAT_FILE, format_text(given.key_id_hex if given else None))
         return Sealer(given), None

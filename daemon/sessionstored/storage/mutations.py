@@ -3,7 +3,7 @@
 # Put and Remove carry their final bytes. A Rewrite is decided inside the
 # writer, in commit order: its apply() gets the committed bytes of its target
 # (and of its source, for a fork) and returns the new bytes, None for "no
-# change", or raises Refused. That is what makes `update` free of lost updates
+# change", or raises errors.Refused. That is what makes `update` free of lost updates
 # and lease changes free of races with commits.
 from __future__ import annotations
 
@@ -24,16 +24,6 @@ LOOP_CHECKPOINT = "l"
 WORKFLOW_CHECKPOINT = "w"
 LEASE = "L"
 LEASE_ID = "lease"
-
-
-class Refused(Exception):
-    """A mutation the engine will not apply; the client gets `code`."""
-
-    def __init__(self, code: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
 
 
 Fence = Any  # ANY (no lease given) or (holder, epoch)
@@ -127,9 +117,3 @@ class Committed(NamedTuple):
     digest: bytes | None
     committed_at_ms: int
     size: int = 0
-
-
-def history_records(changes: list[Committed]) -> list[list[Any]]:
-    """A compacted WAL's records: one self-contained ["H", seq, kind, id, digest|None, size,
-    committed_at_ms] per change, so history costs boot one record per change."""
-    return [["H", c.seq, c.kind, c.id, c.digest, c.size, c.committed_at_ms] for c in changes]

@@ -31,6 +31,7 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import xxhash
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -163,6 +164,17 @@ class Sealer:
             self.seal_with.key_id
         )
 
+    def open_record(self, data: bytes, associated: bytes) -> bytes:
+        return self.open(data, associated)
+
+    def id_hash(self, kind: str, doc_id: str) -> int:
+        """Names a document in a log record header without revealing it under a key."""
+        return id_hash_under(self.seal_with, kind, doc_id)
+
+    def id_hashes(self, kind: str, doc_id: str) -> set[int]:
+        """Every hash a record of this document may carry (more than one during a rotation)."""
+        return {id_hash_under(key, kind, doc_id) for key in self._naming}
+
     def naming_keys(self) -> list[Key | None]:
         """Keys whose naming a file may use: the sealing key's first, then the others."""
         return list(self._naming)
@@ -171,6 +183,13 @@ class Sealer:
 def keyed_name_stem(key: Key, kind: str, doc_id: str) -> str:
     mac = hmac.new(key.name_key, f"{kind}\0{doc_id}".encode(), hashlib.sha256)
     return "k" + mac.hexdigest()[:NAME_HASH_HEX_CHARS]
+
+
+def id_hash_under(key: Key | None, kind: str, doc_id: str) -> int:
+    text = f"{kind}\0{doc_id}".encode()
+    if key is None:
+        return xxhash.xxh3_64_intdigest(text)
+    return int.from_bytes(hmac.new(key.name_key, text, hashlib.sha256).digest()[:8], "little")
 
 
 PLAINTEXT = Sealer(None)

@@ -1,38 +1,29 @@
 # The storage engine: commits batches of document mutations durably, serves
-# committed documents, keeps the recent history for watch, checkpoints the
-# index, and (through recovery.py) rebuilds itself at every open.
+# committed documents, keeps the recent history for watch, checkpoints its
+# index, and compacts its log. open_store() (recovery.py) returns one ready to
+# serve; log.py says how a batch reaches the disk.
 #
-# One batch, in order (the failpoint names of the wire contract in brackets):
+# One batch, in order:
 #   1. decide every mutation against the committed state, in commit order:
-#      the lease fence, CAS (`expect`), and Rewrites (update, fork, lease
+#      the lease fence, CAS (`expect`) and Rewrites (update, fork, lease
 #      changes) are all decided here, so nothing slips between a check and its
-#      commit;
-#   2. [before-intent] append an intent per accepted mutation, fsync the WAL
-#      [after-intent];
-#   3. write each new generation to tmp/ and fsync it (in parallel threads);
-#   4. [before-rename] rename each into docs/ (or unlink, for a removal)
-#      [after-rename], then one fsync of docs/ for the whole batch;
-#   5. [before-commit-record] append a commit record per mutation
-#      [after-commit-record]; the caller may now acknowledge.
+#      commit; the accepted ones get consecutive seqs;
+#   2. write their intent records (the new generations themselves) and the
+#      batch's commit record to the log, and fdatasync it once: durable;
+#   3. publish (the readers' thread): the index, the watch history, the lease.
 #
-# The commit records of step 5 are written but not fsynced: the next batch's
-# intent fsync (or close, or a checkpoint) carries them to disk. That is safe
-# because recovery seals an intent whose effect is on disk (the file with that
-# seq and digest is in place, or the removed file is gone), and step 4's
-# directory fsync put it there before any reply. It saves one fsync per batch.
-#
-# Failure rules. Before any rename the batch can be undone: temps are removed,
-# an abort record per intent is written and synced, and the batch's seqs are
-# reused, so `seq` counts committed mutations only. A full disk there is
-# `no_space`, an injected fault `io_error`; any other I/O error is fatal. From
-# the first rename on nothing can be undone: every error is FatalStorageError,
-# the daemon fails the batch and exits, and recovery decides at the next start.
+# Failure rules. Until the sync the batch can be undone: the log is rewound
+# (zeros over what was written), nothing is applied and the seqs are reused,
+# so `seq` counts committed mutations only. A full disk there is `no_space`
+# (removals still go into the segment's reserve), an injected fault
+# `io_error`. A failed fdatasync is FatalStorageError: the daemon fails the
+# batch and exits, and recovery decides at the next start (fsyncgate: after a
+# failed sync, the page cache can no longer be trusted to hold what we wrote).
 from __future__ import annotations
 
 import errno
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, Future
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,12 +31,17 @@ import cbor2
 
 from sessionstore.canonical import digest_bytes_of_canonical
 
+from . import compaction
 from .cache import DEFAULT_CAPACITY_BYTES, DocumentCache
-from .checkpoint import Checkpoints
-from .files import CorruptDocument, Document, DocumentFiles
+from .check import check
+from .checkpoint import Checkpoints, CheckpointState, DamageRow
+from .compaction import CompactResult
+from .durable import Failpoint, no_failpoint
+from .errors import CorruptRecord, FatalStorageError, InjectedFault, NoSpace, Refused
 from .fs import ENOSPC_ERRNOS, FileSystem
 from .history import History
 from .index import Entry, Index
+from .log import DEFAULT_SEGMENT_BYTES, Log
 from .mutations import (
     ANY,
     LEASE,
@@ -55,36 +51,18 @@ from .mutations import (
     Mutation,
     Outcome,
     Put,
-    Refused,
     Remove,
     Rewrite,
-    history_records,
     split_batches,
 )
+from .records import Commit, Document, encode_commit, encode_data, encode_removal, read_document
 from .sealing import Key, Sealer
-from .wal import WriteAheadLog
 
 DEFAULT_MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
 DEFAULT_HISTORY_CHANGES = 100_000
-DEFAULT_CHECKPOINT_EVERY_CHANGES = 50_000
-
-
-class FatalStorageError(Exception):
-    """The store can no longer promise durability: stop, and let recovery run at the next start."""
-
-
-class InjectedFault(OSError):
-    def __init__(self, point: str) -> None:
-        super().__init__(errno.EIO, f"injected fault at failpoint {point}")
-        self.point = point
-
-
-class StoreLocked(Exception):
-    pass
-
-
-class ReadRace(Exception):
-    """The document is being replaced by the batch in flight; retry once it is published."""
+DEFAULT_CHECKPOINT_EVERY_CHANGES = 100_000
+DEFAULT_CHECKPOINT_EVERY_BYTES = 256 * 1024 * 1024
+DEFAULT_COMPACT_DEAD_SHARE = 0.4
 
 
 @dataclass
@@ -96,20 +74,20 @@ class Batch:
     lease_body: bytes | None = None
 
 
-@dataclass(frozen=True)
-class CompactResult:
+@dataclass
+class Recovered:
+    """What recovery rebuilt; Store.adopt() takes it whole."""
+
+    index: Index
+    history: list[Committed]
     seq: int
-    wal_bytes_before: int
-    wal_bytes_after: int
-    segments_replaced: int
-    checkpoint: str
+    batch: int
+    damaged: dict[int, DamageRow]
+    checkpoint: CheckpointState | None
+    bytes_since_checkpoint: int
 
 
-Failpoint = Callable[[str], None]
-
-
-def _no_failpoint(_name: str) -> None:
-    return None
+Accepted = tuple[int, Put | Remove, int]  # (position in the batch, the change, its seq)
 
 
 def _now_ms() -> int:
@@ -125,9 +103,11 @@ class Store:
         max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
         history_changes: int = DEFAULT_HISTORY_CHANGES,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY_CHANGES,
+        checkpoint_every_bytes: int = DEFAULT_CHECKPOINT_EVERY_BYTES,
+        compact_dead_share: float = DEFAULT_COMPACT_DEAD_SHARE,
         read_cache_bytes: int = DEFAULT_CAPACITY_BYTES,
-        failpoint: Failpoint = _no_failpoint,
-        executor: Executor | None = None,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        failpoint: Failpoint = no_failpoint,
         key: Key | None = None,
     ) -> None:
         self.fs = fs
@@ -135,76 +115,106 @@ class Store:
         self.max_document_bytes = max_document_bytes
         self.history_changes = history_changes
         self.checkpoint_every = checkpoint_every
+        self.checkpoint_every_bytes = checkpoint_every_bytes
+        self.compact_dead_share = compact_dead_share
         self.failpoint = failpoint
-        self.executor = executor
         self.key = key
         self.sealer = Sealer(key)
-        self.files = DocumentFiles(fs, root, max_document_bytes, self.sealer)
-        self.wal = WriteAheadLog(fs, f"{root}/wal", self.sealer)
+        self.log = Log(fs, root, segment_bytes)
         self.checkpoints = Checkpoints(fs, root, self.sealer)
         self.index = Index()
         self.cache = DocumentCache(read_cache_bytes)
-        self.seq = 0
-        self.checkpoint_seq = 0
         self.history = History(history_changes)
+        self.seq = 0
+        self.batch = 0  # number of the last batch written
         self.lease: dict[str, Any] | None = None
-        self._inflight: frozenset[tuple[str, str]] = frozenset()
+        self.damaged: dict[int, DamageRow] = {}  # id hash -> a committed record found damaged
+        self.checkpoint_seq = 0
+        self.checkpoint_generation = 0
+        self.bytes_since_checkpoint = 0
+        self.retiring: list[int] = []  # segments to unlink once a checkpoint no longer names them
         self._lock_fd: int | None = None
         self._failed = False
 
-    def open(self) -> Any:
-        from .recovery import recover
+    # -- set-up (recovery.py) ---------------------------------------------------
 
-        try:
-            return recover(self)
-        except BaseException:
-            self._release_lock()
-            raise
+    def hold_lock(self, fd: int) -> None:
+        self._lock_fd = fd
 
     def set_sealer(self, sealer: Sealer) -> None:
-        """Recovery decides the sealer from FORMAT (and a key rotation in progress)."""
         self.sealer = sealer
-        self.files.sealer = sealer
-        self.wal.sealer = sealer
         self.checkpoints.sealer = sealer
+
+    def adopt(self, recovered: Recovered) -> None:
+        self.index = recovered.index
+        self.history.clear()
+        self.history.extend(recovered.history)
+        self.seq = recovered.seq
+        self.batch = recovered.batch
+        self.damaged = recovered.damaged
+        checkpoint = recovered.checkpoint
+        self.checkpoint_seq = checkpoint.seq if checkpoint else 0
+        self.checkpoint_generation = checkpoint.generation if checkpoint else 0
+        self.bytes_since_checkpoint = recovered.bytes_since_checkpoint
+        self.cache = DocumentCache(self.cache.capacity_bytes)
+        self.lease = None
+        if self.index.get(LEASE, LEASE_ID) is not None:
+            doc = self.read(LEASE, LEASE_ID, cached=False)
+            self.lease = cbor2.loads(doc.body) if doc else None
 
     @property
     def encrypted(self) -> bool:
         return self.sealer.encrypted
 
-    def _release_lock(self) -> None:
-        if self._lock_fd is not None:
-            self.fs.close(self._lock_fd)
-            self._lock_fd = None
-
-    # -- reads (any thread; never blocks on the writer) --------------------
+    # -- reads (the readers' thread; never blocks on the writer) ------------------
 
     def head(self, kind: str, doc_id: str) -> Entry | None:
+        """The committed generation's entry; CorruptRecord if a damaged record hid it."""
+        damage = self.damage_of(kind, doc_id)
+        if damage is not None:
+            _, seq, path, offset, reason = damage
+            raise CorruptRecord(path, offset, f"{reason} (it held seq {seq} of this document)")
         return self.index.get(kind, doc_id)
+
+    def damage_of(self, kind: str, doc_id: str) -> DamageRow | None:
+        """A damaged committed record that holds this document's newest generation."""
+        if not self.damaged:
+            return None
+        for id_hash in self.sealer.id_hashes(kind, doc_id):
+            row = self.damaged.get(id_hash)
+            if row is not None:
+                return row
+        return None
 
     def read(self, kind: str, doc_id: str, *, cached: bool = True) -> Document | None:
         """The committed generation. cached=False for any thread but the readers' (the
         event loop's in the daemon): the cache is not shared between threads."""
-        entry = self.index.get(kind, doc_id)
+        entry = self.head(kind, doc_id)
         if entry is None:
             return None
         if cached and (hit := self.cache.get(kind, doc_id, entry.seq, entry.digest)) is not None:
             return hit
-        doc = self.files.read(kind, doc_id)
-        if doc is not None and doc.seq == entry.seq and doc.digest == entry.digest:
-            if cached:
-                self.cache.put(doc)
-            return doc
-        if (kind, doc_id) in self._inflight:
-            raise ReadRace(doc_id)
-        path = self.files.path(kind, doc_id)
-        if doc is None:
-            raise CorruptDocument(path, 0, f"file missing for committed seq {entry.seq}")
-        raise CorruptDocument(
-            path, 0, f"file holds seq {doc.seq}, the committed generation is seq {entry.seq}"
-        )
+        doc = self.read_entry(kind, doc_id, entry)
+        if cached:
+            self.cache.put(doc)
+        return doc
 
-    # -- the commit path (the writer's thread only) -------------------------
+    def read_entry(self, kind: str, doc_id: str, entry: Entry) -> Document:
+        path = self.log.path(entry.segment)
+        try:
+            data = self.log.pread(entry.segment, entry.offset, entry.length)
+        except FileNotFoundError:
+            raise CorruptRecord(path, entry.offset, "segment file missing") from None
+        doc = read_document(self.sealer, path, entry.offset, data, kind, doc_id)
+        if doc.seq != entry.seq or doc.digest != entry.digest:
+            raise CorruptRecord(
+                path, entry.offset, f"record holds seq {doc.seq}, the index says seq {entry.seq}"
+            )
+        if digest_bytes_of_canonical(doc.body) != doc.digest:
+            raise CorruptRecord(path, entry.offset, "body digest mismatch (bit rot)")
+        return doc
+
+    # -- the commit path (the writer's thread only) ---------------------------------
 
     def commit(self, mutations: Sequence[Mutation]) -> list[Outcome]:
         """Commit and publish in one call: for tests and tools that own the store."""
@@ -215,48 +225,43 @@ class Store:
             outcomes.extend(result.outcomes)
         return outcomes
 
-    def _fence_refusal(self, fence: Any) -> Refused | None:
+    def _fence_refusal(self, fence: Any) -> Outcome | None:
         lease = self.lease
         holder = lease.get("holder") if lease else None
         epoch = lease.get("epoch") if lease else None
         if fence is ANY:
             if holder is None:
                 return None
-            return Refused(
-                "fenced",
-                f"the lease is held by {holder!r} (epoch {epoch}); pass it as 'lease'",
-                epoch=epoch,
-                holder=holder,
-            )
-        if holder is not None and fence == (holder, epoch):
+            message = f"the lease is held by {holder!r} (epoch {epoch}); pass it as 'lease'"
+        elif holder is not None and fence == (holder, epoch):
             return None
-        return Refused(
-            "fenced",
-            f"lease {fence!r} is not the current one (epoch {epoch})",
-            epoch=epoch,
-            holder=holder,
+        else:
+            message = f"lease {fence!r} is not the current one (epoch {epoch})"
+        return Outcome(
+            False, code="fenced", message=message, details={"epoch": epoch, "holder": holder}
         )
 
     def _read_committed(self, kind: str, doc_id: str) -> bytes | None:
         doc = self.read(kind, doc_id, cached=False)  # the writer's thread: no cache
         return doc.body if doc is not None else None
 
-    def _decide(self, mutation: Mutation, next_seq: int) -> Put | Remove | Outcome:
-        """The concrete change a mutation makes now, or the outcome that refuses it."""
+    def _decide(self, mutation: Mutation, next_seq: int, *, full: bool) -> Put | Remove | Outcome:
+        """The concrete change a mutation makes now, or the outcome that refuses it.
+        full: the disk has no room for a new generation, only for removals."""
         fenced = not isinstance(mutation, Rewrite) or mutation.fenced
         refusal = self._fence_refusal(mutation.fence) if fenced else None
         if refusal is not None:
-            return Outcome(
-                False, code=refusal.code, message=refusal.message, details=refusal.details
-            )
+            return refusal
         entry = self.index.get(mutation.kind, mutation.id)
         current = entry.digest if entry else None
         if mutation.expect is not ANY and mutation.expect != current:
             return Outcome(False, code="conflict", message="expectation not met", current=current)
         if isinstance(mutation, Remove):
-            if entry is None:
+            if entry is None and self.damage_of(mutation.kind, mutation.id) is None:
                 return Outcome(True, seq=next_seq - 1, existed=False, changed=False)
             return mutation
+        if full:
+            return Outcome(False, code="no_space", message="disk full: only removals fit")
         if isinstance(mutation, Put):
             return mutation
         try:
@@ -266,7 +271,7 @@ class Store:
             return Outcome(
                 False, code=refused.code, message=refused.message, details=refused.details
             )
-        except (CorruptDocument, OSError) as error:
+        except (CorruptRecord, OSError) as error:
             return Outcome(False, code="io_error", message=str(error))
         if body is None:
             return Outcome(True, seq=next_seq - 1, existed=entry is not None, changed=False)
@@ -274,30 +279,137 @@ class Store:
             return Outcome(False, code="too_large", message=f"result is {len(body)} bytes")
         return Put(mutation.kind, mutation.id, body, digest_bytes_of_canonical(body))
 
-    def commit_durably(self, mutations: Sequence[Mutation]) -> Batch:
-        """Make one batch durable (see split_batches for what may share one). Then publish()."""
-        if self._failed:
-            raise FatalStorageError("the store failed earlier and must be reopened")
+    def _decide_all(
+        self, mutations: Sequence[Mutation], *, full: bool
+    ) -> tuple[list[Outcome | None], list[Accepted]]:
         outcomes: list[Outcome | None] = [None] * len(mutations)
-        accepted: list[tuple[int, Put | Remove, int]] = []
+        accepted: list[Accepted] = []
         next_seq = self.seq + 1
         for position, mutation in enumerate(mutations):
-            decided = self._decide(mutation, next_seq)
+            decided = self._decide(mutation, next_seq, full=full)
             if isinstance(decided, Outcome):
                 outcomes[position] = decided
                 continue
             accepted.append((position, decided, next_seq))
             next_seq += 1
+        return outcomes, accepted
+
+    def commit_durably(self, mutations: Sequence[Mutation]) -> Batch:
+        """Make one batch durable (see split_batches for what may share one). Then publish()."""
+        if self._failed:
+            raise FatalStorageError("the store failed earlier and must be reopened")
+        outcomes, accepted = self._decide_all(mutations, full=False)
         batch = Batch([], last_seq=self.seq)
-        if accepted:
-            try:
-                self._commit_accepted(accepted, outcomes, batch)
-            except FatalStorageError:
-                self._failed = True
-                raise
+        try:
+            if accepted:
+                try:
+                    self._write_batch(accepted, outcomes, batch)
+                except NoSpace:
+                    outcomes, accepted = self._decide_all(mutations, full=True)
+                    if accepted:
+                        self._write_batch(accepted, outcomes, batch)
+        except NoSpace:
+            for position, _, _ in accepted:
+                outcomes[position] = Outcome(False, code="no_space", message="disk full")
+        except FatalStorageError:
+            self._failed = True
+            raise
         batch.outcomes = [o for o in outcomes if o is not None]
         assert len(batch.outcomes) == len(mutations)
         return batch
+
+    def _write_batch(
+        self, accepted: list[Accepted], outcomes: list[Outcome | None], batch: Batch
+    ) -> None:
+        number = self.batch + 1
+        committed_at_ms = _now_ms()
+        records: list[bytes] = []
+        for _, change, seq in accepted:
+            if isinstance(change, Put):
+                doc = Document(change.kind, change.id, seq, change.digest, change.body)
+                records.append(encode_data(self.sealer, number, doc))
+            else:
+                records.append(encode_removal(self.sealer, number, seq, change.kind, change.id))
+        intents = b"".join(records)
+        first_seq, last_seq = accepted[0][2], accepted[-1][2]
+        commit = encode_commit(Commit(number, first_seq, last_seq, len(records), committed_at_ms))
+        only_removals = all(isinstance(change, Remove) for _, change, _ in accepted)
+        needed = len(intents) + len(commit)
+        if not self.log.fits(needed, only_removals=only_removals):
+            try:
+                self.log.rotate(needed)
+            except OSError as error:
+                if isinstance(error, NoSpace):
+                    raise
+                raise FatalStorageError(f"cannot start a new log segment: {error}") from error
+        segment, start = self.log.active, self.log.offset
+        try:
+            self.failpoint("before-intent")
+            self.log.write(intents)
+            self.failpoint("after-intent")
+            self.failpoint("before-commit-record")
+            self.log.write(commit)
+        except OSError as error:
+            self._undo(start, error, accepted, outcomes)
+            return
+        try:
+            self.log.sync()
+        except OSError as error:
+            raise FatalStorageError(f"fdatasync of the log failed: {error}") from error
+        self.batch = number
+        self.bytes_since_checkpoint += needed
+        try:
+            self.failpoint("after-commit-record")
+        except OSError as error:  # durable but unanswered: stop, recovery keeps it
+            raise FatalStorageError(f"after the commit record: {error}") from error
+
+        offset = start
+        for (position, change, seq), record in zip(accepted, records, strict=True):
+            if isinstance(change, Put):
+                entry = Entry(seq, change.digest, len(change.body), segment, offset, len(record))
+                batch.changes.append((change.kind, change.id, entry))
+                batch.committed.append(
+                    Committed(
+                        seq,
+                        change.kind,
+                        change.id,
+                        change.digest,
+                        committed_at_ms,
+                        len(change.body),
+                    )
+                )
+                outcomes[position] = Outcome(True, seq=seq, digest=change.digest)
+                if change.kind == LEASE and change.id == LEASE_ID:
+                    batch.lease_body = change.body
+            else:
+                batch.changes.append((change.kind, change.id, None))
+                batch.committed.append(
+                    Committed(seq, change.kind, change.id, None, committed_at_ms)
+                )
+                outcomes[position] = Outcome(True, seq=seq, existed=True)
+            offset += len(record)
+        batch.last_seq = last_seq
+
+    def _undo(
+        self,
+        start: int,
+        error: OSError,
+        accepted: list[Accepted],
+        outcomes: list[Outcome | None],
+    ) -> None:
+        """The batch failed before its sync: rewind the log and refuse every change."""
+        try:
+            self.log.rewind(start)
+        except OSError as rewind_error:
+            raise FatalStorageError(f"cannot rewind the log: {rewind_error}") from error
+        if isinstance(error, InjectedFault):
+            code, message = "io_error", str(error)
+        elif error.errno in ENOSPC_ERRNOS:
+            code, message = "no_space", "disk full"
+        else:
+            raise FatalStorageError(f"writing the log failed: {error}") from error
+        for position, _, _ in accepted:
+            outcomes[position] = Outcome(False, code=code, message=message)
 
     def publish(self, batch: Batch) -> None:
         """Make a durable batch visible to readers (the event loop's thread in the daemon)."""
@@ -307,220 +419,117 @@ class Store:
                 self.cache.discard(kind, doc_id)
             else:
                 self.index.put(kind, doc_id, entry)
+            if self.damaged:
+                for id_hash in self.sealer.id_hashes(kind, doc_id):
+                    self.damaged.pop(id_hash, None)
         self.history.extend(batch.committed)
         if batch.lease_body is not None:
             self.lease = cbor2.loads(batch.lease_body)
         self.seq = batch.last_seq
-        self._inflight = frozenset()
 
-    def _commit_accepted(
-        self,
-        accepted: list[tuple[int, Put | Remove, int]],
-        outcomes: list[Outcome | None],
-        batch: Batch,
-    ) -> None:
-        self._rotate_wal_if_full(accepted[0][2])
-        intents: list[list[Any]] = []
-        for _, mutation, seq in accepted:
-            if isinstance(mutation, Put):
-                intents.append(
-                    ["I", seq, mutation.kind, mutation.id, mutation.digest, len(mutation.body)]
-                )
-            else:
-                intents.append(["R", seq, mutation.kind, mutation.id])
-        puts = [(m, seq) for _, m, seq in accepted if isinstance(m, Put)]
-        # Several new generations go to tmp/ in the pool while the intents are synced: a
-        # temp file is nobody's until its rename, which waits for both.
-        writing = self._start_temp_writes(puts)
-        try:
-            self.failpoint("before-intent")
-            self.wal.append(intents)
-        except OSError as error:
-            self._finish_temp_writes(writing, keep=False)
-            self._fail_undoable(accepted, outcomes, error, intents_written=False, temps=[])
-            return
-        self._sync_wal("intent records")
-
-        # Until the first rename everything is undoable; each exit collects the temp writes.
-        try:
-            self.failpoint("after-intent")
-        except OSError as error:
-            self._finish_temp_writes(writing, keep=False)
-            self._fail_undoable(accepted, outcomes, error, intents_written=True, temps=[])
-            return
-        try:
-            temps = self._finish_temp_writes(writing, keep=True)
-        except OSError as error:
-            self._fail_undoable(accepted, outcomes, error, intents_written=True, temps=[])
-            return
-        try:
-            self.failpoint("before-rename")
-        except OSError as error:
-            self._fail_undoable(accepted, outcomes, error, intents_written=True, temps=temps)
-            return
-
-        self._inflight = frozenset((m.kind, m.id) for _, m, _ in accepted)
-        temp_of = dict(zip((id(m) for m, _ in puts), temps, strict=True))
-        committed_at_ms = _now_ms()
-        step = "rename into docs/"
-        try:
-            for position, (_, mutation, _) in enumerate(accepted):
-                if position:
-                    self.failpoint("before-rename")
-                if isinstance(mutation, Put):
-                    self.files.install(temp_of[id(mutation)], mutation.kind, mutation.id)
-                else:
-                    self.files.remove(mutation.kind, mutation.id)
-                self.failpoint("after-rename")
-            step = "fsync of docs/"
-            self.files.sync()
-            step = "commit records"
-            self.failpoint("before-commit-record")
-            self.wal.append([["C", [seq for _, _, seq in accepted], committed_at_ms]])
-            self.failpoint("after-commit-record")
-        except OSError as error:
-            raise FatalStorageError(
-                f"{step} failed after the point of no return: {error}"
-            ) from error
-
-        for position, mutation, seq in accepted:
-            if isinstance(mutation, Put):
-                entry = Entry(seq, mutation.digest, len(mutation.body))
-                batch.changes.append((mutation.kind, mutation.id, entry))
-                batch.committed.append(
-                    Committed(
-                        seq,
-                        mutation.kind,
-                        mutation.id,
-                        mutation.digest,
-                        committed_at_ms,
-                        len(mutation.body),
-                    )
-                )
-                outcomes[position] = Outcome(True, seq=seq, digest=mutation.digest)
-                if mutation.kind == LEASE and mutation.id == LEASE_ID:
-                    batch.lease_body = mutation.body
-            else:
-                batch.changes.append((mutation.kind, mutation.id, None))
-                batch.committed.append(
-                    Committed(seq, mutation.kind, mutation.id, None, committed_at_ms)
-                )
-                outcomes[position] = Outcome(True, seq=seq, existed=True)
-        batch.last_seq = accepted[-1][2]
-
-    def _rotate_wal_if_full(self, next_seq: int) -> None:
-        """A new segment starts at a batch boundary, so segment N holds seqs below N+1's name."""
-        try:
-            if self.wal.needs_rotation():
-                self.wal.rotate(next_seq)
-        except OSError as error:
-            raise FatalStorageError(f"cannot start a new WAL segment: {error}") from error
-
-    def _start_temp_writes(self, puts: list[tuple[Put, int]]) -> list[Any]:
-        """Futures writing each temp file in the pool, or the documents to write inline."""
-        docs = [Document(m.kind, m.id, seq, m.digest, m.body) for m, seq in puts]
-        if self.executor is None or len(docs) < 2:
-            return docs  # one file: a thread handoff costs about what the overlap saves
-        return [self.executor.submit(self.files.write_temp, doc) for doc in docs]
-
-    def _finish_temp_writes(self, writing: list[Any], *, keep: bool) -> list[str]:
-        """The temp paths once all are written and synced; on any failure none is left behind
-        and the first error is raised. keep=False: the batch is off, remove them all."""
-        paths: list[str] = []
-        first_error: OSError | None = None
-        for item in writing:
-            try:
-                paths.append(
-                    item.result() if isinstance(item, Future) else self.files.write_temp(item)
-                )
-            except OSError as error:
-                first_error = first_error or error
-                if not isinstance(item, Future):
-                    break
-        if keep and first_error is None:
-            return paths
-        self._remove_temps(paths)
-        if keep and first_error is not None:
-            raise first_error
-        return []
-
-    def _remove_temps(self, paths: list[str]) -> None:
-        for path in paths:
-            try:
-                self.fs.unlink(path)
-            except FileNotFoundError:
-                pass
-            except OSError as error:
-                raise FatalStorageError(f"cannot remove temp file {path}: {error}") from error
-
-    def _fail_undoable(
-        self,
-        accepted: list[tuple[int, Put | Remove, int]],
-        outcomes: list[Outcome | None],
-        error: OSError,
-        *,
-        intents_written: bool,
-        temps: list[str],
-    ) -> None:
-        if isinstance(error, InjectedFault):
-            code = "io_error"
-        elif error.errno in ENOSPC_ERRNOS:
-            code = "no_space"
-        else:
-            raise FatalStorageError(f"I/O error while preparing a batch: {error}") from error
-        self._remove_temps(temps)
-        if intents_written:
-            # Abort records only save recovery a look at the files: an intent left open is
-            # rolled back at boot, and a later intent with the same seq supersedes it. So a
-            # full disk here is no reason to stop.
-            try:
-                self.wal.append([["A", seq] for _, _, seq in accepted])
-            except OSError as abort_error:
-                if abort_error.errno not in ENOSPC_ERRNOS:
-                    raise FatalStorageError(f"cannot write abort records: {abort_error}") from None
-            else:
-                self._sync_wal("abort records")
-        message = "disk full" if code == "no_space" else str(error)
-        for position, _, _ in accepted:
-            outcomes[position] = Outcome(False, code=code, message=message)
-
-    def _sync_wal(self, what: str) -> None:
-        try:
-            self.wal.sync()
-        except OSError as error:
-            raise FatalStorageError(f"fsync of the WAL failed ({what}): {error}") from error
-
-    # -- checkpoints and compaction (the writer's thread, between batches) ----
+    # -- checkpoints (the writer's thread, between batches) ------------------------------
 
     def checkpoint_due(self) -> bool:
-        return self.seq - self.checkpoint_seq >= self.checkpoint_every
+        return (
+            self.seq - self.checkpoint_seq >= self.checkpoint_every
+            or self.bytes_since_checkpoint >= self.checkpoint_every_bytes
+        )
 
-    def compact(self) -> CompactResult:
-        """Checkpoint the index, then drop WAL segments that neither boot nor watch needs."""
+    def checkpoint_state(self) -> CheckpointState:
+        return CheckpointState(
+            generation=self.checkpoint_generation + 1,
+            seq=self.seq,
+            batch=self.batch,
+            position=(self.log.active, self.log.offset),
+            next_segment=self.log.next_number,
+            segments=dict(self.log.used),
+            index=self.index,
+            history=[tuple(c) for c in self.history.after(0, self.history_changes)],  # type: ignore[misc]
+            damaged=list(self.damaged.values()),
+        )
+
+    def checkpoint(self) -> str:
+        """Write an index checkpoint, then remove segments that no checkpoint names.
+        NoSpace (the store goes on) or InjectedFault (before-rename) change nothing;
+        any other error is FatalStorageError."""
         if self._failed:
             raise FatalStorageError("the store failed earlier and must be reopened")
-        before = self.wal.size_bytes
-        segments_before = len(self.wal.list_segments())
-        retained = self.history.after(0, self.history_changes)
+        state = self.checkpoint_state()
         try:
-            self._sync_wal("before a checkpoint")
-            path = self.checkpoints.write(self.seq, self.index)
-            self.checkpoint_seq = self.seq
-            history = history_records(retained)
-            first = retained[0].seq if retained else self.seq + 1
-            self.wal.rewrite(history, first, self.seq + 1, self.files.tmp_dir)
-        except OSError as error:
+            path = self.checkpoints.write(state, self.failpoint)
+        except InjectedFault as fault:
+            if fault.point == "before-rename":
+                raise
             self._failed = True
-            raise FatalStorageError(f"compaction failed: {error}") from error
-        return CompactResult(self.seq, before, self.wal.size_bytes, segments_before, path)
+            raise FatalStorageError(f"index checkpoint: {fault}") from fault
+        except OSError as error:
+            if error.errno in ENOSPC_ERRNOS:
+                raise NoSpace(errno.ENOSPC, "no space for an index checkpoint") from None
+            self._failed = True
+            raise FatalStorageError(f"index checkpoint failed: {error}") from error
+        self.checkpoint_generation = state.generation
+        self.checkpoint_seq = state.seq
+        self.bytes_since_checkpoint = 0
+        if self.retiring:
+            retired, self.retiring = self.retiring, []
+            self.log.forget(retired)
+            try:
+                self.log.remove(retired)
+            except OSError as error:
+                self._failed = True
+                raise FatalStorageError(f"removing compacted segments failed: {error}") from error
+        return path
+
+    def fail(self) -> None:
+        self._failed = True
+
+    @property
+    def failed(self) -> bool:
+        return self._failed
 
     def close(self) -> None:
-        if not self._failed:
-            try:
-                self.wal.close()
-            except OSError as error:
-                raise FatalStorageError(f"closing the WAL failed: {error}") from error
-        self._release_lock()
+        try:
+            self.log.close()
+        except OSError as error:
+            raise FatalStorageError(f"closing the log failed: {error}") from error
+        finally:
+            if self._lock_fd is not None:
+                self.fs.close(self._lock_fd)
+                self._lock_fd = None
 
     def session_count(self) -> int:
         return self.index.count(SESSION)
+
+    def list_sessions(
+        self, prefix: str, after: str | None, limit: int
+    ) -> tuple[list[str], str | None]:
+        return self.index.list_sessions(prefix, after, limit)
+
+    def verify(self) -> tuple[int, list[dict[str, Any]]]:
+        return check(self)
+
+    def compaction_due(self) -> bool:
+        return compaction.compaction_due(self)
+
+    def compact(self) -> CompactResult:
+        if self._failed:
+            raise FatalStorageError("the store failed earlier and must be reopened")
+        return compaction.compact(self)
+
+    def stats(self) -> dict[str, Any]:
+        dead, used = compaction.dead_bytes(self)
+        return {
+            "wal_bytes": self.log.size_bytes,
+            "log_segments": len(self.log.used),
+            "log_dead_bytes": dead,
+            "log_dead_share": round(dead / used, 3) if used else 0.0,
+            "checkpoint_seq": self.checkpoint_seq,
+            "history_oldest_seq": self.history.oldest_seq(),
+            "damaged_documents": len(self.damaged),
+            "sealed_with_key_id": self.sealer.key_id_hex,
+            "read_cache": {
+                "bytes": self.cache.used_bytes,
+                "hits": self.cache.hits,
+                "misses": self.cache.misses,
+            },
+        }

@@ -1,0 +1,158 @@
+# Compaction: the live records of mostly-dead segments are copied into one new
+# compacted segment, and the old segments go.
+#
+#   1. plan (the writer, between batches): pick the victims (segments other
+#      than the active one whose share of dead bytes passed the threshold) and
+#      note every index entry that points into them;
+#   2. copy (any thread, while batches go on): those records, byte for byte
+#      (or resealed, for a key rotation), into tmp/, fsynced; then renamed into
+#      log/ and the directory fsynced [before-rename, after-rename];
+#   3. switch (the readers' thread, between batches): each entry that still
+#      points where it pointed at plan time now points into the new segment; a
+#      document rewritten meanwhile keeps its newer record;
+#   4. an index checkpoint that names the new segment and not the victims;
+#      only then are the victims unlinked (their read handles closed first).
+# A crash before the checkpoint leaves the victims named by the checkpoint on
+# disk and the new segment named by none: recovery removes it. After it, the
+# victims are named by none: recovery removes whatever is left of them.
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .durable import install, write_temp
+from .errors import NoSpace
+from .fs import ENOSPC_ERRNOS
+from .index import Entry
+from .log import COMPACTED, SEGMENT_HEADER_BYTES, encode_segment_header, segment_name
+from .records import encode_data
+
+if TYPE_CHECKING:
+    from .store import Store
+
+COPY_CHUNK_BYTES = 4 * 1024 * 1024
+MAX_LIVE_BYTES_PER_RUN = 256 * 1024 * 1024
+
+
+@dataclass
+class Plan:
+    victims: list[int]
+    moves: list[tuple[str, str, Entry]]
+    number: int = 0  # of the new segment; 0 when nothing is live in the victims
+    offsets: list[int] = field(default_factory=list)
+    resealed: list[Entry] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    seq: int
+    wal_bytes_before: int
+    wal_bytes_after: int
+    segments_replaced: int
+    records_moved: int
+    checkpoint: str
+
+
+def dead_bytes(store: Store) -> tuple[int, int]:
+    """(dead, used) bytes over every segment but the active one."""
+    used = dead = 0
+    for number, size in store.log.used.items():
+        if number == store.log.active:
+            continue
+        used += size
+        dead += size - store.index.live_bytes.get(number, 0)
+    return dead, used
+
+
+def compaction_due(store: Store) -> bool:
+    dead, used = dead_bytes(store)
+    return dead >= store.log.segment_bytes and dead >= used * store.compact_dead_share
+
+
+def plan(store: Store, *, everything: bool = False, all_segments: bool = False) -> Plan | None:
+    """everything: every segment with a dead byte (the `compact` op); all_segments: every
+    segment but the active one, dead bytes or not (a key rotation)."""
+    candidates = []
+    for number, size in store.log.used.items():
+        if number == store.log.active:
+            continue
+        live = store.index.live_bytes.get(number, 0)
+        share = (size - live) / size if size else 1.0
+        if all_segments or (everything and size > live) or share >= store.compact_dead_share:
+            candidates.append((share, number, live))
+    candidates.sort(reverse=True)
+    victims: list[int] = []
+    moving = 0
+    for _, number, live in candidates:
+        if victims and not (everything or all_segments) and moving + live > MAX_LIVE_BYTES_PER_RUN:
+            break
+        victims.append(number)
+        moving += live
+    if not victims:
+        return None
+    chosen = set(victims)
+    moves = [(k, i, e) for k, i, e in store.index.rows() if e.segment in chosen]
+    moves.sort(key=lambda move: (move[2].segment, move[2].offset))
+    result = Plan(sorted(victims), moves)
+    if moves:
+        result.number = store.log.next_number
+        store.log.next_number += 1
+    return result
+
+
+def copy(store: Store, work: Plan, *, reseal: bool = False) -> None:
+    """Write the new segment and rename it into log/. NoSpace on a full disk."""
+    if not work.moves:
+        return
+    fs, log = store.fs, store.log
+    temp = f"{log.tmp_dir}/{segment_name(work.number)}.tmp"
+    chunks = [encode_segment_header(work.number, COMPACTED)]
+    offset = SEGMENT_HEADER_BYTES
+    for kind, doc_id, entry in work.moves:
+        if reseal:
+            doc = store.read_entry(kind, doc_id, entry)
+            record = encode_data(store.sealer, 0, doc)
+            work.resealed.append(entry._replace(length=len(record)))
+        else:
+            record = log.pread(entry.segment, entry.offset, entry.length)
+        chunks.append(record)
+        work.offsets.append(offset)
+        offset += len(record)
+    try:
+        write_temp(fs, temp, chunks)
+    except OSError as error:
+        if error.errno in ENOSPC_ERRNOS:
+            raise NoSpace(errno.ENOSPC, "no space to compact the log") from None
+        raise
+    install(fs, temp, log.path(work.number), store.failpoint)
+
+
+def switch(store: Store, work: Plan) -> int:
+    """Repoint the entries that did not change since the plan; returns how many."""
+    moved = 0
+    entries = work.resealed or [move[2] for move in work.moves]
+    for (kind, doc_id, old), new, offset in zip(work.moves, entries, work.offsets, strict=True):
+        if store.index.get(kind, doc_id) == old:
+            store.index.put(kind, doc_id, new._replace(segment=work.number, offset=offset))
+            moved += 1
+    if work.number:
+        store.log.used[work.number] = sum(e.length for e in entries)
+    for number in work.victims:
+        store.log.used.pop(number, None)
+    store.retiring.extend(work.victims)  # unlinked after the next checkpoint
+    return moved
+
+
+def compact(store: Store, *, everything: bool = True) -> CompactResult:
+    """All of it in one call: for the `compact` op's thread, tests and tools."""
+    before = store.log.size_bytes
+    work = plan(store, everything=everything)
+    if work is None:
+        path = store.checkpoint()
+        return CompactResult(store.seq, before, store.log.size_bytes, 0, 0, path)
+    copy(store, work)
+    moved = switch(store, work)
+    path = store.checkpoint()
+    store.log.close_retired()
+    return CompactResult(store.seq, before, store.log.size_bytes, len(work.victims), moved, path)

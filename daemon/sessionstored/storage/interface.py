@@ -1,0 +1,45 @@
+# The storage interface the daemon's ops and writer use, whatever holds the
+# data: the embedded log (store.Store) or, later, PostgreSQL. Reads come from
+# the readers' thread and never wait for the writer; everything else comes from
+# the single writer, one call at a time.
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from .compaction import CompactResult
+from .history import History
+from .index import Entry
+from .mutations import Mutation
+from .records import Document
+from .sealing import Sealer
+from .store import Batch
+
+
+class Backend(Protocol):
+    seq: int
+    lease: dict[str, Any] | None
+    history: History
+    sealer: Sealer
+    checkpoint_seq: int
+
+    # reads (the readers' thread)
+    def head(self, kind: str, doc_id: str) -> Entry | None: ...
+    def read(self, kind: str, doc_id: str, *, cached: bool = True) -> Document | None: ...
+    def list_sessions(
+        self, prefix: str, after: str | None, limit: int
+    ) -> tuple[list[str], str | None]: ...
+    def session_count(self) -> int: ...
+    def stats(self) -> dict[str, Any]: ...
+
+    @property
+    def encrypted(self) -> bool: ...
+
+    # the writer: commit a batch of decided mutations, then publish it to readers
+    def commit_durably(self, mutations: Sequence[Mutation]) -> Batch: ...
+    def publish(self, batch: Batch) -> None: ...
+
+    # the writer, between batches
+    def verify(self) -> tuple[int, list[dict[str, Any]]]: ...
+    def compact(self) -> CompactResult: ...
+    def close(self) -> None: ...

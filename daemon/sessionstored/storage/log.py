@@ -1,0 +1,285 @@
+# Theory of operation: the log
+#
+# The log is the data. Every new generation of every document is a record in
+# it (records.py), and so is every removal; an in-memory index (index.py) says
+# where each document's current generation lies.
+#
+# Segments. The log is a set of segment files in log/, named by a number that
+# only grows (16 hex digits, ".seg"). Each starts with a 32-byte header naming
+# its number and its role:
+#   - append segments take batches in order; the newest is the active one;
+#   - compacted segments hold live records copied out of older segments
+#     (compaction.py); they are only reached through an index checkpoint.
+# An append segment is created preallocated and zero-filled to its full size
+# (fsynced before it is named), so that appending a batch and `fdatasync`
+# change no file metadata: measured here, 0.07 ms for a 4 KiB append plus
+# fdatasync against 0.10 ms on a growing file. A spare segment is prepared
+# ahead, off the commit path, so that a rotation costs a rename and two syncs.
+# Past the end of its data a segment is zeros, which is how its end is found.
+#
+# A batch, in order (the contract's failpoints in brackets):
+#   [before-intent] one write of all its intent records,
+#   [after-intent] [before-commit-record] one write of its commit record,
+#   one fdatasync of the segment [after-commit-record]: the batch is durable.
+# The next batch is written only after that sync returned. A batch that fails
+# before its sync is rewound: its bytes are overwritten with zeros and the next
+# batch reuses the space, so the log never holds a batch without a commit
+# record except at its very end, after a crash.
+#
+# Space for removals. The last DELETE_RESERVE_BYTES of each append segment
+# take only batches without new generations: on a full disk, when no new
+# segment can be created, removing sessions still works, and that is how a
+# user makes room.
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import struct
+import threading
+from dataclasses import dataclass
+
+import xxhash
+
+from .durable import TMP_DIR
+from .errors import NoSpace
+from .fs import ENOSPC_ERRNOS, FileSystem
+
+LOG_DIR = "log"
+SEGMENT_SUFFIX = ".seg"
+SEGMENT_MAGIC = b"SSLOGSG2"
+SEGMENT_HEADER = struct.Struct("<8sB7xQ")
+SEGMENT_CHECK = struct.Struct("<Q")
+SEGMENT_HEADER_BYTES = SEGMENT_HEADER.size + SEGMENT_CHECK.size  # 32
+APPEND = 1
+COMPACTED = 2
+DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
+DELETE_RESERVE_BYTES = 256 * 1024
+ZERO_CHUNK_BYTES = 1024 * 1024
+SIZE_ROUNDING_BYTES = 1024 * 1024
+
+
+def segment_name(number: int) -> str:
+    return f"{number:016x}{SEGMENT_SUFFIX}"
+
+
+def segment_number(name: str) -> int | None:
+    stem = name.removesuffix(SEGMENT_SUFFIX)
+    if name == stem or len(stem) != 16:
+        return None
+    try:
+        return int(stem, 16)
+    except ValueError:
+        return None
+
+
+def encode_segment_header(number: int, role: int) -> bytes:
+    head = SEGMENT_HEADER.pack(SEGMENT_MAGIC, role, number)
+    return head + SEGMENT_CHECK.pack(xxhash.xxh3_64_intdigest(head))
+
+
+def parse_segment_header(data: bytes) -> tuple[int, int] | None:
+    """(number, role) of an intact segment header, else None."""
+    if len(data) < SEGMENT_HEADER_BYTES:
+        return None
+    magic, role, number = SEGMENT_HEADER.unpack_from(data, 0)
+    (check,) = SEGMENT_CHECK.unpack_from(data, SEGMENT_HEADER.size)
+    if magic != SEGMENT_MAGIC or role not in (APPEND, COMPACTED):
+        return None
+    if xxhash.xxh3_64_intdigest(data[: SEGMENT_HEADER.size]) != check:
+        return None
+    return number, role
+
+
+def _rounded(size: int) -> int:
+    return -(-size // SIZE_ROUNDING_BYTES) * SIZE_ROUNDING_BYTES
+
+
+@dataclass
+class Spare:
+    path: str
+    size: int
+
+
+class Log:
+    def __init__(
+        self,
+        fs: FileSystem,
+        root: str,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    ) -> None:
+        self.fs = fs
+        self.root = root
+        self.directory = f"{root}/{LOG_DIR}"
+        self.tmp_dir = f"{root}/{TMP_DIR}"
+        self.segment_bytes = segment_bytes
+        self.reserve_bytes = min(DELETE_RESERVE_BYTES, segment_bytes // 8)
+        self.next_number = 1
+        self.active = 0  # number of the active append segment (0: none yet)
+        self.offset = 0  # where the next batch goes in the active segment
+        self.size = 0  # bytes preallocated in the active segment
+        self.used: dict[int, int] = {}  # segment number -> bytes of records in it
+        self._fd: int | None = None
+        self._read_fds: dict[int, int] = {}
+        self._read_open_lock = threading.Lock()
+        self._retired_fds: list[int] = []
+        self._spare: Spare | None = None
+        self._spare_busy = False
+        self._spare_counter = itertools.count()
+
+    def path(self, number: int) -> str:
+        return f"{self.directory}/{segment_name(number)}"
+
+    # -- reading (the readers' thread) --------------------------------------
+
+    def pread(self, number: int, offset: int, length: int) -> bytes:
+        fd = self._read_fds.get(number)
+        if fd is None:
+            with self._read_open_lock:  # the readers and the writer may both miss
+                fd = self._read_fds.get(number)
+                if fd is None:
+                    fd = self.fs.open_read(self.path(number))
+                    self._read_fds[number] = fd
+        return self.fs.pread(fd, length, offset)
+
+    def forget(self, numbers: list[int]) -> None:
+        """Segments about to be unlinked: their read handles stay open (a read that looked
+        up its entry before the switch still finds its bytes) until close_retired()."""
+        for number in numbers:
+            fd = self._read_fds.pop(number, None)
+            if fd is not None:
+                self._retired_fds.append(fd)
+
+    def close_retired(self) -> None:
+        """The readers' thread, between reads: no read can still hold a retired handle."""
+        while self._retired_fds:
+            self.fs.close(self._retired_fds.pop())
+
+    # -- the active segment ---------------------------------------------------
+
+    def open_active(self, number: int, offset: int) -> None:
+        """Recovery found the end of the log: append there from now on."""
+        self.active = number
+        self.offset = offset
+        self.size = self.fs.file_size(self.path(number))
+        self._fd = self.fs.open_read_write(self.path(number))
+        self.used[number] = offset - SEGMENT_HEADER_BYTES
+
+    def fits(self, nbytes: int, *, only_removals: bool) -> bool:
+        if self._fd is None:
+            return False
+        limit = self.size if only_removals else self.size - self.reserve_bytes
+        return self.offset + nbytes <= limit
+
+    def rotate(self, nbytes: int) -> None:
+        """Start a new append segment that holds at least nbytes; NoSpace on a full disk."""
+        need = SEGMENT_HEADER_BYTES + nbytes + self.reserve_bytes
+        size = self.segment_bytes if need <= self.segment_bytes else _rounded(need)
+        spare = self._spare if self._spare is not None and self._spare.size >= size else None
+        if spare is None:
+            spare = self._zero_filled(size)
+        else:
+            self._spare = None
+        number = self.next_number
+        fd = self.fs.open_read_write(spare.path)
+        try:
+            self.fs.pwrite(fd, encode_segment_header(number, APPEND), 0)
+            self.fs.fdatasync(fd)  # every named segment has a durable header
+        except OSError:
+            self.fs.close(fd)
+            raise
+        self.fs.rename(spare.path, self.path(number))
+        self.fs.fsync_dir(self.directory)  # the segment's name survives power loss
+        self.next_number = number + 1
+        if self._fd is not None:
+            self.fs.close(self._fd)
+        self._fd = fd
+        self.active = number
+        self.offset = SEGMENT_HEADER_BYTES
+        self.size = spare.size
+        self.used[number] = 0
+
+    def want_spare(self) -> bool:
+        """True when a spare should be prepared now (past half of the active segment)."""
+        return self._spare is None and not self._spare_busy and self.offset * 2 >= self.size
+
+    def prepare_spare(self) -> None:
+        """Zero-fill the next segment ahead of time. Any thread; one at a time."""
+        if self._spare is not None or self._spare_busy:
+            return
+        self._spare_busy = True
+        try:
+            self._spare = self._zero_filled(self.segment_bytes)
+        finally:
+            self._spare_busy = False
+
+    def _zero_filled(self, size: int) -> Spare:
+        path = f"{self.tmp_dir}/spare-{next(self._spare_counter)}{SEGMENT_SUFFIX}"
+        if self.fs.exists(path):
+            self.fs.unlink(path)
+        fd = self.fs.create_exclusive(path)
+        try:
+            zeros = bytes(ZERO_CHUNK_BYTES)
+            for start in range(0, size, ZERO_CHUNK_BYTES):
+                self.fs.write(fd, zeros[: min(ZERO_CHUNK_BYTES, size - start)])
+            self.fs.fsync(fd)  # allocated and zeroed on disk before any record goes in
+        except OSError as error:
+            self.fs.close(fd)
+            self.fs.unlink(path)
+            if error.errno in ENOSPC_ERRNOS:
+                raise NoSpace(errno.ENOSPC, "no space for a new log segment") from None
+            raise
+        self.fs.close(fd)
+        return Spare(path, size)
+
+    # -- the commit path (the writer's thread) -------------------------------------
+
+    def write(self, data: bytes) -> None:
+        """Write at the end of the active segment; durable only after sync()."""
+        assert self._fd is not None, "log not open"
+        self.fs.pwrite(self._fd, data, self.offset)
+        self.offset += len(data)
+        self.used[self.active] += len(data)
+
+    def rewind(self, offset: int) -> None:
+        """Undo writes back to offset: zeros over them (unsynced, like the writes were)."""
+        assert self._fd is not None, "log not open"
+        if self.offset > offset:
+            self.fs.pwrite(self._fd, bytes(self.offset - offset), offset)
+            self.used[self.active] -= self.offset - offset
+            self.offset = offset
+
+    def sync(self) -> None:
+        assert self._fd is not None, "log not open"
+        self.fs.fdatasync(self._fd)  # durability point: every batch written so far is on disk
+
+    # -- whole segments ---------------------------------------------------------
+
+    def remove(self, numbers: list[int]) -> None:
+        """Unlink segments no checkpoint needs (their read handles were forgotten)."""
+        for number in numbers:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.unlink(self.path(number))
+            self.used.pop(number, None)
+        if numbers:
+            self.fs.fsync_dir(self.directory)
+
+    def close(self) -> None:
+        self.forget(list(self._read_fds))
+        self.close_retired()
+        if self._fd is not None:
+            self.fs.close(self._fd)
+            self._fd = None
+        if self._spare is not None:
+            with contextlib.suppress(OSError):
+                self.fs.unlink(self._spare.path)
+            self._spare = None
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of records in the log (what `stats` calls wal_bytes)."""
+        return sum(self.used.values())
+
+    def file_bytes(self) -> int:
+        """Bytes the segment files take, preallocation included."""
+        return sum(self.fs.file_size(self.path(n)) for n in self.used)
