@@ -1,12 +1,15 @@
-# Crash at every syscall, over the simulated filesystem.
+# Crash at every syscall, over the simulated file system.
 #
-# A workload of batches runs against the store; the filesystem stops it at step
-# k, for every k, and then forgets what was not synced ("drop": power loss) or
-# keeps everything ("keep": only the process died). Recovery must then give:
-# every acknowledged mutation (or, for an id of the interrupted batch, possibly
-# that batch's value), no torn document, a clean check, no temp files, a seq
-# that did not go back, and the same store when recovered a second time, also
-# when recovery itself is crashed at each of its own steps first.
+# A workload of batches, index checkpoints and compactions runs against the
+# store; the file system stops it at step k, for every k, and then loses power
+# (what was not synced is dropped, or only some of its pages land, out of
+# order) or only the process dies (everything the OS had stays). Recovery must
+# then give: every acknowledged mutation (or, for a document of the
+# interrupted batch, possibly that batch's value), a clean check, no temp file,
+# no corruption reported, a seq that did not go back, the whole watch history
+# (as far back as it reached before the crash), and the same store when
+# recovered a second time, also when recovery itself is crashed at each of its
+# own steps first.
 from __future__ import annotations
 
 import contextlib
@@ -16,11 +19,11 @@ import cbor2
 import pytest
 
 from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical
-from sessionstored.storage.mutations import LEASE, LEASE_ID, Mutation, Put, Remove, Rewrite
+from sessionstored.storage.mutations import ANY, LEASE, LEASE_ID, Mutation, Put, Remove, Rewrite
 from sessionstored.storage.sealing import Key
 from sessionstored.storage.store import Store
 
-from .simfs import SimulatedCrash
+from .simfs import CRASH_MODES, SimFileSystem, SimulatedCrash
 from .storage_helpers import (
     ROOT,
     all_documents,
@@ -28,145 +31,15 @@ from .storage_helpers import (
     body_for,
     new_fs,
     open_store,
+    open_with_report,
     put,
     remove,
-    snapshot_of,
 )
 
 SEALING_KEY = Key.from_material(b"\x5a" * 32)
+SEGMENT_BYTES = 16 * 1024  # a few rotations and a real compaction in a short workload
 
-WORKLOAD: list[list[Mutation]] = [
-    [put("a", 1), put("b", 1), put("c", "x" * 5000)],
-    [put("a", 2), remove("b")],
-    [put("b", 3, expect=None), put("d", 1)],
-    [remove("c"), put("a", 3), put("long/" + "z" * 600, 1)],
-    [put("d", 2), remove("nope")],
-    [put("c", 4), put("a", 4), remove("d")],
-]
-
-
-def _apply(model: dict[str, Any], mutation: Mutation) -> None:
-    if isinstance(mutation, Put):
-        model[mutation.id] = mutation.body
-    else:
-        model.pop(mutation.id, None)
-
-
-def _run(store: Store, model: dict[str, Any], inflight: dict[str, list[Any]]) -> int:
-    """Run the workload; record acknowledged effects in model. Returns the last acked seq."""
-    last_seq = store.seq
-    for batch in WORKLOAD:
-        inflight.clear()
-        for mutation in batch:
-            inflight[mutation.id] = [
-                mutation.body if isinstance(mutation, Put) else None,
-                model.get(mutation.id),
-            ]
-        result = store.commit_durably(batch)
-        store.publish(result)
-        for mutation, outcome in zip(batch, result.outcomes, strict=True):
-            assert outcome.ok, outcome
-            _apply(model, mutation)
-        last_seq = store.seq
-    inflight.clear()
-    return last_seq
-
-
-def _total_steps() -> int:
-    fs = new_fs()
-    store = open_store(fs)
-    before = fs.steps
-    _run(store, {}, {})
-    return fs.steps - before
-
-
-def _check_recovered(
-    store: Store, model: dict[str, Any], inflight: dict[str, list[Any]], acked_seq: int
-) -> None:
-    assert_clean(store)
-    assert store.fs.listdir(f"{store.root}/tmp") == []
-    assert store.seq >= acked_seq
-    recovered = {doc_id: body for doc_id, (_seq, body) in snapshot_of(store).items()}
-    for doc_id in set(model) | set(recovered) | set(inflight):
-        allowed = inflight.get(doc_id, [model.get(doc_id)])
-        assert recovered.get(doc_id) in allowed, (doc_id, recovered.get(doc_id), allowed)
-
-
-def _recover_cleanly(fs: Any, key: Key | None = None) -> Store:
-    """A crash, even power loss, must never look like corruption."""
-    store = Store(fs, ROOT, key=key)
-    report = store.open()
-    assert report.wal_corruption is None, report.wal_corruption
-    assert not report.rebuilt_from_files and not report.checkpoint_problems
-    return store
-
-
-def _state(store: Store) -> tuple[int, dict[str, tuple[int, bytes]]]:
-    return store.seq, snapshot_of(store)
-
-
-@pytest.mark.parametrize("keep_unsynced", [False, True], ids=["power-loss", "process-kill"])
-def test_crash_at_every_step_of_the_workload(keep_unsynced: bool) -> None:
-    total = _total_steps()
-    assert total > 50
-    for step in range(total + 1):
-        fs = new_fs()
-        store = open_store(fs)
-        model: dict[str, Any] = {}
-        inflight: dict[str, list[Any]] = {}
-        fs.arm(step)
-        acked_seq = 0
-        try:
-            acked_seq = _run(store, model, inflight)
-        except SimulatedCrash:
-            acked_seq = max(acked_seq, store.seq)
-        fs.crash(keep_unsynced=keep_unsynced)
-        recovered = _recover_cleanly(fs)
-        _check_recovered(recovered, model, inflight, acked_seq)
-        first = _state(recovered)
-        recovered.close()
-        fs.crash(keep_unsynced=False)
-        again = open_store(fs)
-        assert _state(again) == first, f"second recovery differs after a crash at step {step}"
-
-
-def test_crash_during_recovery_at_every_step() -> None:
-    total = _total_steps()
-    for step in range(0, total + 1, 3):
-        fs = new_fs()
-        store = open_store(fs)
-        model: dict[str, Any] = {}
-        inflight: dict[str, list[Any]] = {}
-        fs.arm(step)
-        with contextlib.suppress(SimulatedCrash):
-            _run(store, model, inflight)
-        fs.crash(keep_unsynced=False)
-        recovery_step = 0
-        while True:
-            fs.arm(recovery_step)
-            try:
-                recovered = Store(fs, "/state")
-                recovered.open()
-            except SimulatedCrash:
-                fs.crash(keep_unsynced=False)
-                recovery_step += 1
-                continue
-            break
-        _check_recovered(recovered, model, inflight, 0)
-
-
-def test_acknowledged_writes_survive_power_loss_between_batches() -> None:
-    fs = new_fs()
-    store = open_store(fs)
-    model: dict[str, Any] = {}
-    for batch in WORKLOAD:
-        store.commit(batch)
-        for mutation in batch:
-            _apply(model, mutation)
-        fs.crash(keep_unsynced=False)
-        store = open_store(fs)
-        assert {k: v for k, (_s, v) in snapshot_of(store).items()} == model
-    assert body_for("a", 4) == model["a"]
+DocKey = tuple[str, str]
 
 
 def _appending(suffix: str, fence: Any = None) -> Rewrite:
@@ -188,33 +61,36 @@ def _lease(holder: str) -> Rewrite:
     )
 
 
-WORKLOAD_WITH_COMPACTION: list[Any] = [
-    [put("a", 1), _appending("x"), Put("l", "run-1", b"\xa0", digest_bytes_of_canonical(b"\xa0"))],
-    [_appending("y"), remove("a")],
+def _fenced_put(session_id: str, value: Any) -> Put:
+    body = body_for(session_id, value)
+    return Put("s", session_id, body, digest_bytes_of_canonical(body), fence=("agent", 1))
+
+
+WORKLOAD: list[Any] = [
+    [put("a", 1), put("b", 1), put("c", "x" * 5000), _appending("x")],
+    [put("a", 2), remove("b"), Put("l", "run-1", b"\xa0", digest_bytes_of_canonical(b"\xa0"))],
+    [put("b", 3, expect=None), put("d", "y" * 6000)],
+    "checkpoint",
+    [remove("c"), put("a", 3), put("long/" + "z" * 600, 1), _appending("y")],
+    [put("d", "w" * 7000), remove("nope"), Remove("l", "run-1")],
     "compact",
-    [put("b", 2), Remove("l", "run-1"), _appending("z")],
+    [put("c", 4), put("a", "v" * 4000), remove("d")],
     [_lease("agent")],
+    [_fenced_put("e", "u" * 3000), _appending("z", fence=("agent", 1))],
     "compact",
-    [
-        Put(
-            "s",
-            "c",
-            body_for("c", 3),
-            digest_bytes_of_canonical(body_for("c", 3)),
-            fence=("agent", 1),
-        ),
-        _appending("w", fence=("agent", 1)),
-    ],
+    [_fenced_put("a", 5)],
 ]
 
 
-def _run_with_compaction(
-    store: Store, model: dict[tuple[str, str], Any], inflight: dict[tuple[str, str], list[Any]]
-) -> int:
-    for step in WORKLOAD_WITH_COMPACTION:
+def _run(store: Store, model: dict[DocKey, Any], inflight: dict[DocKey, list[Any]]) -> int:
+    """Run the workload; record acknowledged effects in model. Returns the last acked seq."""
+    for step in WORKLOAD:
         inflight.clear()
         if step == "compact":
             store.compact()
+            continue
+        if step == "checkpoint":
+            store.checkpoint()
             continue
         for mutation in step:
             key = (mutation.kind, mutation.id)
@@ -236,43 +112,139 @@ def _run_with_compaction(
     return store.seq
 
 
-@pytest.mark.parametrize("sealing_key", [None, SEALING_KEY], ids=["plaintext", "sealed"])
-@pytest.mark.parametrize("keep_unsynced", [False, True], ids=["power-loss", "process-kill"])
-def test_crash_at_every_step_with_rewrites_leases_and_compaction(
-    keep_unsynced: bool, sealing_key: Key | None
+def _open(fs: SimFileSystem, key: Key | None) -> Store:
+    return open_store(fs, key=key, segment_bytes=SEGMENT_BYTES)
+
+
+def _total_steps(key: Key | None) -> tuple[int, int]:
+    fs = new_fs()
+    store = _open(fs, key)
+    before = fs.steps
+    final_seq = _run(store, {}, {})
+    return fs.steps - before, final_seq
+
+
+def _recover_cleanly(fs: SimFileSystem, key: Key | None) -> Store:
+    """A crash, even power loss with pages landing out of order, never looks like corruption."""
+    store, report = open_with_report(fs, key=key, segment_bytes=SEGMENT_BYTES)
+    assert report.corruption == [], report.corruption
+    assert report.checkpoint_problems == [], report.checkpoint_problems
+    return store
+
+
+def _check_recovered(
+    store: Store, model: dict[DocKey, Any], inflight: dict[DocKey, list[Any]], acked_seq: int
 ) -> None:
-    probe_fs = new_fs()
-    probe = open_store(probe_fs, key=sealing_key)
-    before = probe_fs.steps
-    final_seq = _run_with_compaction(probe, {}, {})
-    total = probe_fs.steps - before
+    assert_clean(store)
+    assert [n for n in store.fs.listdir(f"{ROOT}/tmp") if not n.startswith("spare-")] == []
+    assert store.seq >= acked_seq
+    documents = all_documents(store)
+    for key in set(model) | set(documents) | set(inflight):
+        allowed = inflight.get(key, [model.get(key)])
+        assert documents.get(key) in allowed, (key, documents.get(key), allowed)
+    assert (store.lease is not None) == ((LEASE, LEASE_ID) in documents)
+    # watch with since=0 reaches back to the first change: nothing of the history was lost
+    assert [c.seq for c in store.history.after(0, 10_000)] == list(range(1, store.seq + 1))
+
+
+def _state(store: Store) -> tuple[int, dict[DocKey, bytes], list[Any]]:
+    return store.seq, all_documents(store), store.history.after(0, 10_000)
+
+
+@pytest.mark.parametrize("key", [None, SEALING_KEY], ids=["plaintext", "sealed"])
+@pytest.mark.parametrize("mode", CRASH_MODES)
+def test_crash_at_every_step_of_the_workload(mode: str, key: Key | None) -> None:
+    total, final_seq = _total_steps(key)
+    assert total > 100
     for step in range(total + 1):
         fs = new_fs()
-        store = open_store(fs, key=sealing_key)
-        model: dict[tuple[str, str], Any] = {}
-        inflight: dict[tuple[str, str], list[Any]] = {}
+        store = _open(fs, key)
+        model: dict[DocKey, Any] = {}
+        inflight: dict[DocKey, list[Any]] = {}
         fs.arm(step)
         acked_seq = 0
         try:
-            acked_seq = _run_with_compaction(store, model, inflight)
+            acked_seq = _run(store, model, inflight)
         except SimulatedCrash:
             acked_seq = store.seq
-        fs.crash(keep_unsynced=keep_unsynced)
-        recovered = _recover_cleanly(fs, sealing_key)
-        assert_clean(recovered)
-        assert recovered.seq >= acked_seq
-        documents = all_documents(recovered)
-        for key in set(model) | set(documents) | set(inflight):
-            allowed = inflight.get(key, [model.get(key)])
-            assert documents.get(key) in allowed, (step, key)
+        fs.crash(mode)
+        recovered = _recover_cleanly(fs, key)
+        _check_recovered(recovered, model, inflight, acked_seq)
         if step == total:
             assert recovered.seq == final_seq
-        lease_expected = ("L", "lease") in documents
-        assert (recovered.lease is not None) == lease_expected
-        history = recovered.history.after(0, 1000)
-        assert [c.seq for c in history] == sorted(c.seq for c in history)
-        first = (recovered.seq, documents)
+        first = _state(recovered)
         recovered.close()
-        fs.crash(keep_unsynced=False)
-        again = open_store(fs, key=sealing_key)
-        assert (again.seq, all_documents(again)) == first, f"second recovery differs at step {step}"
+        fs.crash("drop")
+        again = _open(fs, key)
+        assert _state(again) == first, f"second recovery differs after a crash at step {step}"
+        # the recovered log takes new batches: a short one where the torn batch was
+        lease = again.lease or {}
+        fence = (lease["holder"], lease["epoch"]) if lease.get("holder") else ANY
+        after = body_for("after", 1)
+        assert again.commit(
+            [Put("s", "after", after, digest_bytes_of_canonical(after), fence=fence)]
+        )[0].ok
+        again.close()
+        fs.crash("drop")
+        final = _recover_cleanly(fs, key)
+        assert final.read("s", "after") is not None
+        assert_clean(final)
+
+
+def test_crash_during_recovery_at_every_step() -> None:
+    total, _ = _total_steps(None)
+    for step in range(0, total + 1, 5):
+        fs = new_fs()
+        store = _open(fs, None)
+        model: dict[DocKey, Any] = {}
+        inflight: dict[DocKey, list[Any]] = {}
+        fs.arm(step)
+        with contextlib.suppress(SimulatedCrash):
+            _run(store, model, inflight)
+        fs.crash("torn-alternate")
+        recovery_step = 0
+        while True:
+            fs.arm(recovery_step)
+            try:
+                recovered = _recover_cleanly(fs, None)
+            except SimulatedCrash:
+                fs.crash("drop")
+                recovery_step += 1
+                continue
+            break
+        _check_recovered(recovered, model, inflight, 0)
+        first = _state(recovered)
+        recovered.close()
+        fs.crash("drop")
+        assert _state(_open(fs, None)) == first
+
+
+def test_acknowledged_writes_survive_power_loss_between_batches() -> None:
+    fs = new_fs()
+    store = _open(fs, None)
+    model: dict[DocKey, Any] = {}
+    for step in WORKLOAD:
+        if not isinstance(step, list) or any(
+            isinstance(m, Rewrite) or m.fence is not ANY for m in step
+        ):
+            continue
+        assert all(outcome.ok for outcome in store.commit(step))
+        for mutation in step:
+            if isinstance(mutation, Put):
+                model[(mutation.kind, mutation.id)] = mutation.body
+            else:
+                model.pop((mutation.kind, mutation.id), None)
+        fs.crash("drop")
+        store = _open(fs, None)
+        assert all_documents(store) == model
+
+
+def test_recovering_a_mutation_list_twice_is_the_same_store() -> None:
+    fs = new_fs()
+    store = _open(fs, None)
+    mutations: list[Mutation] = [put(f"k{n}", n) for n in range(30)]
+    store.commit(mutations)
+    store.close()
+    first = _state(_open(fs, None))
+    fs.crash("keep")
+    assert _state(_open(fs, None)) == first

@@ -18,7 +18,7 @@
 #            payload = first seq u64 | intents u32 | committed_at_ms u64; seq = last seq
 #
 # With a key, Data and Removal payloads are sealed (sealing.py) with the first
-# 36 header bytes as associated data, so a payload cannot be moved under
+# 32 header bytes as associated data, so a payload cannot be moved under
 # another header. Commit payloads hold only numbers and stay plain.
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ RECORD_MAGIC = b"\xa5SL2"
 HEADER = struct.Struct("<4sBBHQQQIQ")
 HEADER_CHECK = struct.Struct("<Q")
 HEADER_BYTES = HEADER.size + HEADER_CHECK.size  # 52
-ASSOCIATED_BYTES = 36  # magic .. id hash: what a sealed payload is bound to
+ASSOCIATED_BYTES = 32  # magic .. id hash: what a sealed payload is bound to
 DIGEST_BYTES = 16
 ID_LENGTH = struct.Struct("<H")
 COMMIT_PAYLOAD = struct.Struct("<QIQ")

@@ -251,6 +251,8 @@ def recover(store: Store) -> RecoveryReport:
     orphans = sorted(n for n in roles if n not in named and n not in replayed)
     log.remove(orphans)
     report.orphan_segments_removed = len(orphans)
+    newest = set(base.segments) if base else set()
+    retiring = sorted(n for n in roles if n in named and n not in newest and n not in replayed)
 
     segments = [
         Segment(
@@ -294,7 +296,9 @@ def recover(store: Store) -> RecoveryReport:
     since = sum(max(result.ends.get(s.number, 0), s.start) - s.start for s in segments)
     try:
         store.adopt(
-            Recovered(index, history, result.last_seq, result.last_batch, damaged, base, since)
+            Recovered(
+                index, history, result.last_seq, result.last_batch, damaged, base, since, retiring
+            )
         )
     except CorruptRecord as error:
         # Starting without it would silently stop fencing stale writers.

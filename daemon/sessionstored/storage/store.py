@@ -85,6 +85,7 @@ class Recovered:
     damaged: dict[int, DamageRow]
     checkpoint: CheckpointState | None
     bytes_since_checkpoint: int
+    retiring: list[int]  # named only by an older checkpoint: removed after the next one
 
 
 Accepted = tuple[int, Put | Remove, int]  # (position in the batch, the change, its seq)
@@ -156,6 +157,7 @@ class Store:
         self.checkpoint_seq = checkpoint.seq if checkpoint else 0
         self.checkpoint_generation = checkpoint.generation if checkpoint else 0
         self.bytes_since_checkpoint = recovered.bytes_since_checkpoint
+        self.retiring = list(recovered.retiring)
         self.cache = DocumentCache(self.cache.capacity_bytes)
         self.lease = None
         if self.index.get(LEASE, LEASE_ID) is not None:
