@@ -8,17 +8,20 @@ from typing import Any
 
 import pytest
 
+import xxhash
+
 from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical
 from sessionstored.storage.check import check
-from sessionstored.storage.files import CorruptDocument, Document, encode_document
-from sessionstored.storage.metadata import REKEY_FILE, StoreFormatError
+from sessionstored.storage.errors import CorruptRecord, StoreFormatError
+from sessionstored.storage.metadata import REKEY_FILE
 from sessionstored.storage.mutations import LEASE, LEASE_ID, Put, Rewrite
+from sessionstored.storage.records import HEADER, HEADER_BYTES, HEADER_CHECK, Document, encode_data
 from sessionstored.storage.rekey import begin_rekey
-from sessionstored.storage.sealing import Key, KeyFileError, parse_key
+from sessionstored.storage.sealing import PLAINTEXT, Key, KeyFileError, Sealer, parse_key
 from sessionstored.storage.store import Store
 
 from .simfs import SimFileSystem, SimulatedCrash
-from .storage_helpers import ROOT, all_documents, assert_clean, new_fs, put, remove
+from .storage_helpers import ROOT, all_documents, assert_clean, new_fs, open_store, put, remove
 
 KEY_A = Key.from_material(bytes(range(32)))
 KEY_B = Key.from_material(bytes(range(100, 132)))
@@ -29,9 +32,7 @@ SECRET_HOLDER = "agent-alice-host"
 
 
 def _open(fs: SimFileSystem, key: Key | None) -> Store:
-    store = Store(fs, ROOT, key=key)
-    store.open()
-    return store
+    return open_store(fs, key=key)
 
 
 def _lease(holder: str) -> Rewrite:
@@ -83,7 +84,7 @@ def test_the_key_round_trips_every_document_across_a_restart() -> None:
     _fill(store)
     before = (store.seq, all_documents(store))
     store.close()
-    fs.crash(keep_unsynced=False)
+    fs.crash("drop")
     again = _open(fs, KEY_A)
     assert (again.seq, all_documents(again)) == before
     assert again.lease is not None and again.lease["holder"] == SECRET_HOLDER
@@ -103,48 +104,68 @@ def test_without_the_key_or_with_another_the_store_refuses_to_open() -> None:
         _open(plain, KEY_A)
 
 
-def _problem_files(store: Store) -> list[str]:
-    return sorted(p["file"].rsplit("/", 1)[1] for p in check(store)[1])
+def _problem_ids(store: Store) -> list[str]:
+    return sorted(p["id"] for p in check(store)[1])
 
 
-def test_sealed_files_swapped_between_ids_do_not_open() -> None:
+def _record(store: Store, fs: SimFileSystem, doc_id: str) -> tuple[str, int, bytes]:
+    entry = store.index.get("s", doc_id)
+    assert entry is not None
+    path = store.log.path(entry.segment)
+    return path, entry.offset, fs.file_bytes(path)[entry.offset : entry.offset + entry.length]
+
+
+def _overwrite(fs: SimFileSystem, path: str, offset: int, data: bytes) -> None:
+    whole = bytearray(fs.file_bytes(path))
+    whole[offset : offset + len(data)] = data
+    fs.set_file_bytes(path, bytes(whole))
+
+
+def _with_payload(record: bytes, payload: bytes) -> bytes:
+    """A record with another payload of the same length, its checksums made to match."""
+    fields = list(HEADER.unpack_from(record, 0))
+    fields[-1] = xxhash.xxh3_64_intdigest(payload)
+    head = HEADER.pack(*fields)
+    return head + HEADER_CHECK.pack(xxhash.xxh3_64_intdigest(head)) + payload
+
+
+def test_sealed_records_swapped_between_ids_do_not_open() -> None:
     fs = new_fs()
     store = _open(fs, KEY_A)
-    store.commit([put("a", "alpha"), put("b", "beta"), put("c", "gamma")])
-    a_path, b_path = store.files.path("s", "a"), store.files.path("s", "b")
-    a_bytes, b_bytes = fs.file_bytes(a_path), fs.file_bytes(b_path)
-    fs.set_file_bytes(a_path, b_bytes)
-    fs.set_file_bytes(b_path, a_bytes)
-    for doc_id in ("a", "b"):
-        with pytest.raises(CorruptDocument, match="does not authenticate"):
-            store.read("s", doc_id)
+    store.commit([put("a", "alpha"), put("b", "gamma"), put("c", "delta")])
+    (a_path, a_at, a_rec), (b_path, b_at, b_rec) = _record(store, fs, "a"), _record(store, fs, "b")
+    _overwrite(fs, a_path, a_at, b_rec)  # the whole record: it names another document
+    _overwrite(fs, b_path, b_at, _with_payload(b_rec, a_rec[HEADER_BYTES:]))  # only the payload
+    store.cache.discard("s", "a")
+    store.cache.discard("s", "b")
+    with pytest.raises(CorruptRecord, match="holds another document"):
+        store.read("s", "a")
+    with pytest.raises(CorruptRecord, match="does not authenticate"):
+        store.read("s", "b")
     assert store.read("s", "c") is not None
-    assert _problem_files(store) == sorted([a_path.rsplit("/", 1)[1], b_path.rsplit("/", 1)[1]])
+    assert _problem_ids(store) == ["a", "b"]
 
 
-def test_a_plaintext_or_foreign_key_document_in_a_sealed_store_is_never_served() -> None:
+def test_a_plaintext_or_foreign_key_record_in_a_sealed_store_is_never_served() -> None:
     fs = new_fs()
     store = _open(fs, KEY_A)
     store.commit([put("a", "alpha"), put("b", "beta")])
-    entry = store.index.get("s", "a")
-    assert entry is not None
-    body = store.read("s", "a")
-    assert body is not None
-    injected = encode_document(Document("s", "a", entry.seq, entry.digest, body.body))
-    fs.set_file_bytes(store.files.path("s", "a"), injected)
-    store.cache.discard("s", "a")
-    with pytest.raises(CorruptDocument, match="plaintext in an encrypted store"):
-        store.read("s", "a")
-
-    foreign_fs = new_fs()
-    foreign = _open(foreign_fs, KEY_B)
-    foreign.commit([put("b", "beta")])
-    foreign_bytes = foreign_fs.file_bytes(foreign.files.path("s", "b"))
-    fs.set_file_bytes(store.files.path("s", "b"), foreign_bytes)
-    store.cache.discard("s", "b")
-    with pytest.raises(CorruptDocument, match="sealed with another key"):
-        store.read("s", "b")
-    assert len(_problem_files(store)) == 2
+    for doc_id, sealer, problem in (
+        ("a", PLAINTEXT, "plaintext in an encrypted store"),
+        ("b", Sealer(KEY_B), "sealed with another key"),
+    ):
+        entry = store.index.get("s", doc_id)
+        doc = store.read("s", doc_id)
+        assert entry is not None and doc is not None
+        injected = encode_data(
+            sealer, store.batch, Document("s", doc_id, doc.seq, doc.digest, doc.body)
+        )
+        _overwrite(fs, store.log.path(entry.segment), entry.offset, injected)
+        store.index.put("s", doc_id, entry._replace(length=len(injected)))
+        store.cache.discard("s", doc_id)
+        with pytest.raises(CorruptRecord, match=problem):
+            store.read("s", doc_id)
+    assert _problem_ids(store) == ["a", "b"]
 
 
 def test_key_files_take_raw_bytes_or_hex_and_nothing_else() -> None:
@@ -166,7 +187,7 @@ def test_rekey_moves_every_document_to_the_new_key(old: Key | None, new: Key | N
     begin_rekey(store, new)
     assert (store.seq, all_documents(store)) == before
     store.close()
-    fs.crash(keep_unsynced=False)
+    fs.crash("drop")
     if new is not None:
         assert _readable_secrets(fs) == []
     with pytest.raises(StoreFormatError):
@@ -204,7 +225,7 @@ def test_rekey_survives_a_crash_at_every_step(keep_unsynced: bool) -> None:
         fs.arm(step)
         with contextlib.suppress(SimulatedCrash):
             begin_rekey(store, KEY_B)
-        fs.crash(keep_unsynced=keep_unsynced)
+        fs.crash("keep" if keep_unsynced else "drop")
         if fs.exists(f"{ROOT}/{REKEY_FILE}"):
             # mid-rotation the store opens with either key, and the open finishes it
             recovered = _open(fs, KEY_A if step % 2 else KEY_B)
@@ -220,7 +241,7 @@ def test_rekey_survives_a_crash_at_every_step(keep_unsynced: bool) -> None:
         assert recovered.lease is not None and recovered.lease["holder"] == SECRET_HOLDER
         assert_clean(recovered)
         recovered.close()
-        fs.crash(keep_unsynced=False)
+        fs.crash("drop")
         assert not fs.exists(f"{ROOT}/{REKEY_FILE}")
         with pytest.raises(StoreFormatError, match="wrong key"):
             _open(fs, KEY_A)
@@ -236,7 +257,7 @@ def test_a_crashed_rekey_refuses_a_third_key_in_one_line() -> None:
     fs.arm(_rekey_steps() // 2)
     with contextlib.suppress(SimulatedCrash):
         begin_rekey(store, KEY_B)
-    fs.crash(keep_unsynced=False)
+    fs.crash("drop")
     third = Key.from_material(b"\x07" * 32)
     for key in (None, third):
         with pytest.raises(StoreFormatError, match=r"key rotation .* is unfinished") as error:
@@ -250,7 +271,7 @@ def test_finishing_a_rotation_survives_a_crash_at_every_step_of_its_own() -> Non
     fs.arm(_rekey_steps() // 3)
     with contextlib.suppress(SimulatedCrash):
         begin_rekey(store, KEY_B)
-    fs.crash(keep_unsynced=False)
+    fs.crash("drop")
     assert fs.exists(f"{ROOT}/{REKEY_FILE}")
     attempts = 0
     while True:
@@ -258,7 +279,7 @@ def test_finishing_a_rotation_survives_a_crash_at_every_step_of_its_own() -> Non
         try:
             finished = _open(fs, KEY_B if attempts % 2 else KEY_A)
         except SimulatedCrash:
-            fs.crash(keep_unsynced=False)
+            fs.crash("drop")
             attempts += 1
             continue
         break
@@ -266,5 +287,5 @@ def test_finishing_a_rotation_survives_a_crash_at_every_step_of_its_own() -> Non
     assert (finished.seq, all_documents(finished)) == expected
     assert_clean(finished)
     finished.close()
-    fs.crash(keep_unsynced=False)
+    fs.crash("drop")
     assert (_open(fs, KEY_B).seq, not fs.exists(f"{ROOT}/{REKEY_FILE}")) == (expected[0], True)

@@ -193,6 +193,11 @@ def _choose_base(
 ) -> tuple[CheckpointState | None, set[int]]:
     """The newest intact checkpoint, and every segment that some intact checkpoint names."""
     intact, report.checkpoint_problems = store.checkpoints.load_all()
+    if intact and [s.generation for s in intact[:2]] == [intact[0].generation] * 2:
+        # both copies of the newest generation are whole: finish its pruning, so that an
+        # interrupted one leaves nothing for the next crash to add to
+        store.checkpoints.prune(keep_generation=intact[0].generation)
+        intact = intact[:2]
     named = {number for state in intact for number in state.segments}
     if intact:
         return intact[0], named
@@ -287,6 +292,15 @@ def recover(store: Store) -> RecoveryReport:
         _cut_torn_tail(store, result.torn)
         report.torn_tail = result.torn
 
+    # an empty append segment before the last one holds nothing (a rotation whose batch
+    # failed, or an interrupted rekey's): it goes, so repeated crashes leave no junk
+    empty = [
+        s.number for s in segments[:-1] if s.number not in result.ends and s.number != position[0]
+    ]
+    log.remove(empty)
+    segments = [s for s in segments if s.number not in empty]
+    for n in empty:
+        del roles[n]
     log.used = {n: used for n, used in (base.segments.items() if base else ()) if n in roles}
     for s in segments:
         log.used[s.number] = max(result.ends.get(s.number, 0), s.start) - SEGMENT_HEADER_BYTES

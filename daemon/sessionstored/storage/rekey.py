@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import compaction
+from .log import SEGMENT_HEADER_BYTES
 from .metadata import FORMAT_FILE, REKEY_FILE, RekeyBridge, format_text, write_durably
 from .sealing import Key, Sealer
 from .store import Store
@@ -39,7 +40,8 @@ def begin_rekey(store: Store, new: Key | None) -> RekeyReport:
 def finish_rekey(store: Store, bridge: RekeyBridge) -> RekeyReport:
     """Steps 2-4, from wherever an earlier attempt stopped. The store is open and idle."""
     report = RekeyReport(bridge.describe())
-    store.log.rotate(0)  # nothing after this point is written under the old key
+    if store.log.offset != SEGMENT_HEADER_BYTES:
+        store.log.rotate(0)  # nothing after this point is written under the old key
     work = compaction.plan(store, all_segments=True)
     if work is not None:
         compaction.copy(store, work, reseal=True)
