@@ -7,7 +7,6 @@ import contextlib
 from typing import Any
 
 import pytest
-
 import xxhash
 
 from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical

@@ -12,7 +12,10 @@ from sessionstore.canonical import digest_bytes_of_canonical
 from sessionstored.storage.mutations import ANY
 from sessionstored.storage.store import Store
 
-from .storage_helpers import ROOT, assert_clean, body_for, new_fs, put, remove, snapshot_of
+from .simfs import CRASH_MODES
+from .storage_helpers import assert_clean, body_for, new_fs, open_store, put, remove, snapshot_of
+
+SEGMENT_BYTES = 16 * 1024
 
 IDS = st.sampled_from(["a", "b", "c/d", "../e", "ü" * 3, "x" * 300])
 EXPECT_MODES = st.sampled_from(["any", "absent", "current", "stale"])
@@ -22,8 +25,7 @@ class StoreMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.fs = new_fs()
-        self.store = Store(self.fs, ROOT)
-        self.store.open()
+        self.store = self._open()
         self.model: dict[str, bytes] = {}
         self.seq = 0
 
@@ -77,19 +79,38 @@ class StoreMachine(RuleBasedStateMachine):
             self.model[session_id] = body_for(session_id, value)
         assert self.store.seq == self.seq
 
-    @rule(power_loss=st.booleans())
-    def restart(self, power_loss: bool) -> None:
-        if not power_loss:
+    def _open(self) -> Store:
+        return open_store(self.fs, segment_bytes=SEGMENT_BYTES)
+
+    @rule(value=st.integers(0, 5), size=st.integers(100, 3000))
+    def rewrite_everything(self, value: int, size: int) -> None:
+        ids = sorted(self.model)
+        if ids:
+            self.store.commit([put(i, [value, "p" * size]) for i in ids])
+            self.seq += len(ids)
+            self.model.update({i: body_for(i, [value, "p" * size]) for i in ids})
+
+    @rule()
+    def compact(self) -> None:
+        self.store.compact()
+
+    @rule()
+    def compact_if_due(self) -> None:
+        if self.store.compaction_due():
+            self.store.compact()
+
+    @rule(mode=st.sampled_from(CRASH_MODES))
+    def restart(self, mode: str) -> None:
+        if mode == "keep":
             self.store.close()
-        self.fs.crash(keep_unsynced=not power_loss)
-        self.store = Store(self.fs, ROOT)
-        self.store.open()
+        self.fs.crash(mode)
+        self.store = self._open()
 
     @invariant()
     def matches_model(self) -> None:
         assert {k: v for k, (_s, v) in snapshot_of(self.store).items()} == self.model
         assert self.store.seq == self.seq
-        ids, _ = self.store.index.list_sessions("", None, 100)
+        ids, _ = self.store.list_sessions("", None, 100)
         assert ids == sorted(self.model, key=lambda s: s.encode())
 
     def teardown(self) -> None:

@@ -121,7 +121,7 @@ def test_bit_rot_in_a_replayed_record_is_reported_and_hides_only_its_document(
     assert report.corruption[0]["offset"] == entry.offset
     for n in (0, 1, 3, 4):
         assert recovered.read("s", f"s{n}").body == body_for(f"s{n}", n)
-    checked, problems = recovered.verify()
+    _checked, problems = recovered.verify()
     if where == "payload":
         # the header survived: it names the document, which is io_error, never stale
         with pytest.raises(CorruptRecord) as caught:

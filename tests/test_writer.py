@@ -6,10 +6,9 @@ from __future__ import annotations
 import trio
 
 from sessionstored.storage.mutations import Outcome
-from sessionstored.storage.store import Store
 from sessionstored.writer import Job, Writer
 
-from .storage_helpers import ROOT, body_for, new_fs, put
+from .storage_helpers import assert_clean, body_for, new_fs, open_store, put
 
 
 async def _submit(writer: Writer, job: Job, results: list[Outcome]) -> None:
@@ -21,8 +20,7 @@ async def _submit(writer: Writer, job: Job, results: list[Outcome]) -> None:
 
 async def test_concurrent_saves_are_group_committed() -> None:
     fs = new_fs()
-    store = Store(fs, ROOT)
-    store.open()
+    store = open_store(fs)
     writer = Writer(store, on_fatal=lambda reason: None)
     results: list[Outcome] = []
     async with trio.open_nursery() as nursery:
@@ -38,8 +36,7 @@ async def test_concurrent_saves_are_group_committed() -> None:
 
 
 async def test_same_id_twice_in_one_drain_commits_in_order() -> None:
-    store = Store(new_fs(), ROOT)
-    store.open()
+    store = open_store(new_fs())
     writer = Writer(store, on_fatal=lambda reason: None)
     jobs = [Job(put("same", n)) for n in range(5)]
     async with trio.open_nursery() as nursery:
@@ -55,11 +52,11 @@ async def test_same_id_twice_in_one_drain_commits_in_order() -> None:
 
 async def test_fatal_error_fails_the_batch_and_everything_after() -> None:
     fs = new_fs()
-    store = Store(fs, ROOT)
-    store.open()
+    store = open_store(fs)
     fatal: list[str] = []
     writer = Writer(store, on_fatal=fatal.append)
-    fs.fail_fsync_paths.add(f"{ROOT}/docs")
+    store.commit([put("before", 0)])
+    fs.fail_fsync_paths.add(store.log.path(store.log.active))
     results: list[Outcome] = []
     async with trio.open_nursery() as nursery:
         nursery.start_soon(writer.run)
@@ -67,4 +64,26 @@ async def test_fatal_error_fails_the_batch_and_everything_after() -> None:
         await _submit(writer, Job(put("b", 1)), results)
         writer.close()
     assert [o.code for o in results] == ["io_error", "io_error"]
-    assert fatal and "fsync" in fatal[0]
+    assert fatal and "fdatasync" in fatal[0]
+
+
+async def test_the_writer_compacts_checkpoints_and_prepares_spares_by_itself() -> None:
+    fs = new_fs()
+    store = open_store(fs, segment_bytes=32 * 1024, checkpoint_every=50)
+    writer = Writer(store, on_fatal=lambda reason: None)
+    results: list[Outcome] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        for round_ in range(40):
+            async with trio.open_nursery() as clients:
+                for n in range(8):
+                    job = Job(put(f"s{n}", [round_, "w" * 1500]))
+                    clients.start_soon(_submit, writer, job, results)
+        writer.close()
+    assert all(o.ok for o in results) and len(results) == 320
+    assert writer.compactions > 0 and writer.checkpoints > 0
+    for n in range(8):
+        assert store.read("s", f"s{n}").body == body_for(f"s{n}", [39, "w" * 1500])
+    assert_clean(store)
+    live = sum(e.length for _, _, e in store.index.rows())
+    assert sum(store.log.used.values()) <= 2 * live + 2 * store.log.segment_bytes
