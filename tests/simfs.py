@@ -106,6 +106,12 @@ class SimFileSystem:
             raise FileNotFoundError(errno.ENOENT, "no such file", path)
         return self._inodes[ino]
 
+    def _used_bytes(self) -> int:
+        """Bytes of the files that a directory still names or a handle holds open."""
+        live = {ino for d in self._dirs.values() for ino in d.entries.values()}
+        live |= set(self._fds.values())
+        return sum(len(self._inodes[ino].data) for ino in live)
+
     def _ino_at(self, path: str) -> int | None:
         parent, name = self._split(path)
         directory = self._dirs.get(parent)
@@ -167,7 +173,7 @@ class SimFileSystem:
         self._step()
         inode = self._inodes[self._fds[fd]]
         if self.full_after_bytes is not None:
-            used = sum(len(i.data) for i in self._inodes.values())
+            used = self._used_bytes()
             if used + len(data) > self.full_after_bytes:
                 room = max(0, self.full_after_bytes - used)
                 inode.data += data[:room]
@@ -181,7 +187,7 @@ class SimFileSystem:
         if end > len(inode.data):
             grow = end - len(inode.data)
             if self.full_after_bytes is not None:
-                used = sum(len(i.data) for i in self._inodes.values())
+                used = self._used_bytes()
                 if used + grow > self.full_after_bytes:
                     raise OSError(errno.ENOSPC, "No space left on device")
             inode.data.extend(bytes(grow))

@@ -70,3 +70,17 @@ def assert_clean(store: Store) -> None:
     checked, problems = check(store)
     assert problems == [], problems
     assert checked == sum(store.index.count(k) for k in store.index.kinds())
+
+
+def locate_record(state_dir: Any, kind: str, doc_id: str, key: Any = None) -> tuple[str, int, int]:
+    """(segment path, offset, length) of a document's committed record, read with the daemon
+    stopped: the store is opened in process, which is also a clean recovery."""
+    from sessionstored.storage.fs import RealFileSystem
+
+    store, _ = open_recovered(RealFileSystem(), str(state_dir), key=key)
+    try:
+        entry = store.index.get(kind, doc_id)
+        assert entry is not None, (kind, doc_id)
+        return store.log.path(entry.segment), entry.offset, entry.length
+    finally:
+        store.close()

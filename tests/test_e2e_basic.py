@@ -130,8 +130,10 @@ def test_hostile_ids_stay_distinct_and_inside(running: DaemonProcess) -> None:
             assert client.load(session_id) == snapshot(session_id, n=n)
         listed = list(client.iter_ids(page=5))
         assert listed == sorted(ids, key=lambda s: s.encode())
-    docs = running.state_dir / "docs"
-    assert len(os.listdir(docs)) == len(ids)
+    # ids live inside log records: no file is named after one, none lands outside
+    state_files = [Path(d, f) for d, _, fs in os.walk(running.workdir) for f in fs]
+    assert all(running.state_dir in p.parents or p.parent == running.workdir for p in state_files)
+    assert not any(session_id in str(p) for p in state_files for session_id in ids[:3])
     assert not (running.workdir / "etc").exists()
     with running.client() as client, pytest.raises(BadRequest):
         client.load("a" * 1025)

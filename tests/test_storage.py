@@ -203,22 +203,46 @@ def test_a_full_disk_refuses_saves_keeps_deletes_and_recovers() -> None:
     assert_clean(recovered)
 
 
+def _disk_full_for_saves(store: Store, fs: SimFileSystem, room: int) -> None:
+    """Only `room` bytes left: no new segment fits, so a save that needs one is refused."""
+    fs.full_after_bytes = fs._used_bytes() + room
+    for n in range(100):
+        if store.commit([put(f"filler{n}", "f" * 2000)])[0].code == "no_space":
+            return
+    raise AssertionError("the disk never filled")
+
+
 def test_compaction_on_a_full_disk_answers_no_space_and_changes_nothing() -> None:
     fs = new_fs()
     store = open_store(fs, segment_bytes=64 * 1024)
     for n in range(20):
         store.commit([put(f"kept{n}", "k" * 2000)])
-    for n in range(60):
-        store.commit([put(f"s{n % 3}", "x" * 2000)])
+    for n in range(3):
+        store.commit([put("kept0", ["again", n, "k" * 2000])])  # some dead, mostly live
+    while store.log.active == 1:
+        store.commit([put("newer", "n" * 2000)])
+    _disk_full_for_saves(store, fs, room=0)
     before = store.log.size_bytes
-    fs.full_after_bytes = sum(len(b) for b in fs.all_files().values())
     with pytest.raises(NoSpace):
         store.compact()
     assert store.log.size_bytes == before and not store.failed
     assert_clean(store)
     fs.full_after_bytes = None
     result = store.compact()
-    assert result.wal_bytes_after < before
+    assert result.records_moved > 0 and result.wal_bytes_after < before
+    assert_clean(store)
+
+
+def test_compaction_on_a_full_disk_still_drops_wholly_dead_segments() -> None:
+    fs = new_fs()
+    store = open_store(fs, segment_bytes=64 * 1024)
+    for n in range(60):
+        store.commit([put(f"s{n % 3}", "x" * 2000)])
+    _disk_full_for_saves(store, fs, room=16 * 1024)
+    before = store.log.size_bytes
+    result = store.compact()  # no room to copy anything: the dead segments go all the same
+    assert result.records_moved == 0 and result.wal_bytes_after < before
+    assert not store.failed
     assert_clean(store)
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import cbor2
+import trio
 
 from sessionstore.canonical import (
     Hint,
@@ -31,7 +32,7 @@ from .snapshot import (
     validate_snapshot,
     with_component,
 )
-from .storage.errors import CorruptRecord, Refused
+from .storage.errors import CorruptRecord, InjectedFault, NoSpace, Refused
 from .storage.mutations import (
     ANY,
     LEASE,
@@ -93,12 +94,18 @@ class Step:
     on_outcome: Callable[[Outcome], Response] | None = None
     read: Callable[[], Awaitable[Response]] | None = None
     stream: Callable[[Send], Awaitable[None]] | None = None
+    # set once a read has been evaluated: a later write on the same connection waits
+    # for it, so that a pipelined read never sees a write sent after it
+    evaluated: trio.Event = field(default_factory=trio.Event)
 
     async def resolve(self) -> Response:
         if self.response is not None:
             return self.response
         if self.read is not None:
-            return await self.read()
+            try:
+                return await self.read()
+            finally:
+                self.evaluated.set()
         assert self.job is not None
         await self.job.done.wait()
         if self.job.exclusive is not None and self.job.outcome is None:
@@ -562,7 +569,12 @@ class Ops:
 
     def _compact(self, request: Request) -> Step:
         def run_compact() -> Response:
-            result = self.store.compact()
+            try:
+                result = self.store.compact()
+            except NoSpace as error:
+                return error_response(request, "no_space", f"compaction did not run: {error}")
+            except InjectedFault as error:
+                return error_response(request, "io_error", f"compaction did not run: {error}")
             return ok_response(
                 request,
                 seq=result.seq,

@@ -284,6 +284,7 @@ class Server:
         access: Access,
     ) -> None:
         partial_since: float | None = None
+        last_read: Step | None = None
         while True:
             while True:
                 try:
@@ -313,7 +314,11 @@ class Server:
                 if step.stream is not None:
                     await self._wait_for_close(stream)
                     raise _WatchEnded
+                if step.read is not None:
+                    last_read = step
                 if step.job is not None:
+                    if last_read is not None:
+                        await last_read.evaluated.wait()  # no read sees a later write
                     try:
                         await self.writer.enqueue(step.job)
                     except trio.Cancelled:

@@ -236,18 +236,24 @@ class Writer:
             await trio.to_thread.run_sync(running.copying.exception)
         self._compaction = None
         error = running.copying.exception()
-        if isinstance(error, NoSpace | InjectedFault):
+        work: compaction.Plan | None = running.plan
+        if isinstance(error, NoSpace):
+            work = compaction.plan(self.store, dead_only=True)  # no copying: what fits
+            log.warning("disk full: compaction drops only wholly dead segments (%s)", error)
+        elif isinstance(error, InjectedFault):
             log.warning("automatic compaction did not run: %s", error)
             return
-        if error is not None:
+        elif error is not None:
             self._fatal(f"compaction failed: {error}", [])
             return
-        moved = compaction.switch(self.store, running.plan)
+        if work is None:
+            return
+        moved = compaction.switch(self.store, work)
         self.compactions += 1
         log.info(
             "compacted %d segments into segment %d (%d records moved)",
-            len(running.plan.victims),
-            running.plan.number,
+            len(work.victims),
+            work.number,
             moved,
         )
         await self._checkpoint("checkpoint after compaction")

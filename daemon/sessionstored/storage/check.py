@@ -32,16 +32,17 @@ def check(store: Store) -> tuple[int, list[dict[str, Any]]]:
                         "error": str(error),
                     }
                 )
-    for _, seq, path, offset, reason in store.damaged.values():
-        problems.append(
-            {
-                "kind": "damaged",
-                "file": path,
-                "offset": offset,
-                "seq": seq,
-                "error": f"{reason}: the generation it held is lost; the document is io_error",
-            }
-        )
+    for _, seq, path, offset, reason, damaged_id in store.damaged.values():
+        problem: dict[str, Any] = {
+            "kind": "damaged",
+            "file": path,
+            "offset": offset,
+            "seq": seq,
+            "error": f"{reason}: the generation it held is lost; the document is io_error",
+        }
+        if damaged_id is not None:
+            problem["id"] = damaged_id
+        problems.append(problem)
     known = set(store.log.used) | set(store.retiring)
     for name in store.fs.listdir(store.log.directory):
         number = segment_number(name)

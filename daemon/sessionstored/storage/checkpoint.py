@@ -6,7 +6,7 @@
 #              next_segment, segments: [[number, record bytes], ...],
 #              entries: [[kind, id, seq, digest, size, segment, offset, length], ...],
 #              history: [[seq, kind, id, digest|null, size, committed_at_ms], ...],
-#              damaged: [[id hash, seq, file, offset, reason], ...]}
+#              damaged: [[id hash, seq, file, offset, reason, id or null], ...]}
 #     sealed as a whole when the store has a key.
 #
 # A checkpoint is the root of everything before its position: the compacted
@@ -38,7 +38,7 @@ ASSOCIATED_DATA = b"sessionstore/index-checkpoint"
 MAX_CHECKPOINT_BYTES = 4 * 1024 * 1024 * 1024
 
 HistoryRow = tuple[int, str, str, bytes | None, int, int]
-DamageRow = tuple[int, int, str, int, str]
+DamageRow = tuple[int, int, str, int, str, str | None]  # hash, seq, file, offset, why, id
 
 
 @dataclass

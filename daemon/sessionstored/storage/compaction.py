@@ -70,16 +70,22 @@ def compaction_due(store: Store) -> bool:
     return dead >= store.log.segment_bytes and dead >= used * store.compact_dead_share
 
 
-def plan(store: Store, *, everything: bool = False, all_segments: bool = False) -> Plan | None:
+def plan(
+    store: Store, *, everything: bool = False, all_segments: bool = False, dead_only: bool = False
+) -> Plan | None:
     """everything: every segment with a dead byte (the `compact` op); all_segments: every
-    segment but the active one, dead bytes or not (a key rotation)."""
+    segment but the active one, dead bytes or not (a key rotation); dead_only: only the
+    segments with nothing live (no copying: what a full disk allows)."""
     candidates = []
     for number, size in store.log.used.items():
         if number == store.log.active:
             continue
         live = store.index.live_bytes.get(number, 0)
+        if dead_only and live:
+            continue
         share = (size - live) / size if size else 1.0
-        if all_segments or (everything and size > live) or share >= store.compact_dead_share:
+        wanted = all_segments or dead_only or (everything and size > live)
+        if wanted or share >= store.compact_dead_share:
             candidates.append((share, number, live))
     candidates.sort(reverse=True)
     victims: list[int] = []
@@ -151,7 +157,14 @@ def compact(store: Store, *, everything: bool = True) -> CompactResult:
     if work is None:
         path = store.checkpoint()
         return CompactResult(store.seq, before, store.log.size_bytes, 0, 0, path)
-    copy(store, work)
+    try:
+        copy(store, work)
+    except NoSpace:
+        # a full disk: the wholly dead segments need no copy, only a checkpoint, and their
+        # removal is the room a user made by deleting
+        work = plan(store, dead_only=True)
+        if work is None:
+            raise
     moved = switch(store, work)
     path = store.checkpoint()
     store.log.close_retired()

@@ -18,11 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .checkpoint import DamageRow
 from .errors import CorruptRecord
 from .log import SEGMENT_HEADER_BYTES
 from .records import (
     COMMIT,
+    DATA,
+    DIGEST_BYTES,
     HEADER_BYTES,
+    ID_LENGTH,
+    KIND_NAMES,
     RECORD_MAGIC,
     Header,
     decode_commit,
@@ -67,7 +72,7 @@ class CommittedBatch:
     last_seq: int
     committed_at_ms: int
     intents: list[Intent]
-    damaged: list[tuple[int, int, str, int, str]]  # (id hash, seq, file, offset, reason)
+    damaged: list[DamageRow]
 
 
 @dataclass
@@ -148,7 +153,7 @@ def scan(segments: list[Segment], sealer: Sealer, last_batch: int, last_seq: int
             result.records += 1
             result.ends[i.segment] = i.offset + record_length(i.header)
     pending: list[Intent] = []
-    pending_damage: list[tuple[int, int, str, int, str]] = []
+    pending_damage: list[DamageRow] = []
     pending_batch: int | None = None
     pending_start: tuple[int, int] | None = None
     position = 0
@@ -175,8 +180,17 @@ def scan(segments: list[Segment], sealer: Sealer, last_batch: int, last_seq: int
             if item.header is not None and item.header.type != COMMIT:
                 if pending_batch is None:
                     pending_batch, pending_start = item.header.batch, (item.segment, item.offset)
+                segment = by_number[item.segment]
+                doc_id = surviving_id(sealer, segment.data, item.offset, item.header)
                 pending_damage.append(
-                    (item.header.id_hash, item.header.seq, item.path, item.offset, "damaged record")
+                    (
+                        item.header.id_hash,
+                        item.header.seq,
+                        item.path,
+                        item.offset,
+                        "damaged record",
+                        doc_id,
+                    )
                 )
             position += 1
             continue
@@ -198,7 +212,7 @@ def scan(segments: list[Segment], sealer: Sealer, last_batch: int, last_seq: int
                     {"path": error.path, "offset": error.offset, "reason": error.reason}
                 )
                 pending_damage.append(
-                    (header.id_hash, header.seq, error.path, error.offset, error.reason)
+                    (header.id_hash, header.seq, error.path, error.offset, error.reason, None)
                 )
             else:
                 pending.append(
@@ -230,8 +244,8 @@ def scan(segments: list[Segment], sealer: Sealer, last_batch: int, last_seq: int
                 }
             )
             damaged = damaged + [
-                (sealer_hash, seq, segment.path, off, "duplicate sequence")
-                for sealer_hash, seq, off in _hashes(intents, sealer)
+                (sealer.id_hash(i[0], i[1]), i[2], segment.path, i[6], "duplicate sequence", i[1])
+                for i in intents
             ]
             intents = []
         elif len(intents) + len(damaged) != commit.intents:
@@ -264,8 +278,20 @@ def scan(segments: list[Segment], sealer: Sealer, last_batch: int, last_seq: int
     return result
 
 
-def _hashes(intents: list[Intent], sealer: Sealer) -> list[tuple[int, int, int]]:
-    return [(sealer.id_hash(i[0], i[1]), i[2], i[6]) for i in intents]
+def surviving_id(sealer: Sealer, data: bytes, offset: int, header: Header) -> str | None:
+    """The id a damaged plaintext record still holds, if its header's hash vouches for it."""
+    kind = KIND_NAMES.get(header.kind)
+    if sealer.encrypted or kind is None:
+        return None
+    start = offset + HEADER_BYTES + (DIGEST_BYTES if header.type == DATA else 0)
+    if start + 2 > len(data):
+        return None
+    (length,) = ID_LENGTH.unpack_from(data, start)
+    try:
+        doc_id = data[start + 2 : start + 2 + length].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return doc_id if sealer.id_hash(kind, doc_id) == header.id_hash else None
 
 
 def _mark_torn(

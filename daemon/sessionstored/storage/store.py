@@ -160,8 +160,8 @@ class Store:
         self.retiring = list(recovered.retiring)
         self.cache = DocumentCache(self.cache.capacity_bytes)
         self.lease = None
-        if self.index.get(LEASE, LEASE_ID) is not None:
-            doc = self.read(LEASE, LEASE_ID, cached=False)
+        if self.index.get(LEASE, LEASE_ID) is not None or self.damage_of(LEASE, LEASE_ID):
+            doc = self.read(LEASE, LEASE_ID, cached=False)  # CorruptRecord if damaged
             self.lease = cbor2.loads(doc.body) if doc else None
 
     @property
@@ -174,7 +174,7 @@ class Store:
         """The committed generation's entry; CorruptRecord if a damaged record hid it."""
         damage = self.damage_of(kind, doc_id)
         if damage is not None:
-            _, seq, path, offset, reason = damage
+            _, seq, path, offset, reason, _ = damage
             raise CorruptRecord(path, offset, f"{reason} (it held seq {seq} of this document)")
         return self.index.get(kind, doc_id)
 
