@@ -3,6 +3,7 @@
 # last acknowledged generation must be there, whole, and verify must be clean.
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -10,20 +11,15 @@ import time
 import pytest
 
 from sessionstore import snapshot_digest
+from sessionstore.client import Client
 from sessionstore.errors import ConnectionLost, IOFailure, SessionStoreError
 
 from .conftest import DaemonProcess, snapshot
 
-FAILPOINTS = (
-    "before-intent",
-    "after-intent",
-    "before-rename",
-    "after-rename",
-    "before-commit-record",
-    "after-commit-record",
-)
-# Without power loss, a rename that happened stays: recovery seals those intents.
-EFFECT_ON_DISK_FROM = FAILPOINTS.index("after-rename")
+COMMIT_POINTS = ("before-intent", "after-intent", "before-commit-record", "after-commit-record")
+RENAME_POINTS = ("before-rename", "after-rename")
+# Crashed at or before this one, a batch is rolled back; at it, it is durable.
+DURABLE_FROM = COMMIT_POINTS.index("after-commit-record")
 
 
 def _generation(name: str, prompt: str) -> dict:
@@ -33,15 +29,15 @@ def _generation(name: str, prompt: str) -> dict:
 
 
 def _temp_files(daemon: DaemonProcess) -> list[str]:
-    return os.listdir(daemon.state_dir / "tmp")
+    return [n for n in os.listdir(daemon.state_dir / "tmp") if not n.startswith("spare-")]
 
 
-def test_s_pe_01_forty_generations_five_crashes_before_rename(daemon: DaemonProcess) -> None:
+def test_s_pe_01_forty_generations_five_crashes_after_intent(daemon: DaemonProcess) -> None:
     crashes = 0
     for cycle in range(40):
         generation, prompt = f"GEN-{cycle:02}", f"PROMPT-{cycle:02}"
         staged_crash = cycle % 8 == 0
-        env = {"SESSIONSTORED_FAILPOINTS": "before-rename=crash@2"} if staged_crash else {}
+        env = {"SESSIONSTORED_FAILPOINTS": "after-intent=crash@2"} if staged_crash else {}
         daemon.start(env=env)
         durable = _generation(generation, prompt)
         with daemon.client() as client:
@@ -52,7 +48,6 @@ def test_s_pe_01_forty_generations_five_crashes_before_rename(daemon: DaemonProc
                     client.save(torn)
                 assert daemon.wait_exit() == -9
                 crashes += 1
-                assert _temp_files(daemon), "the crash should leave the synced temp file behind"
         if not staged_crash:
             assert daemon.stop() == 0
         daemon.start()
@@ -64,14 +59,15 @@ def test_s_pe_01_forty_generations_five_crashes_before_rename(daemon: DaemonProc
             assert client.verify()["problems"] == []
             recovery = client.stats()["recovery"]
             if staged_crash:
-                assert recovery["rolled_back"] == 1 and recovery["temps_removed"] == 1
+                # the torn generation's intent reached the log, with no commit record
+                assert recovery["rolled_back"] == 1 and recovery["torn_tail"] is not None
         assert _temp_files(daemon) == []
         assert daemon.stop() == 0
     assert crashes == 5
 
 
-@pytest.mark.parametrize("point", FAILPOINTS)
-def test_crash_at_every_failpoint(daemon: DaemonProcess, point: str) -> None:
+@pytest.mark.parametrize("point", COMMIT_POINTS)
+def test_crash_at_every_commit_failpoint(daemon: DaemonProcess, point: str) -> None:
     first, second = snapshot("fp", gen=1), snapshot("fp", gen=2)
     daemon.start(env={"SESSIONSTORED_FAILPOINTS": f"{point}=crash@2"})
     with daemon.client() as client:
@@ -80,31 +76,37 @@ def test_crash_at_every_failpoint(daemon: DaemonProcess, point: str) -> None:
             client.save(second)
     assert daemon.wait_exit() == -9
     daemon.start()
-    expected = second if FAILPOINTS.index(point) >= EFFECT_ON_DISK_FROM else first
+    expected = second if COMMIT_POINTS.index(point) >= DURABLE_FROM else first
     with daemon.client() as client:
         loaded = client.load_with_meta("fp")
         assert loaded["snapshot"] == expected
         assert loaded["seq"] == (2 if expected is second else acked["seq"])
         after = client.save(snapshot("fp", gen=3))
         assert after["seq"] == loaded["seq"] + 1
+        assert client.verify()["problems"] == []
     assert _temp_files(daemon) == []
 
 
-@pytest.mark.parametrize("point", FAILPOINTS)
-def test_error_at_every_failpoint(daemon: DaemonProcess, point: str) -> None:
+@pytest.mark.parametrize("point", COMMIT_POINTS)
+def test_error_at_every_commit_failpoint(daemon: DaemonProcess, point: str) -> None:
     first, second, third = (snapshot("fp", gen=n) for n in (1, 2, 3))
     daemon.start(env={"SESSIONSTORED_FAILPOINTS": f"{point}=error@2"})
-    undoable = FAILPOINTS.index(point) < EFFECT_ON_DISK_FROM
+    undoable = COMMIT_POINTS.index(point) < DURABLE_FROM
     with daemon.client() as client:
         client.save(first)
         with pytest.raises(IOFailure):
             client.save(second)
         if undoable:
-            # the batch was rolled back cleanly: the daemon goes on, seq is not consumed
+            # the batch was rewound: the daemon goes on, seq is not consumed
             assert client.load("fp") == first
             assert client.save(third)["seq"] == 2
+            daemon.stop()
+            daemon.start()
+            with daemon.client() as again:
+                assert again.load("fp") == third
+                assert again.stats()["recovery"]["corruption"] == []
             return
-    # past the point of no return the daemon fails stop, and recovery decides
+    # durable but unanswered: the daemon fails stop, and recovery keeps the batch
     assert daemon.wait_exit() == 3
     assert "exiting with status 3" in daemon.log()
     daemon.start()
@@ -113,8 +115,63 @@ def test_error_at_every_failpoint(daemon: DaemonProcess, point: str) -> None:
         assert client.save(third)["seq"] == 3
 
 
+def _compactable(client: Client) -> dict[str, dict]:
+    """Two segments' worth of data (--segment-mib 1), most of the first one dead."""
+    kept = {f"kept-{n}": snapshot(f"kept-{n}", blob="k" * 20_000) for n in range(10)}
+    for snap in kept.values():
+        client.save(snap)
+    for n in range(60):
+        client.save(snapshot("churn", n=n, blob="c" * 20_000))
+    kept["churn"] = snapshot("churn", n=59, blob="c" * 20_000)
+    return kept
+
+
+@pytest.mark.parametrize("nth", [1, 2, 3])
+@pytest.mark.parametrize("point", RENAME_POINTS)
+def test_crash_at_every_rename_failpoint_of_compaction(
+    daemon: DaemonProcess, point: str, nth: int
+) -> None:
+    # pass 1: the compacted segment; 2 and 3: the two copies of the index checkpoint
+    daemon.start("--segment-mib", "1", env={"SESSIONSTORED_FAILPOINTS": f"{point}=crash@{nth}"})
+    with daemon.client() as client:
+        kept = _compactable(client)
+        seq = client.stats()["seq"]
+        with pytest.raises(ConnectionLost):
+            client.compact()
+    assert daemon.wait_exit() == -9
+    daemon.start("--segment-mib", "1")
+    with daemon.client() as client:
+        for session_id, snap in kept.items():
+            assert client.load(session_id) == snap, session_id
+        assert client.stats()["seq"] == seq
+        assert client.verify()["problems"] == []
+        client.compact()
+        assert client.verify()["problems"] == []
+    assert _temp_files(daemon) == []
+
+
+@pytest.mark.parametrize("point", RENAME_POINTS)
+def test_error_at_a_rename_failpoint_of_compaction(daemon: DaemonProcess, point: str) -> None:
+    daemon.start("--segment-mib", "1", env={"SESSIONSTORED_FAILPOINTS": f"{point}=error@1"})
+    with daemon.client() as client:
+        kept = _compactable(client)
+        with pytest.raises(IOFailure):
+            client.compact()  # before-rename: nothing changed; after-rename: nothing applied
+        for session_id, snap in kept.items():
+            assert client.load(session_id) == snap
+        assert client.compact()["seq"] == client.stats()["seq"]
+        assert client.verify()["problems"] == []
+    assert daemon.stop() == 0
+    daemon.start("--segment-mib", "1")
+    with daemon.client() as client:
+        assert client.stats()["recovery"]["corruption"] == []
+        for session_id, snap in kept.items():
+            assert client.load(session_id) == snap
+    assert _temp_files(daemon) == []
+
+
 def test_hang_blocks_writes_but_reads_are_served(daemon: DaemonProcess) -> None:
-    daemon.start(env={"SESSIONSTORED_FAILPOINTS": "before-rename=hang@2"})
+    daemon.start(env={"SESSIONSTORED_FAILPOINTS": "before-intent=hang@2"})
     with daemon.client() as client:
         client.save(snapshot("h", gen=1))
     stuck = daemon.client(timeout=1.0)
@@ -128,7 +185,6 @@ def test_hang_blocks_writes_but_reads_are_served(daemon: DaemonProcess) -> None:
     daemon.start()
     with daemon.client() as client:
         assert client.load("h") == snapshot("h", gen=1)
-        assert client.stats()["recovery"]["rolled_back"] == 1
 
 
 def _writer_loop(
@@ -185,7 +241,7 @@ def test_kill9_under_16_concurrent_writers_loses_nothing(
 
 
 def test_recovery_twice_equals_once(daemon: DaemonProcess) -> None:
-    daemon.start(env={"SESSIONSTORED_FAILPOINTS": "after-rename=crash@3"})
+    daemon.start(env={"SESSIONSTORED_FAILPOINTS": "before-commit-record=crash@3"})
     with daemon.client() as client:
         client.save(snapshot("r", gen=1))
         client.save(snapshot("r", gen=2))
@@ -195,11 +251,53 @@ def test_recovery_twice_equals_once(daemon: DaemonProcess) -> None:
     daemon.start()
     with daemon.client() as client:
         once = (client.load_with_meta("r"), client.stats()["seq"])
-        assert client.stats()["recovery"]["sealed"] == 1
+        assert client.stats()["recovery"]["rolled_back"] == 1
     assert daemon.stop() == 0
     daemon.start()
     with daemon.client() as client:
         twice = (client.load_with_meta("r"), client.stats()["seq"])
         recovery = client.stats()["recovery"]
-        assert recovery["sealed"] == 0 and recovery["rolled_back"] == 0
+        assert recovery["rolled_back"] == 0 and recovery["torn_tail"] is None
     assert once == twice
+
+
+def test_kill9_during_compaction_under_load_loses_nothing(daemon: DaemonProcess) -> None:
+    daemon.start("--segment-mib", "1")
+    with daemon.client() as client:
+        kept = _compactable(client)
+    acked: dict[str, int] = {}
+    inflight: dict[str, int] = {}
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=_writer_loop, args=(daemon, n, stop, acked, inflight))
+        for n in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    compacting = daemon.client(timeout=30)
+
+    def compact() -> None:
+        with contextlib.suppress(SessionStoreError):
+            compacting.compact()
+
+    compactor = threading.Thread(target=compact)
+    time.sleep(0.3)
+    compactor.start()
+    time.sleep(0.05)
+    daemon.kill9()
+    stop.set()
+    for thread in [*threads, compactor]:
+        thread.join(10)
+    compacting.close()
+    daemon.start("--segment-mib", "1")
+    with daemon.client() as client:
+        assert client.stats()["recovery"]["corruption"] == []
+        for session_id, snap in kept.items():
+            assert client.load(session_id) == snap
+        for session_id, generation in acked.items():
+            loaded = client.load(session_id)
+            assert loaded is not None and loaded["session"]["gen"] in (
+                generation,
+                inflight[session_id],
+            )
+        assert client.verify()["problems"] == []

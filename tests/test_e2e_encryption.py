@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 
-from sessionstore.canonical import canonical_dumps
+from sessionstore.canonical import canonical_dumps, parse_digest
 from sessionstore.errors import IOFailure
-from sessionstored.storage.files import Document, encode_document
+from sessionstored.storage.records import Document, encode_data
+from sessionstored.storage.sealing import PLAINTEXT, parse_key
 
 from .conftest import DaemonProcess, snapshot
+from .storage_helpers import locate_record
 
 SECRET = "sk-live-PROMPT-SECRET-5f1e"
 SECRET_ID = "alice-session-8841"
@@ -123,32 +125,31 @@ def test_a_plaintext_store_says_so(daemon: DaemonProcess) -> None:
         assert client.stats()["sealed_with_key_id"] is None
 
 
-def _new_doc_file(docs: Path, before: set[str]) -> Path:
-    (name,) = set(os.listdir(docs)) - before
-    return docs / name
-
-
-def test_swapped_and_plaintext_files_are_io_errors_never_served(daemon: DaemonProcess) -> None:
+def test_swapped_and_plaintext_records_are_io_errors_never_served(daemon: DaemonProcess) -> None:
     key_a, _ = _write_keys(daemon.workdir)
+    key = parse_key(key_a.read_bytes(), str(key_a))
     daemon.start("--key-file", str(key_a))
-    docs = daemon.state_dir / "docs"
-    files = {}
     with daemon.client() as client:
         for session_id in ("a", "b", "c", "d"):
-            before = set(os.listdir(docs))
             client.save(snapshot(session_id, n=session_id))
-            files[session_id] = _new_doc_file(docs, before)
+        client.compact()  # read through the index from now on, never rescanned at boot
         seq, digest = client.head("c")["seq"], client.head("c")["digest"]
     assert daemon.stop() == 0
-    a_bytes, b_bytes = files["a"].read_bytes(), files["b"].read_bytes()
-    files["a"].write_bytes(b_bytes)
-    files["b"].write_bytes(a_bytes)
+    where = {i: locate_record(daemon.state_dir, "s", i, key) for i in ("a", "b", "c")}
+    segment = Path(where["a"][0])
+    data = bytearray(segment.read_bytes())
+    (_, a_at, a_len), (_, b_at, b_len) = where["a"], where["b"]
+    a_record, b_record = bytes(data[a_at : a_at + a_len]), bytes(data[b_at : b_at + b_len])
+    data[a_at : a_at + a_len], data[b_at : b_at + b_len] = b_record, a_record
+    _, c_at, c_len = where["c"]
     body = canonical_dumps(snapshot("c", n="c"))
-    files["c"].write_bytes(encode_document(Document("s", "c", seq, digest, body)))
+    plain = encode_data(PLAINTEXT, 3, Document("s", "c", seq, parse_digest(digest) or b"", body))
+    data[c_at : c_at + c_len] = plain.ljust(c_len, b"\0")
+    segment.write_bytes(bytes(data))
     daemon.start("--key-file", str(key_a))
     with daemon.client() as client:
         for session_id in ("a", "b"):
-            with pytest.raises(IOFailure, match="does not authenticate"):
+            with pytest.raises(IOFailure, match="holds another document"):
                 client.load(session_id)
         with pytest.raises(IOFailure, match="plaintext in an encrypted store"):
             client.load("c")

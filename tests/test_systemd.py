@@ -91,7 +91,7 @@ def test_status_then_ready_then_watchdog_then_stopping(daemon: DaemonProcess) ->
 
 
 def test_a_hung_writer_stops_the_watchdog_pings(daemon: DaemonProcess) -> None:
-    daemon.start(env={"WATCHDOG_USEC": "400000", "SESSIONSTORED_FAILPOINTS": "before-rename=hang"})
+    daemon.start(env={"WATCHDOG_USEC": "400000", "SESSIONSTORED_FAILPOINTS": "before-intent=hang"})
     assert daemon.wait_notification("WATCHDOG=1", timeout=5)
 
     def stuck_save() -> None:

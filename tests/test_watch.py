@@ -9,13 +9,11 @@ import trio
 from sessionstored.storage.store import Store
 from sessionstored.watch import Broadcaster
 
-from .storage_helpers import ROOT, new_fs, put
+from .storage_helpers import new_fs, open_store, put
 
 
 def _store() -> Store:
-    store = Store(new_fs(), ROOT, history_changes=50)
-    store.open()
-    return store
+    return open_store(new_fs(), history_changes=50)
 
 
 async def test_a_watcher_that_stops_reading_gets_lagged() -> None:

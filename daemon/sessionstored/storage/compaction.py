@@ -17,12 +17,13 @@
 # victims are named by none: recovery removes whatever is left of them.
 from __future__ import annotations
 
+import contextlib
 import errno
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .durable import install, write_temp
-from .errors import NoSpace
+from .errors import InjectedFault, NoSpace
 from .fs import ENOSPC_ERRNOS
 from .index import Entry
 from .log import COMPACTED, SEGMENT_HEADER_BYTES, encode_segment_header, segment_name
@@ -131,7 +132,12 @@ def copy(store: Store, work: Plan, *, reseal: bool = False) -> None:
         if error.errno in ENOSPC_ERRNOS:
             raise NoSpace(errno.ENOSPC, "no space to compact the log") from None
         raise
-    install(fs, temp, log.path(work.number), store.failpoint)
+    try:
+        install(fs, temp, log.path(work.number), store.failpoint)
+    except InjectedFault as fault:
+        if fault.point == "after-rename":  # renamed in but never named: undo it now
+            log.remove([work.number])
+        raise
 
 
 def switch(store: Store, work: Plan) -> int:
@@ -153,6 +159,10 @@ def switch(store: Store, work: Plan) -> int:
 def compact(store: Store, *, everything: bool = True) -> CompactResult:
     """All of it in one call: for the `compact` op's thread, tests and tools."""
     before = store.log.size_bytes
+    active = store.log.active
+    if everything and store.log.used.get(active, 0) > store.index.live_bytes.get(active, 0):
+        with contextlib.suppress(NoSpace):  # a full disk: compact what is sealed already
+            store.log.rotate(0)  # the active segment's dead bytes can go too
     work = plan(store, everything=everything)
     if work is None:
         path = store.checkpoint()

@@ -218,13 +218,15 @@ def read_document(
         header = parse_header(data, 0)
         if header is None:
             raise CorruptRecord(path, 0, "damaged record header (bit rot or a torn write)")
-        if header.type != DATA or len(data) != record_length(header):
+        if header.type != DATA:
             raise CorruptRecord(path, 0, "not the data record the index names")
         if not payload_intact(data, 0, header):
             raise CorruptRecord(path, HEADER_BYTES, "record payload checksum mismatch (bit rot)")
         doc = decode_data(sealer, path, data, 0, header)
         if doc.kind != kind or doc.id != doc_id:
             raise CorruptRecord(path, 0, "record holds another document")
+        if len(data) != record_length(header):
+            raise CorruptRecord(path, 0, "record length differs from the index")
     except CorruptRecord as error:
         raise CorruptRecord(path, offset + error.offset, error.reason) from None
     return doc
