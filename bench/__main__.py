@@ -22,7 +22,7 @@ from typing import Any
 
 from sessionstore.client import Client
 
-from . import anchors
+from . import anchors, space
 from .load import Sample, run_clients, run_in_processes
 from .sealing_cost import sealing_cost
 from .workload import snapshot_bytes
@@ -91,6 +91,19 @@ class Daemon:
                     raise SystemExit("bench: daemon did not start") from None
                 time.sleep(0.05)
 
+    def cpu_s(self) -> float:
+        """User plus system CPU time of the daemon process so far."""
+        with open(f"/proc/{self.proc.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def written_bytes(self) -> int:
+        with open(f"/proc/{self.proc.pid}/io") as io:
+            for line in io:
+                if line.startswith("write_bytes:"):
+                    return int(line.split()[1])
+        return 0
+
     def rss_kib(self) -> int:
         with open(f"/proc/{self.proc.pid}/status") as status:
             for line in status:
@@ -112,14 +125,21 @@ def bench_daemon(
     try:
         for size in args.sizes:
             for clients in args.clients:
+                cpu_before = daemon.cpu_s()
                 samples = [
                     run_clients(
                         daemon.socket, "save", clients, size, args.seconds, f"{size}-{clients}-{r}"
                     )
                     for r in range(args.repeats)
                 ]
+                cpu = daemon.cpu_s() - cpu_before
                 rows.append(_row(f"{name} save", clients, size, samples))
-                print(_format(rows[-1]), flush=True)
+                saves = sum(sample.operations for sample in samples)
+                rows[-1].extra["daemon_cpu_us_per_save"] = round(cpu / saves * 1e6, 1)
+                print(
+                    _format(rows[-1]) + f"  cpu {rows[-1].extra['daemon_cpu_us_per_save']} us/save",
+                    flush=True,
+                )
         samples = [
             run_clients(
                 daemon.socket,
@@ -205,12 +225,21 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--soak", type=float, default=0, help="also run the 64-client RSS soak")
+    parser.add_argument(
+        "--space-rounds",
+        type=int,
+        default=None,
+        help="rewrite rounds of the space run (default 100; 0 with --quick)",
+    )
+    parser.add_argument("--space-sessions", type=int, default=10_000)
     args = parser.parse_args()
     args.sizes = [4 * KIB] if args.quick else [4 * KIB, 64 * KIB]
     args.clients = [1, 64] if args.quick else [1, 8, 64]
     args.seconds = args.seconds or (3.0 if args.quick else 5.0)
     args.repeats = args.repeats or (1 if args.quick else 3)
     args.load_clients = 16
+    if args.space_rounds is None:
+        args.space_rounds = 0 if args.quick else 100
     base = Path(tempfile.mkdtemp(prefix="ssbench-", dir=args.dir))
     print(
         f"bench: stores under {base}; {args.seconds:.0f} s per point, median of {args.repeats}",
@@ -222,6 +251,7 @@ def main() -> None:
         floor_dir.mkdir()
         fsyncs = anchors.fsync_floor(str(floor_dir), 200)
         renames = anchors.rename_floor(str(floor_dir), snapshot_bytes("floor", 4 * KIB), 200)
+        appends = anchors.append_floor(str(floor_dir), snapshot_bytes("floor", 4 * KIB), 2000)
         rows.append(
             Row(
                 "floor: fsync",
@@ -230,6 +260,16 @@ def main() -> None:
                 1 / statistics.median(fsyncs),
                 _pct(fsyncs, 0.5),
                 _pct(fsyncs, 0.99),
+            )
+        )
+        rows.append(
+            Row(
+                "floor: append+fdatasync",
+                1,
+                4 * KIB,
+                1 / statistics.median(appends),
+                _pct(appends, 0.5),
+                _pct(appends, 0.99),
             )
         )
         rows.append(
@@ -302,6 +342,11 @@ def main() -> None:
             args,
             [1, 64] if args.quick else [1, 8, 64],
         )
+        space_result = None
+        if args.space_rounds:
+            (base / "space").mkdir()
+            space_result = space.run(Daemon, base / "space", args.space_sessions, args.space_rounds)
+            print(f"space: {json.dumps(space_result)}", flush=True)
         soak = None
         if args.soak:
             (base / "soak").mkdir()
@@ -320,10 +365,62 @@ def main() -> None:
         },
         "rows": [row.__dict__ for row in rows],
         "soak": soak,
+        "space": space_result,
         "sealing_cpu_us": sealing,
+        "targets": targets(rows),
     }
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2))
+    for line, value in out["targets"].items():
+        print(f"target: {line}: {value}")
     print(f"bench: wrote {RESULTS / 'latest.json'}")
+
+
+def targets(rows: list[Row]) -> dict[str, Any]:
+    """The log engine's targets (issue 11), as ratios of figures measured in this run."""
+
+    def find(name: str, clients: int, size: int) -> Row | None:
+        for row in rows:
+            if row.name == name and row.clients == clients and row.size == size:
+                return row
+        return None
+
+    out: dict[str, Any] = {}
+    ours64 = find("sessionstored save", 64, 4 * KIB)
+    sqlite = [r for r in rows if r.name == "sqlite WAL sync=FULL save" and r.size == 4 * KIB]
+    if ours64 and sqlite:
+        best = max(r.ops_per_s for r in sqlite)
+        out["64 clients 4 KiB: x best SQLite commits/s (>= 1.5, aim 2)"] = round(
+            ours64.ops_per_s / best, 2
+        )
+    ours1, sqlite1 = (
+        find("sessionstored save", 1, 4 * KIB),
+        find("sqlite WAL sync=FULL save", 1, 4 * KIB),
+    )
+    floor = find("floor: append+fdatasync", 1, 4 * KIB)
+    if ours1 and sqlite1:
+        out["1 client p50: x SQLite single-commit p50 (<= 2.5, aim 2)"] = round(
+            ours1.p50_ms / sqlite1.p50_ms, 2
+        )
+    if ours1 and floor:
+        out["1 client p50: x the append+fdatasync floor"] = round(ours1.p50_ms / floor.p50_ms, 2)
+    big, big_sqlite = (
+        find("sessionstored save", 64, 64 * KIB),
+        find("sqlite WAL sync=FULL save", 64, 64 * KIB),
+    )
+    naive = find("naive upstream save", 64, 64 * KIB)
+    if big and big_sqlite:
+        out["64 clients 64 KiB: x SQLite commits/s (>= 1)"] = round(
+            big.ops_per_s / big_sqlite.ops_per_s, 2
+        )
+    if big and naive:
+        out["64 clients 64 KiB: x naive upstream (>= 10)"] = round(
+            big.ops_per_s / naive.ops_per_s, 2
+        )
+    if ours64:
+        out["daemon CPU per 4 KiB save at 64 clients, us (<= 100)"] = ours64.extra.get(
+            "daemon_cpu_us_per_save"
+        )
+    return out
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 # The anchors every daemon figure is compared with, measured in the same run:
 # SQLite in WAL mode with synchronous=FULL (what LangGraph's and the OpenAI
 # Agents SDK's SQLite backends use), the naive upstream algorithm, and the
-# floor: what one fsync and one temp+fsync+rename+dir-fsync cost on this disk.
+# floor: what one fsync, one append + fdatasync into a preallocated file (the
+# log's floor), and one temp+fsync+rename+dir-fsync cost on this disk.
 from __future__ import annotations
 
 import fcntl
@@ -21,6 +22,24 @@ def fsync_floor(directory: str, count: int) -> list[float]:
             started = time.perf_counter()
             os.write(fd, b"x" * 64)
             os.fsync(fd)
+            latencies.append(time.perf_counter() - started)
+    finally:
+        os.close(fd)
+    return latencies
+
+
+def append_floor(directory: str, body: bytes, count: int) -> list[float]:
+    """The log's own floor: one append into a preallocated, zero-filled file, then fdatasync."""
+    path = os.path.join(directory, "append.bin")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    latencies = []
+    try:
+        os.write(fd, bytes(len(body) * count))
+        os.fsync(fd)
+        for n in range(count):
+            started = time.perf_counter()
+            os.pwrite(fd, body, n * len(body))
+            os.fdatasync(fd)
             latencies.append(time.perf_counter() - started)
     finally:
         os.close(fd)

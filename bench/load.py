@@ -96,3 +96,51 @@ def run_in_processes(target: Callable[..., Any], argument_sets: list[tuple[Any, 
     context = multiprocessing.get_context("fork")
     with context.Pool(len(argument_sets)) as pool:
         return pool.starmap(target, argument_sets)
+
+
+def _rewriter(socket_path: str, requests: list[bytes], rounds: int, out: list[int]) -> None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(socket_path)
+    conn = Connection(max_message_bytes=1 << 30, mode=Mode.CBOR)
+    failed = 0
+    for _ in range(rounds):
+        for request in requests:
+            sock.sendall(request)
+            while (message := conn.next_message()) is NEED_DATA:
+                conn.receive_data(sock.recv(1 << 20))
+            failed += not message.get("ok")
+    sock.close()
+    out.append(failed)
+
+
+def _rewrite_process(args: tuple[str, list[list[str]], int, int]) -> tuple[int, int]:
+    socket_path, id_groups, size, rounds = args
+    failures: list[int] = []
+    threads, saved = [], 0
+    for ids in id_groups:
+        requests = []
+        for session_id in ids:
+            body = snapshot_bytes(session_id, size)
+            saved += len(body) * rounds
+            requests.append(cbor2.dumps({"op": "save", "snapshot": RawCBOR(body)}, default=_raw))
+        threads.append(Thread(target=_rewriter, args=(socket_path, requests, rounds, failures)))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return saved, sum(failures)
+
+
+def run_clients_over(socket_path: str, clients: int, sessions: int, rounds: int, size: int) -> int:
+    """`clients` connections rewrite `sessions` sessions `rounds` times; bytes saved."""
+    ids = [f"space/{n:06d}" for n in range(sessions)]
+    per_client = [ids[c::clients] for c in range(clients)]
+    groups = [
+        per_client[i : i + CLIENTS_PER_PROCESS] for i in range(0, clients, CLIENTS_PER_PROCESS)
+    ]
+    context = multiprocessing.get_context("fork")
+    with context.Pool(len(groups)) as pool:
+        results = pool.map(_rewrite_process, [(socket_path, g, size, rounds) for g in groups])
+    if any(failed for _, failed in results):
+        raise SystemExit(f"bench: {sum(f for _, f in results)} rewrites failed")
+    return sum(saved for saved, _ in results)

@@ -522,6 +522,7 @@ class Store:
         dead, used = compaction.dead_bytes(self)
         return {
             "wal_bytes": self.log.size_bytes,
+            "live_bytes": sum(self.index.live_bytes.values()),
             "log_segments": len(self.log.used),
             "log_dead_bytes": dead,
             "log_dead_share": round(dead / used, 3) if used else 0.0,
