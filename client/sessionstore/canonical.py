@@ -91,7 +91,13 @@ class OrderingHook:
 
     For ASCII text keys, bytewise order of the encoded keys is (length, text): two
     stable C-level sorts. Anything else sorts by each key's canonical encoding.
+    Snapshots repeat a few map shapes many times (every trace event has the same
+    keys), so the verdict for a shape of text keys is remembered: one tuple and one
+    dict lookup instead of the sorts.
     """
+
+    _verdicts: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}  # shape -> order, None: kept
+    MAX_SHAPES = 4096
 
     def __init__(self) -> None:
         self.mixed_key_types = False
@@ -99,21 +105,29 @@ class OrderingHook:
     def __call__(self, mapping: Any, immutable: bool) -> Any:
         if immutable or len(mapping) < 2:
             return mapping  # a map used as a key keeps cbor2's hashable form
-        keys = list(mapping)
+        shape = tuple(mapping)
+        verdicts = OrderingHook._verdicts
+        if shape in verdicts:
+            ordered = verdicts[shape]
+            return mapping if ordered is None else {key: mapping[key] for key in ordered}
+        keys = list(shape)
         try:
             ascii_text = "".join(keys).isascii()
         except TypeError:
             ascii_text = False
         if ascii_text:
-            ordered = sorted(keys)
-            ordered.sort(key=len)
+            ordered_keys = sorted(keys)
+            ordered_keys.sort(key=len)
         else:
             if len({_major_type(key) for key in keys}) > 1:
                 self.mixed_key_types = True
-            ordered = sorted(keys, key=canonical_dumps)
-        if ordered == keys:
-            return mapping
-        return {key: mapping[key] for key in ordered}
+            ordered_keys = sorted(keys, key=canonical_dumps)
+        verdict = None if ordered_keys == keys else tuple(ordered_keys)
+        if ascii_text:  # text-only shapes: the verdict depends on nothing else
+            if len(verdicts) >= OrderingHook.MAX_SHAPES:
+                verdicts.clear()
+            verdicts[shape] = verdict
+        return mapping if verdict is None else {key: mapping[key] for key in verdict}
 
 
 def canonical_dumps(value: Any, *, hint: Hint = Hint.NONE) -> bytes:
