@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import cbor2
 import pytest
@@ -465,3 +466,51 @@ def test_cli_commands(running: DaemonProcess, short_tmp: Path) -> None:
 def test_client_reports_missing_daemon(short_tmp: Path) -> None:
     with pytest.raises(ConnectionLost), Client(str(short_tmp / "none.sock")) as client:
         client.ping()
+
+
+REQUIRED_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "save": {"snapshot": {"schema_version": 1, "session": {"id": "m"}}},
+    "load": {"session_id": "m"},
+    "head": {"session_id": "m"},
+    "exists": {"session_id": "m"},
+    "delete": {"session_id": "m"},
+    "update": {"session_id": "m", "component": "artifacts", "value": []},
+    "fork": {"session_id": "m", "new_session_id": "m2", "workspace": "/w"},
+    "checkpoint_put": {"kind": "loop", "key": "k", "value": {}},
+    "checkpoint_get": {"kind": "loop", "key": "k"},
+    "checkpoint_delete": {"kind": "loop", "key": "k"},
+    "lease_acquire": {"holder": "h"},
+    "lease_release": {"holder": "h", "epoch": 1},
+}
+
+
+ANY_VALUE_ARGUMENTS = {("update", "value"), ("fork", "workspace")}  # their type is the op's
+
+
+@pytest.mark.parametrize("mode", ["cbor", "json"])
+def test_a_missing_or_mistyped_argument_is_bad_request(running: DaemonProcess, mode: str) -> None:
+    requests = []
+    for op, arguments in REQUIRED_ARGUMENTS.items():
+        for name in arguments:
+            kept = {k: v for k, v in arguments.items() if k != name}
+            requests.append({"op": op, "rid": f"{op}-without-{name}", **kept})
+            if (op, name) not in ANY_VALUE_ARGUMENTS:
+                requests.append({"op": op, "rid": f"{op}-{name}-mistyped", **kept, name: [[]]})
+    if mode == "cbor":
+        with running.client() as client:
+            responses = client.send_raw(requests)
+    else:
+        lines = "".join(json.dumps(r) + "\n" for r in requests).encode()
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(running.socket_path))
+            sock.sendall(lines)
+            sock.shutdown(socket.SHUT_WR)
+            received = b""
+            while chunk := sock.recv(65536):
+                received += chunk
+        responses = [json.loads(line) for line in received.splitlines()]
+    assert [r["rid"] for r in responses] == [r["rid"] for r in requests]
+    for response in responses:
+        assert not response["ok"] and response["error"]["code"] == "bad_request", response
+    with running.client() as client:
+        assert client.ping() is not None

@@ -133,7 +133,7 @@ def test_a_hung_writer_trips_the_watchdog(vm: dict[str, str]) -> None:
 def test_the_key_comes_from_a_credential_and_nothing_is_left_readable(
     vm: dict[str, str],
 ) -> None:
-    assert int(vm["plaintext_files_before_rekey"]) >= 20
+    assert int(vm["plaintext_files_before_rekey"]) >= 1  # the log segment holding them
     assert vm["rekey_rc"] == "0"
     assert _json(vm, "sealed_hello")["encrypted_at_rest"] is True
     assert _json(vm, "check_sealed") == {"checked": 20, "wrong": [], "problems": []}

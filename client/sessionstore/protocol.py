@@ -144,23 +144,41 @@ def _failure_offset(item: bytes, max_depth: int) -> int:
     return fp.tell()
 
 
+_PLAIN_LEAVES = frozenset({str, int, bool, bytes, type(None)})
+
+
 def _refuse_simple_values(value: Any) -> bool:
-    """Raise on a simple value other than false/true/null; return whether a float was seen."""
+    """Raise on a simple value other than false/true/null; return whether a float was seen.
+    Exact types first: the common leaves and containers cost one set or identity test."""
     floats = False
     stack = [value]
+    pop, push = stack.pop, stack.extend
+    leaves = _PLAIN_LEAVES
     while stack:
-        item = stack.pop()
-        if isinstance(item, float):
+        item = pop()
+        kind = type(item)
+        if kind in leaves:
+            continue
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    stack.append(key)
+            push(item.values())
+        elif kind is list:
+            push(item)
+        elif kind is float:
             floats = True
         elif item is cbor2.undefined or isinstance(item, cbor2.CBORSimpleValue):
             raise ProtocolError(
                 "bad_request", "simple value other than false/true/null", fatal=True
             )
-        elif isinstance(item, Mapping):  # frozendict too: maps used as keys
-            stack.extend(item.keys())
-            stack.extend(item.values())
+        elif isinstance(item, Mapping):  # frozendict: maps used as keys
+            push(item.keys())
+            push(item.values())
         elif isinstance(item, (list, tuple)):  # tuples: arrays used as keys
-            stack.extend(item)
+            push(item)
+        elif isinstance(item, float):
+            floats = True
     return floats
 
 

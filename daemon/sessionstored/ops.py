@@ -296,7 +296,11 @@ class Ops:
         )
 
     def _save(self, request: Request) -> Step:
-        snapshot = request.args.get("snapshot")
+        if "snapshot" not in request.args:
+            raise RequestError("bad_request", "snapshot is missing")
+        snapshot = request.args["snapshot"]
+        if not isinstance(snapshot, dict):
+            raise RequestError("bad_request", "snapshot must be a map")
         session_id = validate_snapshot(snapshot)
         body = _encode(snapshot, hint=request.canonical_hint)
         if len(body) > self.max_snapshot_bytes:
