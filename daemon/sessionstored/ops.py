@@ -159,7 +159,7 @@ def _is_int(value: Any) -> bool:
 
 def _checkpoint_kind(args: dict[str, Any]) -> tuple[str, str]:
     kind = args.get("kind")
-    if kind not in CHECKPOINT_KINDS:
+    if not isinstance(kind, str) or kind not in CHECKPOINT_KINDS:
         raise RequestError("bad_request", "kind must be 'loop' or 'workflow'")
     return CHECKPOINT_KINDS[kind]
 
@@ -243,6 +243,9 @@ class Ops:
             )
         except InvalidSnapshot as error:
             return Step(request, error_response(request, "invalid_snapshot", str(error)))
+        except Exception as error:  # our bug, not the client's: answer it, keep the connection
+            log.exception("internal error dispatching %r", request.op)
+            return Step(request, error_response(request, "internal", f"internal error: {error}"))
 
     def _mutation(
         self, request: Request, mutation: Mutation, respond: Callable[[Outcome], Response]
