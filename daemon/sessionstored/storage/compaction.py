@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 COPY_CHUNK_BYTES = 4 * 1024 * 1024
 MAX_LIVE_BYTES_PER_RUN = 256 * 1024 * 1024
+MIN_DEAD_SEGMENTS = 2
 
 
 @dataclass
@@ -67,8 +68,11 @@ def dead_bytes(store: Store) -> tuple[int, int]:
 
 
 def compaction_due(store: Store) -> bool:
+    """Dead bytes passed the share, and there are at least MIN_DEAD_SEGMENTS of them: each
+    compaction costs an index checkpoint, so it should reclaim a few segments at once."""
     dead, used = dead_bytes(store)
-    return dead >= store.log.segment_bytes and dead >= used * store.compact_dead_share
+    floor = MIN_DEAD_SEGMENTS * store.log.segment_bytes
+    return dead >= floor and dead >= used * store.compact_dead_share
 
 
 def plan(
@@ -91,11 +95,16 @@ def plan(
     candidates.sort(reverse=True)
     victims: list[int] = []
     moving = 0
+    automatic = not (everything or all_segments or dead_only)
+    dead, used = dead_bytes(store)
+    goal = dead - used * store.compact_dead_share / 2  # the emptiest first, until half the share
+    reclaimed = 0
     for _, number, live in candidates:
-        if victims and not (everything or all_segments) and moving + live > MAX_LIVE_BYTES_PER_RUN:
+        if automatic and victims and (reclaimed >= goal or moving + live > MAX_LIVE_BYTES_PER_RUN):
             break
         victims.append(number)
         moving += live
+        reclaimed += store.log.used[number] - live
     if not victims:
         return None
     chosen = set(victims)
