@@ -43,6 +43,20 @@ class Index:
         )
         return index
 
+    @classmethod
+    def from_columns(cls, tables: dict[str, tuple[list[str], list[Entry]]]) -> Index:
+        """Bulk build from an index checkpoint's columns (each id once per kind)."""
+        index = cls()
+        live = index.live_bytes
+        for kind, (ids, entries) in tables.items():
+            index._entries[kind] = dict(zip(ids, entries, strict=True))
+            for entry in entries:
+                live[entry.segment] += entry.length
+        index._sorted_session_keys = sorted(
+            doc_id.encode("utf-8") for doc_id in index._entries.get(SESSION, {})
+        )
+        return index
+
     def get(self, kind: str, doc_id: str) -> Entry | None:
         return self._entries.get(kind, {}).get(doc_id)
 
