@@ -199,9 +199,6 @@ class SimFileSystem:
     def fdatasync(self, fd: int) -> None:
         self.fsync(fd)
 
-    def drop_cache(self, fd: int) -> None:
-        return None  # no page cache here: what is not synced is the simulation's business
-
     def fsync(self, fd: int) -> None:
         self._step()
         if self._fds[fd] in {self._ino_at(p) for p in self.fail_fsync_paths}:

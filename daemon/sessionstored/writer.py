@@ -75,7 +75,6 @@ class Writer:
         self.store = store
         self.on_fatal = on_fatal
         self._send, self._receive = trio.open_memory_channel[Job](QUEUE_DEPTH)
-        self._published = trio.Event()
         self._thread: WorkerThread | None = None
         self._background = ThreadPoolExecutor(1, thread_name_prefix="log-background")
         self._spare: Future[None] | None = None
@@ -101,9 +100,6 @@ class Writer:
         except trio.ClosedResourceError:
             job.outcome = Outcome(False, code="shutting_down", message="the daemon is stopping")
             job.done.set()
-
-    async def wait_published(self) -> None:
-        await self._published.wait()
 
     def close(self) -> None:
         self._send.close()
@@ -202,8 +198,6 @@ class Writer:
             if outcome.ok and outcome.changed:
                 self.committed_jobs += 1
             job.done.set()
-        published, self._published = self._published, trio.Event()
-        published.set()
         if batch.committed and self.on_publish is not None:
             self.on_publish()
 

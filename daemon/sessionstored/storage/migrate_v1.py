@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import hmac
 import logging
 import struct
 from typing import Any
@@ -38,7 +39,7 @@ from .index import Entry, Index
 from .log import COMPACTED, SEGMENT_HEADER_BYTES, encode_segment_header
 from .metadata import FORMAT_FILE, StoreMetadata, format_text, write_durably
 from .records import Document, encode_data
-from .sealing import Sealer, SealError, keyed_name_stem
+from .sealing import Key, Sealer, SealError
 from .store import Store
 
 log = logging.getLogger("sessionstored.storage")
@@ -53,12 +54,19 @@ LEGACY_RECORD_HEAD = struct.Struct("<4sQI")
 LEGACY_RECORD_ASSOCIATED_DATA = b"sessionstore/wal-record"
 LEGACY_MAX_NAME_STEM_CHARS = 200
 LEGACY_MAX_FILE_BYTES = 1 << 40
+LEGACY_NAME_HASH_HEX_CHARS = 40
+
+
+def _keyed_name_stem(key: Key, kind: str, doc_id: str) -> str:
+    """Format 1's sealed file names: an HMAC of (kind, id) under the name key."""
+    mac = hmac.new(key.name_key, f"{kind}\0{doc_id}".encode(), hashlib.sha256)
+    return "k" + mac.hexdigest()[:LEGACY_NAME_HASH_HEX_CHARS]
 
 
 def _legacy_name(sealer: Sealer, kind: str, doc_id: str) -> str:
     key = sealer.seal_with
     if key is not None:
-        return f"{kind}.{keyed_name_stem(key, kind, doc_id)}"
+        return f"{kind}.{_keyed_name_stem(key, kind, doc_id)}"
     raw = doc_id.encode("utf-8")
     stem = base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
     if len(stem) <= LEGACY_MAX_NAME_STEM_CHARS:

@@ -160,7 +160,7 @@ def _open_payload(
     if header.type == COMMIT:
         return payload
     try:
-        return sealer.open_record(bytes(payload), bytes(data[offset : offset + ASSOCIATED_BYTES]))
+        return sealer.open(bytes(payload), bytes(data[offset : offset + ASSOCIATED_BYTES]))
     except SealError as error:
         raise CorruptRecord(path, start + error.offset, error.reason) from None
 
@@ -189,17 +189,6 @@ def decode_data(
     digest = bytes(plain[:DIGEST_BYTES])
     doc_id, body_at = _id_at(path, plain, DIGEST_BYTES, offset)
     return Document(kind, doc_id, header.seq, digest, bytes(plain[body_at:]))
-
-
-def decode_removal(
-    sealer: Sealer, path: str, data: bytes | memoryview, offset: int, header: Header
-) -> tuple[str, str]:
-    kind = KIND_NAMES.get(header.kind)
-    if kind is None:
-        raise CorruptRecord(path, offset, f"unknown document kind {header.kind}")
-    plain = _open_payload(sealer, path, data, offset, header)
-    doc_id, _ = _id_at(path, plain, 0, offset)
-    return kind, doc_id
 
 
 def decode_commit(path: str, data: bytes | memoryview, offset: int, header: Header) -> Commit:

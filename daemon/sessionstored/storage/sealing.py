@@ -7,14 +7,12 @@
 #     SEAL_MAGIC (8 bytes) | key id (8 bytes) | nonce (12 random bytes)
 #     | ciphertext + 16-byte tag
 #
-# - Documents (snapshots, checkpoints, the lease): the whole self-checking
-#   document file (files.py) is the plaintext; the associated data is the file
-#   name, and the name is a keyed hash of (kind, id), so a sealed file moved or
-#   copied to another id fails to open. Inside, the header's kind and id must
-#   hash to that same name.
-# - WAL records and index checkpoints carry ids and digests: each record's
-#   payload and each checkpoint's payload is sealed the same way, so neither
-#   file names nor the log nor the checkpoints reveal an id.
+# - Log records (records.py): the payload of a data or removal record (digest,
+#   id, body) is the plaintext, and the record's header is the associated data,
+#   so a payload moved under another header fails to open. The header names the
+#   document only by a keyed hash of (kind, id) (id_hash), which reveals nothing.
+# - Index checkpoints are sealed whole, so neither file names nor the log nor
+#   the checkpoints reveal an id, a digest or any content.
 # - The key id is a keyed fingerprint of the key (HMAC-SHA256, first 8 bytes).
 #   It is in every envelope and in the FORMAT file, so the store can refuse a
 #   missing or wrong key in one line before it reads anything else.
@@ -41,7 +39,6 @@ NONCE_BYTES = 12
 TAG_BYTES = 16
 SEAL_MAGIC = b"SSEAL\x00\x01\n"
 ENVELOPE_HEAD_BYTES = len(SEAL_MAGIC) + KEY_ID_BYTES + NONCE_BYTES
-NAME_HASH_HEX_CHARS = 40  # 160 bits of HMAC-SHA256: names never collide in practice
 
 
 class KeyFileError(Exception):
@@ -156,17 +153,6 @@ class Sealer:
                 "sealed data does not authenticate (tampered, or moved from another name)",
             ) from None
 
-    def is_sealed_with_current(self, data: bytes) -> bool:
-        if self.seal_with is None:
-            return not data.startswith(SEAL_MAGIC)
-        head = len(SEAL_MAGIC)
-        return data.startswith(SEAL_MAGIC) and data[head : head + KEY_ID_BYTES] == (
-            self.seal_with.key_id
-        )
-
-    def open_record(self, data: bytes, associated: bytes) -> bytes:
-        return self.open(data, associated)
-
     def id_hash(self, kind: str, doc_id: str) -> int:
         """Names a document in a log record header without revealing it under a key."""
         return id_hash_under(self.seal_with, kind, doc_id)
@@ -174,15 +160,6 @@ class Sealer:
     def id_hashes(self, kind: str, doc_id: str) -> set[int]:
         """Every hash a record of this document may carry (more than one during a rotation)."""
         return {id_hash_under(key, kind, doc_id) for key in self._naming}
-
-    def naming_keys(self) -> list[Key | None]:
-        """Keys whose naming a file may use: the sealing key's first, then the others."""
-        return list(self._naming)
-
-
-def keyed_name_stem(key: Key, kind: str, doc_id: str) -> str:
-    mac = hmac.new(key.name_key, f"{kind}\0{doc_id}".encode(), hashlib.sha256)
-    return "k" + mac.hexdigest()[:NAME_HASH_HEX_CHARS]
 
 
 def id_hash_under(key: Key | None, kind: str, doc_id: str) -> int:
