@@ -207,20 +207,28 @@ def _writer_loop(
         return
 
 
-@pytest.mark.parametrize("round_", range(3))
-def test_kill9_under_16_concurrent_writers_loses_nothing(
-    daemon: DaemonProcess, round_: int
-) -> None:
-    daemon.start()
+def _start_writers(
+    daemon: DaemonProcess, count: int
+) -> tuple[dict[str, int], dict[str, int], threading.Event, list[threading.Thread]]:
+    """count writer threads, each saving its own session; (acked, inflight, stop, threads)."""
     acked: dict[str, int] = {}
     inflight: dict[str, int] = {}
     stop = threading.Event()
     threads = [
         threading.Thread(target=_writer_loop, args=(daemon, n, stop, acked, inflight))
-        for n in range(16)
+        for n in range(count)
     ]
     for thread in threads:
         thread.start()
+    return acked, inflight, stop, threads
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_kill9_under_16_concurrent_writers_loses_nothing(
+    daemon: DaemonProcess, round_: int
+) -> None:
+    daemon.start()
+    acked, inflight, stop, threads = _start_writers(daemon, 16)
     deadline = time.monotonic() + 10
     while len(acked) < 16 or min(acked.values()) < 5 + round_ * 3:
         assert time.monotonic() < deadline, f"writers made no progress: {acked}"
@@ -265,15 +273,7 @@ def test_kill9_during_compaction_under_load_loses_nothing(daemon: DaemonProcess)
     daemon.start("--segment-mib", "1")
     with daemon.client() as client:
         kept = _compactable(client)
-    acked: dict[str, int] = {}
-    inflight: dict[str, int] = {}
-    stop = threading.Event()
-    threads = [
-        threading.Thread(target=_writer_loop, args=(daemon, n, stop, acked, inflight))
-        for n in range(8)
-    ]
-    for thread in threads:
-        thread.start()
+    acked, inflight, stop, threads = _start_writers(daemon, 8)
     compacting = daemon.client(timeout=30)
 
     def compact() -> None:
