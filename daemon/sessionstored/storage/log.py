@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import xxhash
 
-from .durable import TMP_DIR
+from .durable import TMP_DIR, write_temp
 from .errors import NoSpace
 from .fs import ENOSPC_ERRNOS, FileSystem
 
@@ -222,21 +222,14 @@ class Log:
 
     def _zero_filled(self, size: int) -> Spare:
         path = f"{self.tmp_dir}/spare-{next(self._spare_counter)}{SEGMENT_SUFFIX}"
-        if self.fs.exists(path):
-            self.fs.unlink(path)
-        fd = self.fs.create_exclusive(path)
+        whole, rest = divmod(size, ZERO_FILL_WRITE_BYTES)
+        pages = [bytes(ZERO_FILL_WRITE_BYTES)] * whole + ([bytes(rest)] if rest else [])
         try:
-            zeros = bytes(ZERO_FILL_WRITE_BYTES)
-            for start in range(0, size, ZERO_FILL_WRITE_BYTES):
-                self.fs.write(fd, zeros[: min(ZERO_FILL_WRITE_BYTES, size - start)])
-            self.fs.fsync(fd)  # allocated and zeroed on disk before any record goes in
+            write_temp(self.fs, path, pages)  # allocated and zeroed on disk before use
         except OSError as error:
-            self.fs.close(fd)
-            self.fs.unlink(path)
             if error.errno in ENOSPC_ERRNOS:
                 raise NoSpace(errno.ENOSPC, "no space for a new log segment") from None
             raise
-        self.fs.close(fd)
         return Spare(path, size)
 
     # -- the commit path (the writer's thread) -------------------------------------
