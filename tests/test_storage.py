@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -244,6 +248,52 @@ def test_compaction_on_a_full_disk_still_drops_wholly_dead_segments() -> None:
     result = store.compact()  # no room to copy anything: the dead segments go all the same
     assert result.records_moved == 0 and result.wal_bytes_after < before
     assert not store.failed
+    assert_clean(store)
+
+
+def _is_waiting(thread: threading.Thread) -> bool:
+    frame = sys._current_frames().get(thread.ident or 0)
+    while frame is not None:
+        if frame.f_code.co_name == "wait" and "threading" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_a_rotation_waits_for_the_spare_being_filled_on_a_nearly_full_disk() -> None:
+    fs = new_fs()
+    store = open_store(fs, segment_bytes=64 * 1024)
+    while not store.log.want_spare():
+        store.commit([put(f"s{store.seq}", "x" * 2000)])
+    fs.full_after_bytes = fs._used_bytes() + 64 * 1024 + 16 * 1024  # room for one segment
+    filling, release = threading.Event(), threading.Event()
+    plain_write = fs.write
+
+    def gated_write(fd: int, data: bytes) -> None:
+        if "spare-" in fs._fd_paths[fd] and not release.is_set():
+            filling.set()
+            release.wait(30)
+        plain_write(fd, data)
+
+    fs.write = gated_write  # type: ignore[method-assign]
+    spare = threading.Thread(target=store.log.prepare_spare)
+    spare.start()
+    assert filling.wait(30)
+    outcomes: list[Any] = []
+    saver = threading.Thread(
+        target=lambda: outcomes.extend(store.commit([put("big", "z" * 40_000)]))
+    )
+    saver.start()
+    for _ in range(3000):
+        if not saver.is_alive() or _is_waiting(saver):
+            break
+        time.sleep(0.01)
+    release.set()
+    saver.join(30)
+    spare.join(30)
+    [outcome] = outcomes
+    assert outcome.ok, outcome  # it took the spare instead of failing to make a second one
+    assert [n for n in fs.listdir(f"{ROOT}/tmp") if n.startswith("spare-")] == []
     assert_clean(store)
 
 

@@ -131,7 +131,8 @@ class Log:
         self._read_open_lock = threading.Lock()
         self._retired_fds: list[int] = []
         self._spare: Spare | None = None
-        self._spare_busy = False
+        self._spare_busy = False  # a thread is zero-filling the next spare
+        self._spare_changed = threading.Condition()
         self._spare_counter = itertools.count()
 
     def path(self, number: int) -> str:
@@ -182,11 +183,9 @@ class Log:
         """Start a new append segment that holds at least nbytes; NoSpace on a full disk."""
         need = SEGMENT_HEADER_BYTES + nbytes + self.reserve_bytes
         size = self.segment_bytes if need <= self.segment_bytes else _rounded(need)
-        spare = self._spare if self._spare is not None and self._spare.size >= size else None
+        spare = self._take_spare(size)
         if spare is None:
             spare = self._zero_filled(size)
-        else:
-            self._spare = None
         number = self.next_number
         fd = self.fs.open_read_write(spare.path)
         try:
@@ -206,19 +205,35 @@ class Log:
         self.size = spare.size
         self.used[number] = 0
 
+    def _take_spare(self, size: int) -> Spare | None:
+        """The prepared spare if it is big enough. One being filled is waited for: on a
+        nearly full disk it holds the room a second new segment would need."""
+        with self._spare_changed:
+            self._spare_changed.wait_for(lambda: not self._spare_busy)
+            spare = self._spare
+            if spare is None or spare.size < size:
+                return None
+            self._spare = None
+            return spare
+
     def want_spare(self) -> bool:
         """True when a spare should be prepared now (past half of the active segment)."""
         return self._spare is None and not self._spare_busy and self.offset * 2 >= self.size
 
     def prepare_spare(self) -> None:
         """Zero-fill the next segment ahead of time. Any thread; one at a time."""
-        if self._spare is not None or self._spare_busy:
-            return
-        self._spare_busy = True
+        with self._spare_changed:
+            if self._spare is not None or self._spare_busy:
+                return
+            self._spare_busy = True
+        spare = None
         try:
-            self._spare = self._zero_filled(self.segment_bytes)
+            spare = self._zero_filled(self.segment_bytes)
         finally:
-            self._spare_busy = False
+            with self._spare_changed:
+                self._spare = spare
+                self._spare_busy = False
+                self._spare_changed.notify_all()
 
     def _zero_filled(self, size: int) -> Spare:
         path = f"{self.tmp_dir}/spare-{next(self._spare_counter)}{SEGMENT_SUFFIX}"
@@ -270,10 +285,10 @@ class Log:
         if self._fd is not None:
             self.fs.close(self._fd)
             self._fd = None
-        if self._spare is not None:
+        spare = self._take_spare(0)
+        if spare is not None:
             with contextlib.suppress(OSError):
-                self.fs.unlink(self._spare.path)
-            self._spare = None
+                self.fs.unlink(spare.path)
 
     @property
     def size_bytes(self) -> int:
