@@ -23,6 +23,7 @@ from typing import Any
 from sessionstore.client import Client
 
 from . import anchors, space
+from .frontend_cost import frontend_cost
 from .load import Sample, run_clients, run_in_processes
 from .sealing_cost import sealing_cost
 from .workload import snapshot_bytes
@@ -291,6 +292,13 @@ def main() -> None:
                 + ", ".join(f"{name} {micros:.1f} us" for name, micros in cost.items()),
                 flush=True,
             )
+        frontend = {f"{kib}KiB": frontend_cost(kib * KIB) for kib in (4, 64)}
+        for size, cost in frontend.items():
+            print(
+                f"cpu: one {size} save before the disk: "
+                + ", ".join(f"{name} {value:.1f}" for name, value in cost.items()),
+                flush=True,
+            )
 
         daemon_dir = base / "daemon"
         daemon_dir.mkdir()
@@ -367,6 +375,7 @@ def main() -> None:
         "soak": soak,
         "space": space_result,
         "sealing_cpu_us": sealing,
+        "frontend_cpu_us": frontend,
         "targets": targets(rows),
     }
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2))
