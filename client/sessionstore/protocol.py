@@ -63,6 +63,8 @@ _BYTE_CLASSES = bytes(
     for b in range(256)
 )
 
+CBOR_INT_MIN, CBOR_INT_MAX = -(2**64), 2**64 - 1  # major types 0 and 1; beyond: bignum tags
+
 ERROR_CODES = (
     "bad_request",
     "unknown_op",
@@ -348,6 +350,8 @@ def from_json_value(value: Any) -> Any:
         return {k: from_json_value(v) for k, v in value.items()}
     if isinstance(value, list):
         return [from_json_value(v) for v in value]
+    if type(value) is int and not CBOR_INT_MIN <= value <= CBOR_INT_MAX:
+        raise ValueError(f"integer {value} is outside CBOR's range (tags are refused)")
     return value
 
 
@@ -366,6 +370,15 @@ def to_json_value(value: Any) -> Any:
     if isinstance(value, float) and value != value:
         return None
     return value
+
+
+def _json_text_is_unicode(value: Any) -> bool:
+    """False when a \\uD800-style escape left a lone surrogate that UTF-8 cannot hold."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _json_depth_ok(value: Any, max_depth: int) -> bool:
@@ -583,12 +596,14 @@ class Connection:
                 raise ProtocolError(
                     "bad_request", f"nesting deeper than {self.max_depth} levels", fatal=False
                 )
+            if b"\\u" in line and not _json_text_is_unicode(value):
+                raise ProtocolError(
+                    "bad_request", "text with a lone surrogate escape is not Unicode", fatal=False
+                )
             try:
                 return from_json_value(value)
             except (binascii.Error, ValueError) as error:
-                raise ProtocolError(
-                    "bad_request", f"bad $bytes value: {error}", fatal=False
-                ) from None
+                raise ProtocolError("bad_request", f"bad value: {error}", fatal=False) from None
 
     def encode(self, message: Any) -> bytes:
         return encode(message, Mode.CBOR if self.mode is Mode.UNDECIDED else self.mode)

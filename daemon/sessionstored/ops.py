@@ -172,7 +172,8 @@ def _encode(document: Any, *, hint: Hint = Hint.NONE) -> bytes:
 
 
 def _failure(request: Request, outcome: Outcome) -> Response:
-    code = outcome.code or "internal"
+    code = outcome.code
+    assert code is not None, "a failed outcome always carries its code"
     if code == "conflict":
         current = digest_text(outcome.current) if outcome.current is not None else None
         return error_response(
@@ -206,6 +207,7 @@ class Ops:
         self.max_request_bytes = max_request_bytes
         self.stats_extra = stats_extra
         self.started = time.monotonic()
+        self.internal_errors = 0  # our bugs answered as `internal`; the tests watch it
         self._handlers: dict[str, Callable[[Request], Step]] = {
             "hello": self._hello,
             "ping": lambda r: Step(r, ok_response(r)),
@@ -244,8 +246,13 @@ class Ops:
         except InvalidSnapshot as error:
             return Step(request, error_response(request, "invalid_snapshot", str(error)))
         except Exception as error:  # our bug, not the client's: answer it, keep the connection
-            log.exception("internal error dispatching %r", request.op)
-            return Step(request, error_response(request, "internal", f"internal error: {error}"))
+            return Step(request, self.internal_error(request, error, "dispatching"))
+
+    def internal_error(self, request: Request | None, error: BaseException, doing: str) -> Response:
+        """Our bug, never the client's: logged, counted in `stats`, answered."""
+        self.internal_errors += 1
+        log.error("internal error %s %r", doing, request and request.op, exc_info=error)
+        return error_response(request, "internal", f"internal error: {error}")
 
     def _mutation(
         self, request: Request, mutation: Mutation, respond: Callable[[Outcome], Response]
@@ -558,6 +565,7 @@ class Ops:
                 seq=self.store.seq,
                 uptime_s=round(time.monotonic() - self.started, 3),
                 watchers=self.broadcaster.watchers,
+                internal_errors=self.internal_errors,
                 lease_epoch=(self.store.lease or {}).get("epoch"),
                 **self.store.stats(),
                 **self.stats_extra(),

@@ -236,7 +236,7 @@ class Server:
         except* (trio.BrokenResourceError, trio.ClosedResourceError, _WatchEnded):
             pass
         except* Exception as group:  # our bug: it may cost this connection, never the daemon
-            log.error("connection failed", exc_info=group)
+            self.ops.internal_error(None, group, "serving a connection")
         finally:
             await self._closed(stream)
 
@@ -363,6 +363,9 @@ class Server:
                 try:
                     response = await step.resolve()
                 except Exception as error:  # our bug, not the client's: report it, keep serving
-                    log.exception("internal error answering %r", step.request and step.request.op)
-                    response = error_response(step.request, "internal", f"internal error: {error}")
-                await stream.send_all(conn.encode(response))
+                    response = self.ops.internal_error(step.request, error, "answering")
+                try:
+                    encoded = conn.encode(response)
+                except Exception as error:  # a reply we cannot encode is our bug too
+                    encoded = conn.encode(self.ops.internal_error(step.request, error, "encoding"))
+                await stream.send_all(encoded)
