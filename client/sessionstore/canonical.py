@@ -1,12 +1,17 @@
 # Canonical CBOR (RFC 8949 section 4.2.1) and the snapshot digest of the wire contract.
 #
-# cbor2's canonical mode sorts map keys length-first (RFC 7049). For keys of one
-# CBOR major type that order equals RFC 8949's bytewise order of the encoded keys,
-# because the header byte grows with the length. Only maps whose keys mix major
-# types (an int key beside a text key) need the bytewise sort done here.
+# One encoder for every value. cbor2's canonical mode sorts map keys length-first
+# (RFC 7049) and gives every leaf its shortest form (integers, lengths, floats
+# down to half precision, NaN as f97e00). For keys of one major type that are not
+# arrays or maps, length-first order equals RFC 8949's bytewise order of the
+# encoded keys, because the header byte grows with the length. Maps whose keys mix
+# major types, or that have arrays or maps as keys (a [1000] key encodes as
+# 81 19 03 e8 and sorts before [1, 2], 82 01 02, though it is longer), are
+# encoded here, sorting every map by its keys' encoded bytes, nested ones too.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Any
 
 import cbor2
@@ -27,19 +32,29 @@ def _major_type(key: Any) -> int:
         return 3
     if isinstance(key, (list, tuple)):
         return 4
-    if isinstance(key, dict):
+    if isinstance(key, Mapping):
         return 5
     return 6
+
+
+def _keys_need_bytewise_sort(keys: Any) -> bool:
+    """True when length-first order may differ from bytewise order for these keys."""
+    majors = set()
+    for key in keys:
+        major = _major_type(key)
+        if major in (4, 5, 6):
+            return True
+        majors.add(major)
+    return len(majors) > 1
 
 
 def _needs_bytewise_sort(value: Any) -> bool:
     stack = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, dict):
-            if len({_major_type(k) for k in item}) > 1:
+        if isinstance(item, Mapping):
+            if _keys_need_bytewise_sort(item):
                 return True
-            stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
@@ -47,7 +62,7 @@ def _needs_bytewise_sort(value: Any) -> bool:
 
 
 def _encode_bytewise(value: Any, out: list[bytes]) -> None:
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         encoded = []
         for key, item in value.items():
             key_parts: list[bytes] = []
@@ -64,6 +79,9 @@ def _encode_bytewise(value: Any, out: list[bytes]) -> None:
         out.append(_header(4, len(value)))
         for item in value:
             _encode_bytewise(item, out)
+    elif isinstance(value, cbor2.CBORTag):
+        out.append(_header(6, value.tag))
+        _encode_bytewise(value.value, out)
     else:
         out.append(cbor2.dumps(value, canonical=True))
 
@@ -80,14 +98,15 @@ def _header(major: int, length: int) -> bytes:
 class Hint(enum.Enum):
     """What the decoder learned about a value, so encoding it canonically costs less."""
 
-    NONE = "none"  # nothing known: check every map, sort bytewise where key types mix
-    UNIFORM_KEYS = "uniform_keys"  # no map mixes key types: cbor2's canonical mode is exact
+    NONE = "none"  # nothing known: check every map, sort bytewise where length-first is wrong
+    UNIFORM_KEYS = "uniform_keys"  # every map's keys sort length-first: cbor2's mode is exact
     PLAIN = "plain"  # maps already in canonical order, no floats: plain encoding is canonical
 
 
 class OrderingHook:
     """cbor2 object_hook: hands out every map with its keys in RFC 8949 order, and notes
-    whether any map mixed key major types (then only our bytewise encoder is exact).
+    whether cbor2's length-first canonical mode would get any map wrong (keys of mixed
+    major types, arrays or maps as keys): then only our bytewise encoder is exact.
 
     For ASCII text keys, bytewise order of the encoded keys is (length, text): two
     stable C-level sorts. Anything else sorts by each key's canonical encoding.
@@ -100,11 +119,14 @@ class OrderingHook:
     MAX_SHAPES = 4096
 
     def __init__(self) -> None:
-        self.mixed_key_types = False
+        self.needs_bytewise = False
 
     def __call__(self, mapping: Any, immutable: bool) -> Any:
-        if immutable or len(mapping) < 2:
-            return mapping  # a map used as a key keeps cbor2's hashable form
+        if immutable:  # a map used as a key: cbor2's hashable form, in the sender's order
+            self.needs_bytewise = True
+            return mapping
+        if len(mapping) < 2:
+            return mapping
         shape = tuple(mapping)
         verdicts = OrderingHook._verdicts
         if shape in verdicts:
@@ -119,8 +141,8 @@ class OrderingHook:
             ordered_keys = sorted(keys)
             ordered_keys.sort(key=len)
         else:
-            if len({_major_type(key) for key in keys}) > 1:
-                self.mixed_key_types = True
+            if _keys_need_bytewise_sort(keys):
+                self.needs_bytewise = True
             ordered_keys = sorted(keys, key=canonical_dumps)
         verdict = None if ordered_keys == keys else tuple(ordered_keys)
         if ascii_text:  # text-only shapes: the verdict depends on nothing else

@@ -550,11 +550,11 @@ class Connection:
         if special or _SIMPLE_CLASS in classes:
             # those bytes also occur inside integers and text: the walk knows for sure
             special = _refuse_simple_values(value)
-        if self._hook is None:
+        if self._hook is None or self._hook.needs_bytewise:
             self.last_hint = Hint.NONE
         elif not special:
             self.last_hint = Hint.PLAIN
-        elif not self._hook.mixed_key_types:
+        else:
             self.last_hint = Hint.UNIFORM_KEYS
         return value
 
