@@ -1,6 +1,9 @@
 # atheris harness for the framing code: `make fuzz` (FUZZ_ARGS="-max_total_time=600").
 # Any bytes, cut anywhere, must give the same messages whole or in pieces, or a
-# classified ProtocolError; anything else (an exception, a hang) is a finding.
+# classified ProtocolError; every message decoded must encode again in the
+# connection's mode (a reply carrying it never fails). Each input is tried as
+# CBOR and, with a "{" in front, as JSON lines. Anything else (an exception, a
+# hang) is a finding.
 from __future__ import annotations
 
 import sys
@@ -42,6 +45,7 @@ def _messages(chunks: list[bytes], order_maps: bool) -> list[object]:
                 parse_request(message)
             except ProtocolError as error:
                 assert error.code == "bad_request" and not error.fatal
+            conn.encode({"ok": True, "echo": message})
             out.append(message)
     return out
 
@@ -50,11 +54,12 @@ def test_one_input(data: bytes) -> None:
     provider = atheris.FuzzedDataProvider(data)
     cut = provider.ConsumeIntInRange(0, 64)
     payload = provider.ConsumeBytes(provider.remaining_bytes())
-    whole = _messages([payload], order_maps=True)
-    if cut:
-        pieces = [payload[i : i + cut] for i in range(0, len(payload), cut)]
-        # repr: a NaN decoded twice is two unequal floats, but the same text
-        assert repr(_messages(pieces, order_maps=True)) == repr(whole)
+    for framed in (payload, b"{" + payload):  # CBOR (unless it starts with "{"), JSON lines
+        whole = _messages([framed], order_maps=True)
+        if cut:
+            pieces = [framed[i : i + cut] for i in range(0, len(framed), cut)]
+            # repr: a NaN decoded twice is two unequal floats, but the same text
+            assert repr(_messages(pieces, order_maps=True)) == repr(whole)
 
 
 def main() -> None:

@@ -78,7 +78,7 @@ def test_whole_vs_byte_at_a_time_vs_random_chunks(
 
 @given(st.lists(requests, min_size=1, max_size=4))
 def test_json_lines_mode_same_messages(messages: list[dict]) -> None:
-    from sessionstore.protocol import to_json_value
+    from sessionstore.jsonform import to_json_value
 
     stream = b"".join(json.dumps(to_json_value(m)).encode() + b"\n" for m in messages)
     conn = Connection()

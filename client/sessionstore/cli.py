@@ -10,17 +10,11 @@ from typing import Any
 
 import cbor2
 
+from . import jsonform
 from .client import UNSET, Client
 from .errors import SessionStoreError
-from .protocol import (
-    END_OF_STREAM,
-    NEED_DATA,
-    Connection,
-    Mode,
-    ProtocolError,
-    from_json_value,
-    to_json_value,
-)
+from .jsonform import from_json_value, to_json_value
+from .protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, ProtocolError
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -38,7 +32,7 @@ def _read_json(source: str) -> Any:
     else:
         with open(source, encoding="utf-8") as handle:
             text = handle.read()
-    return from_json_value(json.loads(text))
+    return from_json_value(jsonform.loads(text))
 
 
 def _expect(args: argparse.Namespace) -> Any:
@@ -51,9 +45,9 @@ def _encode(_client: Client | None, _args: argparse.Namespace) -> int:
     """JSON (one document, or JSON lines) on stdin -> a CBOR sequence on stdout."""
     text = sys.stdin.read()
     try:
-        values = [json.loads(text)]
+        values = [jsonform.loads(text)]
     except json.JSONDecodeError:
-        values = [json.loads(line) for line in text.splitlines() if line.strip()]
+        values = [jsonform.loads(line) for line in text.splitlines() if line.strip()]
     for value in values:
         sys.stdout.buffer.write(cbor2.dumps(from_json_value(value)))
     return 0
@@ -121,7 +115,7 @@ def _simple(op: str, arg: str | None = None) -> Any:
 
 def _json_arg(text: str, what: str) -> Any:
     try:
-        return from_json_value(json.loads(text))
+        return from_json_value(jsonform.loads(text))
     except json.JSONDecodeError as error:
         raise ValueError(f"{what} is not JSON: {error}") from None
 
@@ -205,7 +199,7 @@ def _watch(client: Client | None, args: argparse.Namespace) -> int:
 
 def _call(client: Client | None, args: argparse.Namespace) -> int:
     assert client is not None
-    fields = from_json_value(json.loads(args.args)) if args.args else {}
+    fields = from_json_value(jsonform.loads(args.args)) if args.args else {}
     if not isinstance(fields, dict):
         raise SystemExit("sessionstore: call arguments must be a JSON object")
     _print(client.call(args.op, **fields))

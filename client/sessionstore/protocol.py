@@ -29,8 +29,6 @@
 # once, which the tests check.
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import enum
 import io
@@ -41,7 +39,9 @@ from typing import Any
 
 import cbor2
 
+from . import jsonform
 from .canonical import Hint, OrderingHook
+from .jsonform import from_json_value
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -62,8 +62,6 @@ _BYTE_CLASSES = bytes(
     2 if 0xF9 <= b <= 0xFB else 1 if 0xE0 <= b <= 0xF3 or b in (0xF7, 0xF8) else 0
     for b in range(256)
 )
-
-CBOR_INT_MIN, CBOR_INT_MAX = -(2**64), 2**64 - 1  # major types 0 and 1; beyond: bignum tags
 
 ERROR_CODES = (
     "bad_request",
@@ -343,35 +341,6 @@ class ItemScanner:
         return True
 
 
-def from_json_value(value: Any) -> Any:
-    if isinstance(value, dict):
-        if len(value) == 1 and "$bytes" in value and isinstance(value["$bytes"], str):
-            return base64.b64decode(value["$bytes"], validate=True)
-        return {k: from_json_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [from_json_value(v) for v in value]
-    if type(value) is int and not CBOR_INT_MIN <= value <= CBOR_INT_MAX:
-        raise ValueError(f"integer {value} is outside CBOR's range (tags are refused)")
-    return value
-
-
-def to_json_value(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, RawCBOR):
-        return to_json_value(cbor2.loads(value.data))
-    if isinstance(value, dict):
-        return {
-            (k if isinstance(k, str) else json.dumps(to_json_value(k))): to_json_value(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        return [to_json_value(v) for v in value]
-    if isinstance(value, float) and value != value:
-        return None
-    return value
-
-
 def _json_text_is_unicode(value: Any) -> bool:
     """False when a \\uD800-style escape left a lone surrogate that UTF-8 cannot hold."""
     try:
@@ -409,10 +378,7 @@ def _encode_raw(encoder: Any, value: Any) -> None:
 
 def encode(message: Any, mode: Mode) -> bytes:
     if mode is Mode.JSON:
-        return (
-            json.dumps(to_json_value(message), separators=(",", ":"), allow_nan=False).encode()
-            + b"\n"
-        )
+        return jsonform.dumps(message).encode() + b"\n"
     return bytes(cbor2.dumps(message, default=_encode_raw))
 
 
@@ -587,7 +553,7 @@ class Connection:
             if not line.strip():
                 continue
             try:
-                value = json.loads(line)
+                value = jsonform.loads(line)
             except (ValueError, RecursionError) as error:
                 raise ProtocolError(
                     "bad_request", f"invalid JSON line: {error}", fatal=False
@@ -602,7 +568,7 @@ class Connection:
                 )
             try:
                 return from_json_value(value)
-            except (binascii.Error, ValueError) as error:
+            except ValueError as error:
                 raise ProtocolError("bad_request", f"bad value: {error}", fatal=False) from None
 
     def encode(self, message: Any) -> bytes:

@@ -1,0 +1,92 @@
+# JSON lines can carry every stored value: the JSON form of a value reads back as
+# the same value, so the same canonical bytes and digest, in process and through
+# a real daemon.
+from __future__ import annotations
+
+import json
+import math
+import socket
+from typing import Any
+
+import pytest
+from hypothesis import given
+
+from sessionstore import jsonform
+from sessionstore.canonical import canonical_dumps, snapshot_digest
+from sessionstore.protocol import NEED_DATA, Connection, Mode
+
+from .cbor_reference import encode as reference_encode
+from .conftest import DaemonProcess
+from .test_canonical import values
+
+
+@given(values)
+def test_the_json_form_reads_back_as_the_same_value(value: Any) -> None:
+    text = jsonform.dumps(value)
+    back = jsonform.from_json_value(jsonform.loads(text))
+    assert canonical_dumps(back) == reference_encode(value)
+
+
+def test_wrappers_and_look_alikes_stay_apart() -> None:
+    assert jsonform.to_json_value(b"\x00") == {"$bytes": "AA=="}
+    assert jsonform.to_json_value({"$bytes": "AA=="}) == {"$map": [["$bytes", "AA=="]]}
+    assert jsonform.to_json_value(math.inf) == {"$float": "Infinity"}
+    assert jsonform.to_json_value({1: "a"}) == {"$map": [[1, "a"]]}
+    for value in (b"\x00", {"$bytes": "AA=="}, {"$float": "NaN"}, {"$map": []}, {(1, 2): 3}):
+        assert jsonform.from_json_value(jsonform.to_json_value(value)) == value
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"x": NaN}',
+        '{"x": Infinity}',
+        '{"x": {"$float": "nan"}}',
+        '{"x": {"$bytes": 5}}',
+        '{"x": {"$map": [[1]]}}',
+        '{"x": {"$map": [[1, 2], [1, 3]]}}',
+    ],
+)
+def test_bad_json_forms_are_refused(line: str) -> None:
+    with pytest.raises(ValueError):
+        jsonform.from_json_value(jsonform.loads(line))
+
+
+def _json_exchange(running: DaemonProcess, requests: list[dict[str, Any]]) -> list[Any]:
+    conn = Connection(max_message_bytes=1 << 30, mode=Mode.JSON)
+    replies = []
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(30)
+        sock.connect(running.socket_path)
+        sock.sendall(b"".join(jsonform.dumps(r).encode() + b"\n" for r in requests))
+        sock.shutdown(socket.SHUT_WR)
+        while len(replies) < len(requests):
+            message = conn.next_message()
+            if message is NEED_DATA:
+                data = sock.recv(1 << 20)
+                assert data, f"connection closed after {replies}"
+                conn.receive_data(data)
+            else:
+                replies.append(message)
+    return replies
+
+
+def test_every_stored_value_loads_over_json_and_saves_back_with_the_same_digest(
+    running: DaemonProcess,
+) -> None:
+    snap = {
+        "schema_version": 1,
+        "session": {"id": "odd", "weights": [math.nan, math.inf, -math.inf, -0.0, 1.5]},
+        "blob": b"\x00\xff",
+        "lookalike": {"$bytes": "AA=="},
+        "by_number": {1: "one", -2: "minus two", b"k": "bytes key", (1, 2): "array key"},
+    }
+    with running.client() as client:
+        saved = client.save(snap)
+    [loaded] = _json_exchange(running, [{"op": "load", "session_id": "odd"}])
+    assert loaded["ok"] and loaded["digest"] == saved["digest"] == snapshot_digest(snap)
+    as_json = json.loads(jsonform.dumps(loaded["snapshot"]))
+    assert as_json["lookalike"] == {"$map": [["$bytes", "AA=="]]}
+    assert as_json["session"]["weights"][0] == {"$float": "NaN"}
+    [again] = _json_exchange(running, [{"op": "save", "snapshot": loaded["snapshot"]}])
+    assert again["ok"] and again["digest"] == saved["digest"]
