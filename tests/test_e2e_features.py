@@ -2,13 +2,17 @@
 # leases with fencing, watch, compaction, persistence across restarts.
 from __future__ import annotations
 
+import socket
 import threading
 from pathlib import Path
+from typing import Any
 
+import cbor2
 import pytest
 
 from sessionstore import Conflict, InvalidSnapshot, NotFound, snapshot_digest
 from sessionstore.errors import BadRequest, Compacted, Fenced
+from sessionstore.protocol import NEED_DATA, Connection, Mode
 
 from .conftest import DaemonProcess, snapshot
 
@@ -339,3 +343,39 @@ def test_cli_for_the_new_ops(running: DaemonProcess) -> None:
     assert [e["event"] for e in events] == ["commit", "commit", "commit"]
     compacted = json.loads(cli("compact").stdout)
     assert compacted["seq"] == json.loads(cli("stats").stdout)["seq"]
+
+
+def test_a_watcher_that_stops_reading_is_told_lagged_logged_counted_and_resumes(
+    short_tmp: Path,
+) -> None:
+    daemon = DaemonProcess(short_tmp)
+    try:
+        daemon.start("--watch-max-lag", "50", "--history-changes", "100000")
+        with socket.socket(socket.AF_UNIX) as watcher:
+            watcher.connect(daemon.socket_path)
+            watcher.sendall(cbor2.dumps({"op": "watch"}))
+            with daemon.client() as client:
+                for n in range(300):  # the watcher reads none of it meanwhile
+                    client.save(snapshot(f"w{n % 5}", n=n))
+                stats = client.stats()
+                assert stats["watchers_cut_off"] == 1 and stats["watchers_dropped"] == 0
+            watcher.settimeout(30)
+            conn = Connection(mode=Mode.CBOR)
+            events: list[dict[str, Any]] = []
+            while not events or events[-1].get("event") != "lagged":
+                while (message := conn.next_message()) is NEED_DATA:
+                    conn.receive_data(watcher.recv(1 << 16))
+                events.append(message)
+        first, *changes, lagged = events
+        assert first["watching"] is True
+        seqs = [e["seq"] for e in changes]
+        assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) <= 51
+        assert lagged == {"event": "lagged", "resume_from": seqs[-1]}
+        with daemon.client() as client:
+            resumed = iter(client.watch(since=lagged["resume_from"]))
+            rest = [next(resumed)["seq"] for _ in range(300 - seqs[-1])]
+        assert rest == list(range(seqs[-1] + 1, 301)), "resuming is gapless"
+        assert "watcher cut off: " in daemon.log()
+        assert daemon.stop() == 0
+    finally:
+        daemon.cleanup()

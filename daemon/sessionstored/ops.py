@@ -47,7 +47,7 @@ from .storage.mutations import (
     Rewrite,
 )
 from .storage.store import Store
-from .watch import Broadcaster
+from .watch import Broadcaster, Sink
 from .writer import Job, Writer
 
 log = logging.getLogger("sessionstored.ops")
@@ -75,7 +75,6 @@ READ_ONLY_OPS = frozenset(
 )
 
 Response = dict[str, Any]
-Send = Callable[[Response], Awaitable[None]]
 
 
 class RequestError(Exception):
@@ -93,7 +92,7 @@ class Step:
     job: Job | None = None
     on_outcome: Callable[[Outcome], Response] | None = None
     read: Callable[[], Awaitable[Response]] | None = None
-    stream: Callable[[Send], Awaitable[None]] | None = None
+    stream: Callable[[Sink], Awaitable[None]] | None = None
     # set once a read has been evaluated: a later write on the same connection waits
     # for it, so that a pipelined read never sees a write sent after it
     evaluated: trio.Event = field(default_factory=trio.Event)
@@ -538,12 +537,12 @@ class Ops:
         if since is not None and (not _is_int(since) or since < 0):
             raise RequestError("bad_request", "since must be a non-negative integer")
 
-        async def stream(send: Send) -> None:
+        async def stream(sink: Sink) -> None:
             current = self.store.seq
             if since is not None:
                 oldest = self.broadcaster.compacted_before(since)
                 if oldest is not None:
-                    await send(
+                    await sink.send(
                         error_response(
                             request,
                             "compacted",
@@ -552,8 +551,8 @@ class Ops:
                         )
                     )
                     return
-            await send(ok_response(request, watching=True, seq=current))
-            await self.broadcaster.stream(current if since is None else since, send)
+            await sink.send(ok_response(request, watching=True, seq=current))
+            await self.broadcaster.stream(current if since is None else since, sink)
 
         return Step(request, stream=stream)
 
@@ -565,6 +564,8 @@ class Ops:
                 seq=self.store.seq,
                 uptime_s=round(time.monotonic() - self.started, 3),
                 watchers=self.broadcaster.watchers,
+                watchers_cut_off=self.broadcaster.cut_off,
+                watchers_dropped=self.broadcaster.dropped,
                 internal_errors=self.internal_errors,
                 lease_epoch=(self.store.lease or {}).get("epoch"),
                 **self.store.stats(),

@@ -43,7 +43,7 @@ from .ops import READ_ONLY_OPS, Ops, Step
 from .storage.mutations import Outcome
 from .storage.recovery import RecoveryReport
 from .storage.store import Store
-from .watch import Broadcaster
+from .watch import Broadcaster, SocketSink
 from .writer import Writer
 
 log = logging.getLogger("sessionstored.server")
@@ -358,7 +358,7 @@ class Server:
         async with steps:
             async for step in steps:
                 if step.stream is not None:
-                    await step.stream(lambda event: stream.send_all(conn.encode(event)))
+                    await step.stream(SocketSink(stream, conn.encode))
                     return
                 try:
                     response = await step.resolve()
