@@ -382,6 +382,15 @@ def encode(message: Any, mode: Mode) -> bytes:
     return bytes(cbor2.dumps(message, default=_encode_raw))
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """A whole item (or JSON line) too large to decode here: bytes, undecoded, for a caller
+    that decodes it elsewhere (the daemon: in a worker process, off its event loop)."""
+
+    data: bytes
+    mode: Mode
+
+
 @dataclass
 class Connection:
     """One side of a connection: bytes in, decoded messages out."""
@@ -399,6 +408,9 @@ class Connection:
     _hook: OrderingHook | None = None
     _eof: bool = False
     _broken: bool = False
+    # items larger than this come out as Deferred; decoding one here costs at most this
+    # many bytes' worth of work
+    defer_above_bytes: int | None = None
 
     def receive_data(self, data: bytes) -> None:
         self._buffer += data
@@ -438,7 +450,16 @@ class Connection:
         self._hook = OrderingHook() if self.order_maps else None
         if not self._buffer:
             return END_OF_STREAM if self._eof else NEED_DATA
-        if len(self._buffer) <= FAST_PATH_MAX_BYTES:
+        defer = self.defer_above_bytes
+        if defer is not None and self._scanner is None and len(self._buffer) > defer:
+            small = self._first_item_within(defer)
+            if small is not None:
+                return small
+            # the first item is larger than that (or broken): the scanner finds its end
+            self._scanner = ItemScanner(self.max_message_bytes, self.max_depth + 1)
+        if len(self._buffer) <= FAST_PATH_MAX_BYTES and (
+            defer is None or len(self._buffer) <= defer
+        ):
             if self._fast_fp is None:
                 self._fast_fp = io.BytesIO(bytes(self._buffer))
             fp = self._fast_fp
@@ -500,6 +521,10 @@ class Connection:
             return NEED_DATA
         self._scanner = None
         self._fast_fp = None
+        if defer is not None and end_or_none > defer:
+            data = bytes(self._buffer[:end_or_none])
+            del self._buffer[:end_or_none]
+            return Deferred(data, Mode.CBOR)
         try:
             fp = io.BytesIO(self._buffer[:end_or_none])
             value = _decoder(fp, self.max_depth, self._hook).decode()
@@ -508,6 +533,17 @@ class Connection:
                 "bad_request", f"undecodable CBOR item: {error}", fatal=True
             ) from None
         return self._accept(value, end_or_none)
+
+    def _first_item_within(self, window: int) -> Any:
+        """The first buffered item if it ends within `window` bytes, else None."""
+        fp = io.BytesIO(bytes(self._buffer[:window]))
+        try:
+            value = _decoder(fp, self.max_depth, self._hook).decode()
+        except (cbor2.CBORDecodeEOF, *_DECODE_ERRORS):
+            self._hook = OrderingHook() if self.order_maps else None  # forget the attempt
+            return None
+        self._fast_fp = None
+        return self._accept(value, fp.tell())
 
     def _accept(self, value: Any, end: int) -> Any:
         classes = bytes(self._buffer[:end]).translate(_BYTE_CLASSES)
@@ -552,6 +588,8 @@ class Connection:
                 )
             if not line.strip():
                 continue
+            if self.defer_above_bytes is not None and len(line) > self.defer_above_bytes:
+                return Deferred(line, Mode.JSON)
             try:
                 value = jsonform.loads(line)
             except (ValueError, RecursionError) as error:

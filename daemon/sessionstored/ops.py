@@ -15,23 +15,23 @@ import cbor2
 import trio
 
 from sessionstore.canonical import (
-    Hint,
     canonical_dumps,
-    digest_bytes_of_canonical,
     digest_text,
     parse_digest,
 )
 from sessionstore.protocol import PROTOCOL_VERSION, RawCBOR, Request, error_response, ok_response
 
 from . import __version__
-from .snapshot import (
-    UPDATABLE,
-    InvalidSnapshot,
-    forked,
-    id_problem,
-    validate_snapshot,
-    with_component,
+from .offload import OFFLOAD_ABOVE_BYTES, Offload
+from .prepare import (
+    Encoded,
+    RequestError,
+    checkpoint_document,
+    forked_body,
+    snapshot_document,
+    updated_body,
 )
+from .snapshot import UPDATABLE, InvalidSnapshot, id_problem
 from .storage.errors import CorruptRecord, InjectedFault, NoSpace, Refused
 from .storage.mutations import (
     ANY,
@@ -75,14 +75,6 @@ READ_ONLY_OPS = frozenset(
 )
 
 Response = dict[str, Any]
-
-
-class RequestError(Exception):
-    def __init__(self, code: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
 
 
 @dataclass
@@ -163,13 +155,6 @@ def _checkpoint_kind(args: dict[str, Any]) -> tuple[str, str]:
     return CHECKPOINT_KINDS[kind]
 
 
-def _encode(document: Any, *, hint: Hint = Hint.NONE) -> bytes:
-    try:
-        return canonical_dumps(document, hint=hint)
-    except (ValueError, TypeError, OverflowError) as error:
-        raise InvalidSnapshot(f"cannot encode: {error}") from None
-
-
 def _failure(request: Request, outcome: Outcome) -> Response:
     code = outcome.code
     assert code is not None, "a failed outcome always carries its code"
@@ -198,7 +183,9 @@ class Ops:
         max_snapshot_bytes: int,
         max_request_bytes: int,
         stats_extra: Callable[[], dict[str, Any]],
+        offload: Offload | None = None,
     ) -> None:
+        self.offload = offload or Offload()
         self.store = store
         self.writer = writer
         self.broadcaster = broadcaster
@@ -305,25 +292,27 @@ class Ops:
         )
 
     def _save(self, request: Request) -> Step:
-        if "snapshot" not in request.args:
-            raise RequestError("bad_request", "snapshot is missing")
-        snapshot = request.args["snapshot"]
-        if not isinstance(snapshot, dict):
-            raise RequestError("bad_request", "snapshot must be a map")
-        session_id = validate_snapshot(snapshot)
-        body = _encode(snapshot, hint=request.canonical_hint)
-        if len(body) > self.max_snapshot_bytes:
-            raise RequestError(
-                "too_large",
-                f"snapshot is {len(body)} bytes, over max_snapshot_bytes={self.max_snapshot_bytes}",
-            )
-        digest = digest_bytes_of_canonical(body)
+        document = snapshot_document(request.args, self.max_snapshot_bytes, request.canonical_hint)
+        assert document.session_id is not None
         put = Put(
-            SESSION, session_id, body, digest, _expect_arg(request.args), _lease_arg(request.args)
+            SESSION,
+            document.session_id,
+            document.body,
+            document.digest,
+            _expect_arg(request.args),
+            _lease_arg(request.args),
         )
+        digest = digest_text(document.digest)
         return self._mutation(
-            request, put, lambda o: ok_response(request, digest=digest_text(digest), seq=o.seq)
+            request, put, lambda o: ok_response(request, digest=digest, seq=o.seq)
         )
+
+    def _heavy(self, size: int, fn: Callable[..., bytes], *args: Any) -> bytes:
+        """fn(*args) inline, or in a worker when its input is large (the writer's thread
+        waits; the event loop does not)."""
+        if size <= OFFLOAD_ABOVE_BYTES:
+            return fn(*args)
+        return self.offload.run_blocking(fn, *args)
 
     def _load(self, request: Request) -> Step:
         read = self._read_document(SESSION, _id_arg(request.args, "session_id"))
@@ -399,23 +388,12 @@ class Ops:
         if "value" not in args:
             raise RequestError("bad_request", "value is missing")
         value = args["value"]
+        limit = self.max_snapshot_bytes
+        value_size = len(value.data) if isinstance(value, Encoded) else 0
 
         def apply(current: bytes | None, _source: bytes | None) -> bytes:
-            try:
-                document = with_component(
-                    cbor2.loads(current) if current is not None else None,
-                    session_id,
-                    component,
-                    value,
-                )
-                body = _encode(document)
-            except LookupError:
-                raise Refused("not_found", f"no session {session_id!r}") from None
-            except InvalidSnapshot as error:
-                raise Refused("invalid_snapshot", str(error)) from None
-            if len(body) > self.max_snapshot_bytes:
-                raise Refused("too_large", f"the updated snapshot is {len(body)} bytes")
-            return body
+            size = len(current or b"") + value_size
+            return self._heavy(size, updated_body, current, session_id, component, value, limit)
 
         rewrite = Rewrite(SESSION, session_id, apply, _expect_arg(args), _lease_arg(args))
         return self._mutation(
@@ -435,10 +413,7 @@ class Ops:
         def apply(_current: bytes | None, source: bytes | None) -> bytes:
             if source is None:
                 raise Refused("not_found", f"no session {source_id!r}")
-            try:
-                return _encode(forked(cbor2.loads(source), new_id, workspace))
-            except InvalidSnapshot as error:
-                raise Refused("invalid_snapshot", str(error)) from None
+            return self._heavy(len(source), forked_body, source, new_id, workspace)
 
         rewrite = Rewrite(
             SESSION, new_id, apply, expect=None, fence=_lease_arg(args), source=(SESSION, source_id)
@@ -455,20 +430,8 @@ class Ops:
         args = request.args
         kind, id_field = _checkpoint_kind(args)
         key = _id_arg(args, "key")
-        value = args.get("value")
-        if not isinstance(value, dict):
-            raise RequestError("bad_request", "value must be a map")
-        if id_field in value and value[id_field] != key:
-            raise RequestError(
-                "bad_request", f"value.{id_field} {value[id_field]!r} is not key {key!r}"
-            )
-        try:
-            body = canonical_dumps(value)
-        except (ValueError, TypeError, OverflowError) as error:
-            raise RequestError("bad_request", f"cannot encode value: {error}") from None
-        if len(body) > self.max_snapshot_bytes:
-            raise RequestError("too_large", f"value is {len(body)} bytes")
-        put = Put(kind, key, body, digest_bytes_of_canonical(body), fence=_lease_arg(args))
+        document = checkpoint_document(args, id_field, key, self.max_snapshot_bytes)
+        put = Put(kind, key, document.body, document.digest, fence=_lease_arg(args))
         return self._mutation(request, put, lambda o: ok_response(request, seq=o.seq))
 
     def _checkpoint_get(self, request: Request) -> Step:

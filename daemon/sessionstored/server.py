@@ -31,7 +31,11 @@ from sessionstore.protocol import (
     END_OF_STREAM,
     NEED_DATA,
     Connection,
+    Deferred,
+    Mode,
     ProtocolError,
+    RawCBOR,
+    Request,
     error_response,
     parse_request,
 )
@@ -39,7 +43,9 @@ from sessionstore.protocol import (
 from .access import Access, peer_of
 from .config import Config
 from .notify import notify, watchdog_interval_s
+from .offload import OFFLOAD_ABOVE_BYTES, WorkerLost
 from .ops import READ_ONLY_OPS, Ops, Step
+from .prepare import Failure, encode_reply, prepare_large
 from .storage.mutations import Outcome
 from .storage.recovery import RecoveryReport
 from .storage.store import Store
@@ -170,6 +176,7 @@ class Server:
                     await self._idle.wait()
                 connections.cancel_scope.cancel()
             self.writer.close()
+            self.ops.offload.close()
             signal_scope.cancel()
         if socket_path is not None:
             with contextlib.suppress(OSError):
@@ -209,7 +216,11 @@ class Server:
         self.connections += 1
         self.connections_total += 1
         self._idle = trio.Event() if self._idle.is_set() else self._idle
-        conn = Connection(max_message_bytes=self.config.max_request_bytes, order_maps=True)
+        conn = Connection(
+            max_message_bytes=self.config.max_request_bytes,
+            order_maps=True,
+            defer_above_bytes=OFFLOAD_ABOVE_BYTES,
+        )
         peer = peer_of(stream.socket)  # type: ignore[arg-type]
         access = self.config.access.decide(peer) if peer is not None else Access.NONE
         if self.connections > self.config.max_connections:
@@ -298,11 +309,24 @@ class Server:
                     break
                 if message is END_OF_STREAM:
                     return
-                try:
-                    request = parse_request(message, canonical_hint=conn.last_hint)
-                except ProtocolError as error:
-                    await steps.send(Step(None, error_response(None, error.code, error.message)))
-                    continue
+                if isinstance(message, Deferred):
+                    prepared = await self._prepare_large(message)
+                    if isinstance(prepared, Failure):
+                        failure = error_response(
+                            None, prepared.code, prepared.message, **prepared.details
+                        )
+                        await steps.send(Step(None, failure))
+                        if prepared.fatal:
+                            return
+                        continue
+                    request = prepared
+                else:
+                    try:
+                        request = parse_request(message, canonical_hint=conn.last_hint)
+                    except ProtocolError as error:
+                        failure = error_response(None, error.code, error.message)
+                        await steps.send(Step(None, failure))
+                        continue
                 if access is Access.READ_ONLY and request.op not in READ_ONLY_OPS:
                     message_text = f"op {request.op!r} needs write access; this peer may only read"
                     await steps.send(
@@ -347,6 +371,28 @@ class Server:
             else:
                 conn.receive_eof()
 
+    async def _prepare_large(self, item: Deferred) -> Request | Failure:
+        """Decode a large item and do its op's heavy part in a worker process: only this
+        connection waits for it."""
+        try:
+            return await self.ops.offload.run(
+                prepare_large,
+                item.data,
+                item.mode,
+                max_request_bytes=self.config.max_request_bytes,
+                max_snapshot_bytes=self.config.max_snapshot_bytes,
+                small_argument_bytes=OFFLOAD_ABOVE_BYTES,
+            )
+        except WorkerLost as error:
+            log.warning("a worker died decoding a %d-byte request: %s", len(item.data), error)
+            return Failure("too_large", "the request needs more memory to decode than allowed", {})
+
+    async def _encode(self, conn: Connection, response: dict[str, Any]) -> bytes:
+        """A reply's bytes; a large one in JSON is encoded in a worker (CBOR splices bytes)."""
+        if conn.mode is Mode.JSON and _raw_bytes(response) > OFFLOAD_ABOVE_BYTES:
+            return await self.ops.offload.run(encode_reply, response, Mode.JSON)
+        return conn.encode(response)
+
     @staticmethod
     async def _wait_for_close(stream: trio.SocketStream) -> None:
         while await stream.receive_some(RECEIVE_BYTES):
@@ -365,7 +411,11 @@ class Server:
                 except Exception as error:  # our bug, not the client's: report it, keep serving
                     response = self.ops.internal_error(step.request, error, "answering")
                 try:
-                    encoded = conn.encode(response)
+                    encoded = await self._encode(conn, response)
                 except Exception as error:  # a reply we cannot encode is our bug too
                     encoded = conn.encode(self.ops.internal_error(step.request, error, "encoding"))
                 await stream.send_all(encoded)
+
+
+def _raw_bytes(response: dict[str, Any]) -> int:
+    return sum(len(value.data) for value in response.values() if isinstance(value, RawCBOR))

@@ -45,3 +45,10 @@ class Refused(Exception):
         self.code = code
         self.message = message
         self.details = details
+
+    def __reduce__(self) -> tuple[Any, ...]:  # raised in a worker process, re-raised here
+        return (_refused, (self.code, self.message, self.details))
+
+
+def _refused(code: str, message: str, details: dict[str, Any]) -> Refused:
+    return Refused(code, message, **details)

@@ -1,0 +1,79 @@
+# Worker processes for the heavy steps of large requests (prepare.py), so that the
+# event loop never holds the GIL for long. Started on first use from a fork
+# server (never a fork of this multi-threaded process). A worker's address space
+# is capped: a hostile request that would need more memory to decode fails in the
+# worker with MemoryError, or kills only the worker, and the daemon answers
+# `too_large` either way.
+from __future__ import annotations
+
+import multiprocessing
+import resource
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+import trio
+
+OFFLOAD_ABOVE_BYTES = 128 * 1024  # larger items are decoded in a worker
+OFFLOAD_WORKERS = 2
+WORKER_MEMORY_LIMIT_BYTES = 2 * 1024**3  # a 64 MiB request of text blobs needs ~0.2 GiB
+
+T = TypeVar("T")
+
+
+class WorkerLost(Exception):
+    pass
+
+
+def _limit_memory(limit_bytes: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+
+class Offload:
+    def __init__(
+        self,
+        workers: int = OFFLOAD_WORKERS,
+        memory_limit_bytes: int = WORKER_MEMORY_LIMIT_BYTES,
+    ) -> None:
+        self.workers = workers
+        self.memory_limit_bytes = memory_limit_bytes
+        self.calls = 0
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+        self.calls += 1
+        for _ in range(2):  # a pool broken since the last call is replaced, once
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    max_workers=self.workers,
+                    mp_context=multiprocessing.get_context("forkserver"),
+                    initializer=_limit_memory,
+                    initargs=(self.memory_limit_bytes,),
+                )
+            try:
+                return self._pool.submit(fn, *args, **kwargs)
+            except BrokenProcessPool:
+                self._pool = None
+        raise WorkerLost("the worker processes could not be started")
+
+    def _result(self, future: Future[T]) -> T:
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            self._pool = None  # a worker died (the OOM killer?): the next call starts afresh
+            raise WorkerLost("a worker process died on this request") from None
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """fn(*args) in a worker; the event loop waits on a thread, not on the GIL."""
+        future = self._submit(fn, *args, **kwargs)
+        return await trio.to_thread.run_sync(self._result, future, abandon_on_cancel=True)
+
+    def run_blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """From a thread that may block (the writer's)."""
+        return self._result(self._submit(fn, *args, **kwargs))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
