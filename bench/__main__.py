@@ -22,7 +22,7 @@ from typing import Any
 
 from sessionstore.client import Client
 
-from . import anchors, space
+from . import anchors, loop_stall, space
 from .frontend_cost import frontend_cost
 from .load import Sample, run_clients, run_in_processes
 from .sealing_cost import sealing_cost
@@ -350,6 +350,10 @@ def main() -> None:
             args,
             [1, 64] if args.quick else [1, 8, 64],
         )
+        (base / "stall").mkdir()
+        stall = loop_stall.run(Daemon, base / "stall", quick=args.quick)
+        for name, figures in stall.items():
+            print(f"loop stall: {name}: {json.dumps(figures)}", flush=True)
         space_result = None
         if args.space_rounds:
             (base / "space").mkdir()
@@ -376,6 +380,7 @@ def main() -> None:
         "space": space_result,
         "sealing_cpu_us": sealing,
         "frontend_cpu_us": frontend,
+        "loop_stall": stall,
         "targets": targets(rows),
     }
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2))

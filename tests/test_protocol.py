@@ -253,3 +253,37 @@ def test_non_ascii_text_is_not_mistaken_for_simple_values() -> None:
     message = {"op": "save", "text": "会话 ümlaut 🙂", "n": 250}
     conn.receive_data(cbor2.dumps(message))
     assert conn.next_message() == message
+
+
+def _drain_sliced(conn: Any) -> list[Any]:
+    from sessionstore.protocol import MORE_WORK, NEED_DATA
+
+    out = []
+    while (message := conn.next_message()) is not NEED_DATA:
+        if message is not MORE_WORK:
+            out.append(message)
+    return out
+
+
+@given(st.integers(1, 5000))
+def test_large_items_come_out_undecoded_and_the_walk_is_sliced(cut: int) -> None:
+    from sessionstore.protocol import MORE_WORK, Connection, Deferred, Mode
+
+    large = cbor2.dumps({"op": "save", "snapshot": {"events": [{"a": n} for n in range(2000)]}})
+    stream = cbor2.dumps({"op": "ping"}) + large + cbor2.dumps({"op": "ping", "rid": 2})
+    whole = Connection(defer_above_bytes=1000, scan_budget_bytes=64)
+    whole.receive_data(stream)
+    steps = 0
+    messages = []
+    while (message := whole.next_message()) is not NEED_DATA:
+        steps += message is MORE_WORK
+        if message is not MORE_WORK:
+            messages.append(message)
+    assert messages == [{"op": "ping"}, Deferred(large, Mode.CBOR), {"op": "ping", "rid": 2}]
+    assert steps >= len(large) // 128, "the walk of the large item yields every ~64 bytes"
+    pieces = Connection(defer_above_bytes=1000, scan_budget_bytes=64)
+    received = []
+    for start in range(0, len(stream), cut):
+        pieces.receive_data(stream[start : start + cut])
+        received += _drain_sliced(pieces)
+    assert received == messages

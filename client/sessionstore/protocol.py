@@ -191,6 +191,17 @@ class Mode(enum.Enum):
     JSON = "json"
 
 
+class MoreWork:
+    """Bytes are buffered but the scan of a large item stopped at its budget: yield to
+    others, then call next_message() again."""
+
+    def __repr__(self) -> str:
+        return "MORE_WORK"
+
+
+MORE_WORK = MoreWork()
+
+
 class NeedData:
     pass
 
@@ -225,6 +236,7 @@ class ItemScanner:
         self.start = start
         self.pos = start
         self.stack: list[_Frame] = []
+        self.paused = False
 
     def _too_large(self) -> ProtocolError:
         return ProtocolError(
@@ -236,15 +248,19 @@ class ItemScanner:
             "bad_request", f"{message} at byte {self.pos - self.start}", fatal=True
         )
 
-    def scan(self, buf: bytes | bytearray) -> int | None:
-        """Return the end offset of the item that starts at self.start, or None."""
+    def scan(self, buf: bytes | bytearray, budget_bytes: int | None = None) -> int | None:
+        """Return the end offset of the item that starts at self.start, or None. With a
+        budget, stop after walking that many more bytes (self.paused: call again)."""
         end = len(buf)
+        stop = end if budget_bytes is None else min(end, self.pos + budget_bytes)
+        self.paused = False
         limit = self.start + self.max_item_bytes
         while True:
             pos = self.pos
             if pos >= limit:
                 raise self._too_large()
-            if pos >= end:
+            if pos >= stop:
+                self.paused = stop < end
                 return None
             initial = buf[pos]
             major = initial >> 5
@@ -411,6 +427,8 @@ class Connection:
     # items larger than this come out as Deferred; decoding one here costs at most this
     # many bytes' worth of work
     defer_above_bytes: int | None = None
+    # walk at most this many bytes of a large item per call (then MORE_WORK)
+    scan_budget_bytes: int | None = None
 
     def receive_data(self, data: bytes) -> None:
         self._buffer += data
@@ -514,8 +532,10 @@ class Connection:
             return self._accept(value, end)
         if self._scanner is None:
             self._scanner = ItemScanner(self.max_message_bytes, self.max_depth + 1)
-        end_or_none = self._scanner.scan(self._buffer)
+        end_or_none = self._scanner.scan(self._buffer, self.scan_budget_bytes)
         if end_or_none is None:
+            if self._scanner.paused:
+                return MORE_WORK
             if self._eof:
                 raise ProtocolError("bad_request", "stream ended inside a CBOR item", fatal=True)
             return NEED_DATA

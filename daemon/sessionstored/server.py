@@ -29,6 +29,7 @@ import trio
 
 from sessionstore.protocol import (
     END_OF_STREAM,
+    MORE_WORK,
     NEED_DATA,
     Connection,
     Deferred,
@@ -55,6 +56,8 @@ from .writer import Writer
 log = logging.getLogger("sessionstored.server")
 
 RECEIVE_BYTES = 256 * 1024
+# bytes of a large item walked per event-loop step: ~15 ms at worst (dense small maps)
+SCAN_BUDGET_BYTES = 32 * 1024
 MAX_PIPELINED_REQUESTS = 128
 LISTEN_BACKLOG = 512
 EXIT_STORAGE_FAILURE = 3
@@ -220,6 +223,7 @@ class Server:
             max_message_bytes=self.config.max_request_bytes,
             order_maps=True,
             defer_above_bytes=OFFLOAD_ABOVE_BYTES,
+            scan_budget_bytes=SCAN_BUDGET_BYTES,
         )
         peer = peer_of(stream.socket)  # type: ignore[arg-type]
         access = self.config.access.decide(peer) if peer is not None else Access.NONE
@@ -307,6 +311,9 @@ class Server:
                     continue
                 if message is NEED_DATA:
                     break
+                if message is MORE_WORK:  # a large item is being walked: let others run
+                    await trio.sleep(0)
+                    continue
                 if message is END_OF_STREAM:
                     return
                 if isinstance(message, Deferred):

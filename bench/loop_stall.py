@@ -1,0 +1,92 @@
+# How long one expensive request can keep the daemon from answering others: a
+# client pings in a loop (one ping in flight) while another sends the most
+# expensive requests within the limits we could construct, and the ping
+# latencies during each are reported. Dense small maps are the worst case per
+# byte for cbor2 (measured in prepare.py's comment).
+from __future__ import annotations
+
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cbor2
+
+from sessionstore.client import Client
+from sessionstore.protocol import NEED_DATA, Connection, Mode
+
+MIB = 1024 * 1024
+
+
+def _heavy_requests(quick: bool) -> dict[str, bytes]:
+    def save(events: list[Any]) -> bytes:
+        snapshot = {"schema_version": 1, "session": {"id": "heavy"}, "events": events}
+        return cbor2.dumps({"op": "save", "snapshot": snapshot})
+
+    requests = {
+        # 15 bytes a map
+        "3.6 MiB save of 250,000 small maps (float: the canonical slow path)": save(
+            [{"b": 1, "a": 0.5}] * 250_000
+        ),
+    }
+    if not quick:
+        requests["63 MiB save of 4,400,000 small maps (near the 64 MiB request limit)"] = save(
+            [{"b": 1, "a": 0.5}] * 4_400_000
+        )
+    return requests
+
+
+def _send(socket_path: str, frame: bytes, out: list[tuple[float, str]]) -> None:
+    conn = Connection(max_message_bytes=1 << 30, mode=Mode.CBOR)
+    started = time.perf_counter()
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(600)
+        sock.connect(socket_path)
+        sock.sendall(frame)
+        while (message := conn.next_message()) is NEED_DATA:
+            conn.receive_data(sock.recv(1 << 20))
+    outcome = "ok" if message.get("ok") else message["error"]["code"]
+    out.append((time.perf_counter() - started, outcome))
+
+
+def _ping_while(socket_path: str, busy: Callable[[], bool]) -> list[float]:
+    latencies = []
+    with Client(socket_path, timeout=600) as client:
+        while busy():
+            started = time.perf_counter()
+            client.ping()
+            latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+def run(daemon_class: Any, workdir: Path, *, quick: bool = False) -> dict[str, Any]:
+    daemon = daemon_class(workdir)
+    results: dict[str, Any] = {}
+    try:
+        idle_until = time.monotonic() + 1.0
+        idle = _ping_while(daemon.socket, lambda: time.monotonic() < idle_until)
+        results["idle"] = _summary(idle)
+        for name, frame in _heavy_requests(quick).items():
+            answer: list[tuple[float, str]] = []
+            sender = threading.Thread(target=_send, args=(daemon.socket, frame, answer))
+            sender.start()
+            pings = _ping_while(daemon.socket, sender.is_alive)
+            sender.join()
+            seconds, outcome = answer[0]
+            results[name] = {"answered_s": round(seconds, 2), "reply": outcome, **_summary(pings)}
+    finally:
+        daemon.stop()
+    return results
+
+
+def _summary(latencies: list[float]) -> dict[str, Any]:
+    ordered = sorted(latencies)
+    return {
+        "pings": len(ordered),
+        "ping_p50_ms": round(statistics.median(ordered) * 1e3, 2),
+        "ping_p99_ms": round(ordered[int(0.99 * (len(ordered) - 1))] * 1e3, 2),
+        "ping_max_ms": round(ordered[-1] * 1e3, 2),
+    }
