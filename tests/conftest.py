@@ -136,7 +136,9 @@ def daemon(short_tmp: Path) -> Iterator[DaemonProcess]:
         if process.proc is not None and process.proc.poll() is None:
             with process.client() as client:
                 result = client.verify()
+                internal_errors = client.stats()["internal_errors"]
             assert result["problems"] == [], result
+            assert internal_errors == 0, f"the daemon answered `internal`: {process.log()}"
             assert process.stop() == 0, process.log()
     finally:
         process.cleanup()
