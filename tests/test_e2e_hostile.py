@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessionstore.protocol import ERROR_CODES, NEED_DATA, Connection, Mode
+from sessionstore.codes import ErrorCode
+from sessionstore.protocol import NEED_DATA, Connection, Mode
 
 from .conftest import DaemonProcess
 
@@ -152,7 +153,7 @@ def test_every_argument_of_every_op_survives_every_bad_value(
         assert isinstance(reply.get("ok"), bool), reply
         if not reply["ok"]:
             code = reply["error"]["code"]
-            assert code in ERROR_CODES and code != "internal", (request, reply)
+            assert code in set(ErrorCode) and code != ErrorCode.INTERNAL, (request, reply)
 
     check()
     with running.client() as client:

@@ -2,9 +2,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .codes import ErrorCode
+
 
 class SessionStoreError(Exception):
-    code = "internal"
+    code: str = ErrorCode.INTERNAL  # a wire ErrorCode, or "connection_lost" (client-side only)
 
     def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -17,19 +19,19 @@ class ConnectionLost(SessionStoreError):
 
 
 class BadRequest(SessionStoreError):
-    code = "bad_request"
+    code = ErrorCode.BAD_REQUEST
 
 
 class UnknownOp(SessionStoreError):
-    code = "unknown_op"
+    code = ErrorCode.UNKNOWN_OP
 
 
 class NotFound(SessionStoreError):
-    code = "not_found"
+    code = ErrorCode.NOT_FOUND
 
 
 class Conflict(SessionStoreError):
-    code = "conflict"
+    code = ErrorCode.CONFLICT
 
     @property
     def current(self) -> str | None:
@@ -38,47 +40,47 @@ class Conflict(SessionStoreError):
 
 
 class Fenced(SessionStoreError):
-    code = "fenced"
+    code = ErrorCode.FENCED
 
 
 class InvalidSnapshot(SessionStoreError):
-    code = "invalid_snapshot"
+    code = ErrorCode.INVALID_SNAPSHOT
 
 
 class TooLarge(SessionStoreError):
-    code = "too_large"
+    code = ErrorCode.TOO_LARGE
 
 
 class Compacted(SessionStoreError):
-    code = "compacted"
+    code = ErrorCode.COMPACTED
 
 
 class NoSpace(SessionStoreError):
-    code = "no_space"
+    code = ErrorCode.NO_SPACE
 
 
 class IOFailure(SessionStoreError):
-    code = "io_error"
+    code = ErrorCode.IO_ERROR
 
 
 class ReadOnly(SessionStoreError):
-    code = "read_only"
+    code = ErrorCode.READ_ONLY
 
 
 class Unauthorized(SessionStoreError):
-    code = "unauthorized"
+    code = ErrorCode.UNAUTHORIZED
 
 
 class Overloaded(SessionStoreError):
-    code = "overloaded"
+    code = ErrorCode.OVERLOADED
 
 
 class ShuttingDown(SessionStoreError):
-    code = "shutting_down"
+    code = ErrorCode.SHUTTING_DOWN
 
 
 class InternalError(SessionStoreError):
-    code = "internal"
+    code = ErrorCode.INTERNAL
 
 
 ERROR_CLASSES: dict[str, type[SessionStoreError]] = {

@@ -49,6 +49,8 @@ def to_json_value(value: Any) -> Any:
         return value
     if kind is float:
         return _float_form(value)
+    if isinstance(value, str):  # a str subclass (an ErrorCode)
+        return str(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, Mapping):

@@ -41,6 +41,7 @@ import cbor2
 
 from . import jsonform
 from .canonical import Hint, OrderingHook
+from .codes import ErrorCode
 from .jsonform import from_json_value
 
 PROTOCOL_VERSION = 1
@@ -63,29 +64,11 @@ _BYTE_CLASSES = bytes(
     for b in range(256)
 )
 
-ERROR_CODES = (
-    "bad_request",
-    "unknown_op",
-    "not_found",
-    "conflict",
-    "fenced",
-    "invalid_snapshot",
-    "too_large",
-    "compacted",
-    "no_space",
-    "io_error",
-    "read_only",
-    "unauthorized",
-    "overloaded",
-    "shutting_down",
-    "internal",
-)
-
 
 class ProtocolError(Exception):
     """A peer's mistake, reported on the wire as `code`; `fatal` closes the connection."""
 
-    def __init__(self, code: str, message: str, *, fatal: bool) -> None:
+    def __init__(self, code: ErrorCode, message: str, *, fatal: bool) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -170,7 +153,7 @@ def _refuse_simple_values(value: Any) -> bool:
             floats = True
         elif item is cbor2.undefined or isinstance(item, cbor2.CBORSimpleValue):
             raise ProtocolError(
-                "bad_request", "simple value other than false/true/null", fatal=True
+                ErrorCode.BAD_REQUEST, "simple value other than false/true/null", fatal=True
             )
         elif isinstance(item, Mapping):  # frozendict: maps used as keys
             push(item.keys())
@@ -240,12 +223,14 @@ class ItemScanner:
 
     def _too_large(self) -> ProtocolError:
         return ProtocolError(
-            "too_large", f"request exceeds max_request_bytes={self.max_item_bytes}", fatal=True
+            ErrorCode.TOO_LARGE,
+            f"request exceeds max_request_bytes={self.max_item_bytes}",
+            fatal=True,
         )
 
     def _bad(self, message: str) -> ProtocolError:
         return ProtocolError(
-            "bad_request", f"{message} at byte {self.pos - self.start}", fatal=True
+            ErrorCode.BAD_REQUEST, f"{message} at byte {self.pos - self.start}", fatal=True
         )
 
     def scan(self, buf: bytes | bytearray, budget_bytes: int | None = None) -> int | None:
@@ -340,7 +325,7 @@ class ItemScanner:
     def _push(self, kind: str | int, remaining: int) -> None:
         if len(self.stack) >= self.max_depth:
             raise ProtocolError(
-                "bad_request", f"nesting deeper than {self.max_depth} levels", fatal=True
+                ErrorCode.BAD_REQUEST, f"nesting deeper than {self.max_depth} levels", fatal=True
             )
         self.stack.append(_Frame(kind, remaining))
 
@@ -449,7 +434,7 @@ class Connection:
         """A decoded message, NEED_DATA, END_OF_STREAM (EOF with nothing buffered), or raise
         ProtocolError."""
         if self._broken:
-            raise ProtocolError("bad_request", "connection already failed", fatal=True)
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "connection already failed", fatal=True)
         if self.mode is Mode.UNDECIDED:
             if not self._buffer:
                 return END_OF_STREAM if self._eof else NEED_DATA
@@ -492,7 +477,7 @@ class Connection:
                     )
                     self._scanner.scan(self._buffer)
                     raise ProtocolError(
-                        "bad_request", "stream ended inside a CBOR item", fatal=True
+                        ErrorCode.BAD_REQUEST, "stream ended inside a CBOR item", fatal=True
                     ) from None
                 # Incomplete. If it stays so, walk what has arrived (resumably, each byte
                 # once) to refuse a header that claims more than the limit before its
@@ -508,7 +493,9 @@ class Connection:
                     self._scanner = ItemScanner(self.max_message_bytes, self.max_depth + 1)
                 if self._scanner.scan(self._buffer) is None:
                     return NEED_DATA
-                raise ProtocolError("bad_request", "undecodable CBOR item", fatal=True) from None
+                raise ProtocolError(
+                    ErrorCode.BAD_REQUEST, "undecodable CBOR item", fatal=True
+                ) from None
             except _DECODE_ERRORS as error:
                 # The first problem in byte order wins, however the bytes arrived: the
                 # limits get to look at exactly what the decoder read before it failed.
@@ -518,14 +505,14 @@ class Connection:
                 )
                 self._scanner.scan(bytes(self._buffer[:failed_at]))
                 raise ProtocolError(
-                    "bad_request", f"undecodable CBOR item: {error}", fatal=True
+                    ErrorCode.BAD_REQUEST, f"undecodable CBOR item: {error}", fatal=True
                 ) from None
             self._scanner = None
             self._incomplete_reads = 0
             end = fp.tell() - start
             if end > self.max_message_bytes:
                 raise ProtocolError(
-                    "too_large",
+                    ErrorCode.TOO_LARGE,
                     f"request exceeds max_request_bytes={self.max_message_bytes}",
                     fatal=True,
                 )
@@ -537,7 +524,9 @@ class Connection:
             if self._scanner.paused:
                 return MORE_WORK
             if self._eof:
-                raise ProtocolError("bad_request", "stream ended inside a CBOR item", fatal=True)
+                raise ProtocolError(
+                    ErrorCode.BAD_REQUEST, "stream ended inside a CBOR item", fatal=True
+                )
             return NEED_DATA
         self._scanner = None
         self._fast_fp = None
@@ -550,7 +539,7 @@ class Connection:
             value = _decoder(fp, self.max_depth, self._hook).decode()
         except _DECODE_ERRORS as error:
             raise ProtocolError(
-                "bad_request", f"undecodable CBOR item: {error}", fatal=True
+                ErrorCode.BAD_REQUEST, f"undecodable CBOR item: {error}", fatal=True
             ) from None
         return self._accept(value, end_or_none)
 
@@ -586,7 +575,7 @@ class Connection:
             if newline < 0:
                 if len(self._buffer) > self.max_message_bytes:
                     raise ProtocolError(
-                        "too_large",
+                        ErrorCode.TOO_LARGE,
                         f"request exceeds max_request_bytes={self.max_message_bytes}",
                         fatal=True,
                     )
@@ -602,7 +591,7 @@ class Connection:
             self._json_scanned = 0
             if len(line) > self.max_message_bytes:
                 raise ProtocolError(
-                    "too_large",
+                    ErrorCode.TOO_LARGE,
                     f"request exceeds max_request_bytes={self.max_message_bytes}",
                     fatal=True,
                 )
@@ -614,20 +603,26 @@ class Connection:
                 value = jsonform.loads(line)
             except (ValueError, RecursionError) as error:
                 raise ProtocolError(
-                    "bad_request", f"invalid JSON line: {error}", fatal=False
+                    ErrorCode.BAD_REQUEST, f"invalid JSON line: {error}", fatal=False
                 ) from None
             if not _json_depth_ok(value, self.max_depth):
                 raise ProtocolError(
-                    "bad_request", f"nesting deeper than {self.max_depth} levels", fatal=False
+                    ErrorCode.BAD_REQUEST,
+                    f"nesting deeper than {self.max_depth} levels",
+                    fatal=False,
                 )
             if b"\\u" in line and not _json_text_is_unicode(value):
                 raise ProtocolError(
-                    "bad_request", "text with a lone surrogate escape is not Unicode", fatal=False
+                    ErrorCode.BAD_REQUEST,
+                    "text with a lone surrogate escape is not Unicode",
+                    fatal=False,
                 )
             try:
                 return from_json_value(value)
             except ValueError as error:
-                raise ProtocolError("bad_request", f"bad value: {error}", fatal=False) from None
+                raise ProtocolError(
+                    ErrorCode.BAD_REQUEST, f"bad value: {error}", fatal=False
+                ) from None
 
     def encode(self, message: Any) -> bytes:
         return encode(message, Mode.CBOR if self.mode is Mode.UNDECIDED else self.mode)
@@ -648,16 +643,16 @@ class Request:
 def parse_request(message: Any, *, canonical_hint: Hint = Hint.NONE) -> Request:
     """Classify a decoded item as a request; a well-framed but wrong item is a soft error."""
     if not isinstance(message, dict):
-        raise ProtocolError("bad_request", "a request must be a map", fatal=False)
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "a request must be a map", fatal=False)
     if not all(isinstance(key, str) for key in message):
-        raise ProtocolError("bad_request", "request keys must be text", fatal=False)
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "request keys must be text", fatal=False)
     op = message.get("op")
     if not isinstance(op, str) or not op:
-        raise ProtocolError("bad_request", "missing or non-text 'op'", fatal=False)
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "missing or non-text 'op'", fatal=False)
     has_rid = "rid" in message
     rid = message.get("rid")
     if has_rid and not isinstance(rid, SCALAR_TYPES):
-        raise ProtocolError("bad_request", "'rid' must be a scalar", fatal=False)
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "'rid' must be a scalar", fatal=False)
     return Request(op=op, args=message, rid=rid, has_rid=has_rid, canonical_hint=canonical_hint)
 
 
@@ -670,7 +665,7 @@ def ok_response(request: Request | None, **fields: Any) -> dict[str, Any]:
 
 
 def error_response(
-    request: Request | None, code: str, message: str, **details: Any
+    request: Request | None, code: ErrorCode, message: str, **details: Any
 ) -> dict[str, Any]:
     response: dict[str, Any] = {"ok": False}
     if request is not None and request.has_rid:

@@ -10,12 +10,14 @@ import socket
 import struct
 from dataclasses import dataclass
 
+from sessionstore.codes import ErrorCode
+
 UCRED = struct.Struct("3i")  # pid, uid, gid
 
 
 class Access(enum.Enum):
     FULL = "full"
-    READ_ONLY = "read_only"
+    READ_ONLY = ErrorCode.READ_ONLY
     NONE = "none"
 
 

@@ -19,13 +19,13 @@ from sessionstore.canonical import (
     digest_text,
     parse_digest,
 )
+from sessionstore.codes import ErrorCode
 from sessionstore.protocol import PROTOCOL_VERSION, RawCBOR, Request, error_response, ok_response
 
 from . import __version__
 from .offload import OFFLOAD_ABOVE_BYTES, Offload
 from .prepare import (
     Encoded,
-    RequestError,
     checkpoint_document,
     forked_body,
     snapshot_document,
@@ -115,7 +115,7 @@ def _id_arg(args: dict[str, Any], name: str) -> str:
     value = args.get(name)
     problem = id_problem(value)
     if problem:
-        raise RequestError("bad_request", f"{name} {problem}")
+        raise Refused(ErrorCode.BAD_REQUEST, f"{name} {problem}")
     assert isinstance(value, str)
     return value
 
@@ -128,7 +128,7 @@ def _expect_arg(args: dict[str, Any]) -> Any:
         return None
     digest = parse_digest(expect)
     if digest is None:
-        raise RequestError("bad_request", "expect must be null or an 'xxh3-128:<32 hex>' digest")
+        raise Refused(ErrorCode.BAD_REQUEST, "expect must be null or an 'xxh3-128:<32 hex>' digest")
     return digest
 
 
@@ -137,10 +137,10 @@ def _lease_arg(args: dict[str, Any]) -> Any:
     if lease is None:
         return ANY
     if not isinstance(lease, dict):
-        raise RequestError("bad_request", "lease must be a map {holder, epoch}")
+        raise Refused(ErrorCode.BAD_REQUEST, "lease must be a map {holder, epoch}")
     holder, epoch = lease.get("holder"), lease.get("epoch")
     if not isinstance(holder, str) or not holder or not _is_int(epoch):
-        raise RequestError("bad_request", "lease must be {holder: text, epoch: integer}")
+        raise Refused(ErrorCode.BAD_REQUEST, "lease must be {holder: text, epoch: integer}")
     return (holder, epoch)
 
 
@@ -151,14 +151,14 @@ def _is_int(value: Any) -> bool:
 def _checkpoint_kind(args: dict[str, Any]) -> tuple[str, str]:
     kind = args.get("kind")
     if not isinstance(kind, str) or kind not in CHECKPOINT_KINDS:
-        raise RequestError("bad_request", "kind must be 'loop' or 'workflow'")
+        raise Refused(ErrorCode.BAD_REQUEST, "kind must be 'loop' or 'workflow'")
     return CHECKPOINT_KINDS[kind]
 
 
 def _failure(request: Request, outcome: Outcome) -> Response:
     code = outcome.code
     assert code is not None, "a failed outcome always carries its code"
-    if code == "conflict":
+    if code == ErrorCode.CONFLICT:
         current = digest_text(outcome.current) if outcome.current is not None else None
         return error_response(
             request, code, "expect does not match the current digest", current=current
@@ -221,16 +221,16 @@ class Ops:
         handler = self._handlers.get(request.op)
         if handler is None:
             return Step(
-                request, error_response(request, "unknown_op", f"unknown op {request.op!r}")
+                request, error_response(request, ErrorCode.UNKNOWN_OP, f"unknown op {request.op!r}")
             )
         try:
             return handler(request)
-        except RequestError as error:
+        except Refused as error:
             return Step(
                 request, error_response(request, error.code, error.message, **error.details)
             )
         except InvalidSnapshot as error:
-            return Step(request, error_response(request, "invalid_snapshot", str(error)))
+            return Step(request, error_response(request, ErrorCode.INVALID_SNAPSHOT, str(error)))
         except Exception as error:  # our bug, not the client's: answer it, keep the connection
             return Step(request, self.internal_error(request, error, "dispatching"))
 
@@ -238,7 +238,7 @@ class Ops:
         """Our bug, never the client's: logged, counted in `stats`, answered."""
         self.internal_errors += 1
         log.error("internal error %s %r", doing, request and request.op, exc_info=error)
-        return error_response(request, "internal", f"internal error: {error}")
+        return error_response(request, ErrorCode.INTERNAL, f"internal error: {error}")
 
     def _mutation(
         self, request: Request, mutation: Mutation, respond: Callable[[Outcome], Response]
@@ -261,11 +261,11 @@ class Ops:
     ) -> Response:
         try:
             return await produce()
-        except RequestError as error:
+        except Refused as error:
             return error_response(request, error.code, error.message, **error.details)
         except (CorruptRecord, OSError) as error:
             log.error("%s: %s", request.op, error)
-            return error_response(request, "io_error", str(error))
+            return error_response(request, ErrorCode.IO_ERROR, str(error))
 
     # -- sessions --------------------------------------------------------------
 
@@ -358,12 +358,12 @@ class Ops:
         after = args.get("after")
         limit = args.get("limit", LIST_DEFAULT_LIMIT)
         if not isinstance(prefix, str):
-            raise RequestError("bad_request", "prefix must be text")
+            raise Refused(ErrorCode.BAD_REQUEST, "prefix must be text")
         if after is not None and not isinstance(after, str):
-            raise RequestError("bad_request", "after must be text or null")
+            raise Refused(ErrorCode.BAD_REQUEST, "after must be text or null")
         if not _is_int(limit) or not 1 <= limit <= LIST_MAX_LIMIT:
-            raise RequestError(
-                "bad_request", f"limit must be an integer from 1 to {LIST_MAX_LIMIT}"
+            raise Refused(
+                ErrorCode.BAD_REQUEST, f"limit must be an integer from 1 to {LIST_MAX_LIMIT}"
             )
 
         async def read() -> Response:
@@ -384,9 +384,9 @@ class Ops:
         session_id = _id_arg(args, "session_id")
         component = args.get("component")
         if component not in UPDATABLE:
-            raise RequestError("bad_request", f"component must be one of {', '.join(UPDATABLE)}")
+            raise Refused(ErrorCode.BAD_REQUEST, f"component must be one of {', '.join(UPDATABLE)}")
         if "value" not in args:
-            raise RequestError("bad_request", "value is missing")
+            raise Refused(ErrorCode.BAD_REQUEST, "value is missing")
         value = args["value"]
         limit = self.max_snapshot_bytes
         value_size = len(value.data) if isinstance(value, Encoded) else 0
@@ -407,12 +407,12 @@ class Ops:
         source_id = _id_arg(args, "session_id")
         new_id = _id_arg(args, "new_session_id")
         if "workspace" not in args:
-            raise RequestError("bad_request", "workspace is missing")
+            raise Refused(ErrorCode.BAD_REQUEST, "workspace is missing")
         workspace = args["workspace"]
 
         def apply(_current: bytes | None, source: bytes | None) -> bytes:
             if source is None:
-                raise Refused("not_found", f"no session {source_id!r}")
+                raise Refused(ErrorCode.NOT_FOUND, f"no session {source_id!r}")
             return self._heavy(len(source), forked_body, source, new_id, workspace)
 
         rewrite = Rewrite(
@@ -454,7 +454,7 @@ class Ops:
     def _lease_acquire(self, request: Request) -> Step:
         holder = request.args.get("holder")
         if not isinstance(holder, str) or not holder:
-            raise RequestError("bad_request", "holder must be non-empty text")
+            raise Refused(ErrorCode.BAD_REQUEST, "holder must be non-empty text")
         granted: dict[str, Any] = {}
 
         def apply(current: bytes | None, _source: bytes | None) -> bytes:
@@ -478,8 +478,8 @@ class Ops:
     def _lease_release(self, request: Request) -> Step:
         holder, epoch = request.args.get("holder"), request.args.get("epoch")
         if not isinstance(holder, str) or not holder or not _is_int(epoch):
-            raise RequestError(
-                "bad_request", "lease_release needs holder (text) and epoch (integer)"
+            raise Refused(
+                ErrorCode.BAD_REQUEST, "lease_release needs holder (text) and epoch (integer)"
             )
 
         def apply(current: bytes | None, _source: bytes | None) -> bytes | None:
@@ -498,7 +498,7 @@ class Ops:
     def _watch(self, request: Request) -> Step:
         since = request.args.get("since")
         if since is not None and (not _is_int(since) or since < 0):
-            raise RequestError("bad_request", "since must be a non-negative integer")
+            raise Refused(ErrorCode.BAD_REQUEST, "since must be a non-negative integer")
 
         async def stream(sink: Sink) -> None:
             current = self.store.seq
@@ -508,7 +508,7 @@ class Ops:
                     await sink.send(
                         error_response(
                             request,
-                            "compacted",
+                            ErrorCode.COMPACTED,
                             f"history before seq {oldest} is no longer retained",
                             oldest_seq=oldest,
                         )
@@ -551,9 +551,13 @@ class Ops:
             try:
                 result = self.store.compact()
             except NoSpace as error:
-                return error_response(request, "no_space", f"compaction did not run: {error}")
+                return error_response(
+                    request, ErrorCode.NO_SPACE, f"compaction did not run: {error}"
+                )
             except InjectedFault as error:
-                return error_response(request, "io_error", f"compaction did not run: {error}")
+                return error_response(
+                    request, ErrorCode.IO_ERROR, f"compaction did not run: {error}"
+                )
             return ok_response(
                 request,
                 seq=result.seq,

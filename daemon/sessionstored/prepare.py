@@ -14,18 +14,11 @@ from typing import Any
 import cbor2
 
 from sessionstore.canonical import Hint, canonical_dumps, digest_bytes_of_canonical
+from sessionstore.codes import ErrorCode
 from sessionstore.protocol import Connection, Mode, ProtocolError, Request, encode, parse_request
 
 from .snapshot import InvalidSnapshot, forked, validate_snapshot, with_component
 from .storage.errors import Refused
-
-
-class RequestError(Exception):
-    def __init__(self, code: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
 
 
 @dataclass(frozen=True)
@@ -46,7 +39,7 @@ class Encoded:
 
 @dataclass(frozen=True)
 class Failure:
-    code: str
+    code: ErrorCode
     message: str
     details: dict[str, Any]
     fatal: bool = False  # a framing error: the connection closes after the reply
@@ -62,17 +55,17 @@ def encode_document(document: Any, *, hint: Hint = Hint.NONE) -> bytes:
 def snapshot_document(args: dict[str, Any], max_snapshot_bytes: int, hint: Hint) -> Document:
     """The `snapshot` argument of a save, checked, canonical and hashed."""
     if "snapshot" not in args:
-        raise RequestError("bad_request", "snapshot is missing")
+        raise Refused(ErrorCode.BAD_REQUEST, "snapshot is missing")
     snapshot = args["snapshot"]
     if isinstance(snapshot, Document):
         return snapshot  # prepared in a worker already
     if not isinstance(snapshot, dict):
-        raise RequestError("bad_request", "snapshot must be a map")
+        raise Refused(ErrorCode.BAD_REQUEST, "snapshot must be a map")
     session_id = validate_snapshot(snapshot)
     body = encode_document(snapshot, hint=hint)
     if len(body) > max_snapshot_bytes:
-        raise RequestError(
-            "too_large",
+        raise Refused(
+            ErrorCode.TOO_LARGE,
             f"snapshot is {len(body)} bytes, over max_snapshot_bytes={max_snapshot_bytes}",
         )
     return Document(body, digest_bytes_of_canonical(body), session_id)
@@ -86,17 +79,17 @@ def checkpoint_document(
     if isinstance(value, Document):
         return value
     if not isinstance(value, dict):
-        raise RequestError("bad_request", "value must be a map")
+        raise Refused(ErrorCode.BAD_REQUEST, "value must be a map")
     if id_field in value and value[id_field] != key:
-        raise RequestError(
-            "bad_request", f"value.{id_field} {value[id_field]!r} is not key {key!r}"
+        raise Refused(
+            ErrorCode.BAD_REQUEST, f"value.{id_field} {value[id_field]!r} is not key {key!r}"
         )
     try:
         body = canonical_dumps(value)
     except (ValueError, TypeError, OverflowError) as error:
-        raise RequestError("bad_request", f"cannot encode value: {error}") from None
+        raise Refused(ErrorCode.BAD_REQUEST, f"cannot encode value: {error}") from None
     if len(body) > max_snapshot_bytes:
-        raise RequestError("too_large", f"value is {len(body)} bytes")
+        raise Refused(ErrorCode.TOO_LARGE, f"value is {len(body)} bytes")
     return Document(body, digest_bytes_of_canonical(body))
 
 
@@ -117,11 +110,11 @@ def updated_body(
         )
         body = encode_document(document)
     except LookupError:
-        raise Refused("not_found", f"no session {session_id!r}") from None
+        raise Refused(ErrorCode.NOT_FOUND, f"no session {session_id!r}") from None
     except InvalidSnapshot as error:
-        raise Refused("invalid_snapshot", str(error)) from None
+        raise Refused(ErrorCode.INVALID_SNAPSHOT, str(error)) from None
     if len(body) > max_snapshot_bytes:
-        raise Refused("too_large", f"the updated snapshot is {len(body)} bytes")
+        raise Refused(ErrorCode.TOO_LARGE, f"the updated snapshot is {len(body)} bytes")
     return body
 
 
@@ -129,7 +122,7 @@ def forked_body(source: bytes, new_id: str, workspace: Any) -> bytes:
     try:
         return encode_document(forked(cbor2.loads(source), new_id, decoded(workspace)))
     except InvalidSnapshot as error:
-        raise Refused("invalid_snapshot", str(error)) from None
+        raise Refused(ErrorCode.INVALID_SNAPSHOT, str(error)) from None
 
 
 # -- a large request, whole, in a worker ------------------------------------------
@@ -172,7 +165,9 @@ def prepare_large(
     except ProtocolError as error:
         return Failure(error.code, error.message, {}, error.fatal)
     except MemoryError:
-        return Failure("too_large", "the request needs more memory to decode than allowed", {})
+        return Failure(
+            ErrorCode.TOO_LARGE, "the request needs more memory to decode than allowed", {}
+        )
     args = dict(request.args)
     try:
         if request.op == "save":
@@ -186,12 +181,12 @@ def prepare_large(
             name = ARGUMENTS_OF_LARGE_OPS[request.op]
             if name in args:
                 args[name] = Encoded(cbor2.dumps(args[name]))
-    except RequestError as error:
+    except Refused as error:
         return Failure(error.code, error.message, error.details)
     except InvalidSnapshot as error:
-        return Failure("invalid_snapshot", str(error), {})
+        return Failure(ErrorCode.INVALID_SNAPSHOT, str(error), {})
     except MemoryError:
-        return Failure("too_large", "the request needs more memory than allowed", {})
+        return Failure(ErrorCode.TOO_LARGE, "the request needs more memory than allowed", {})
     # Only what the op reads goes back, and only small values or prepared bytes, so the
     # daemon's process unpickles no large object tree.
     read = ARGUMENTS.get(request.op, set()) | {"op", "rid"}
@@ -204,7 +199,7 @@ def prepare_large(
     ]
     if oversized:
         return Failure(
-            "bad_request", f"{', '.join(sorted(oversized))} too large for {request.op}", {}
+            ErrorCode.BAD_REQUEST, f"{', '.join(sorted(oversized))} too large for {request.op}", {}
         )
     return Request(request.op, kept, request.rid, request.has_rid, Hint.NONE)
 

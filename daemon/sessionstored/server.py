@@ -27,6 +27,7 @@ from typing import Any
 
 import trio
 
+from sessionstore.codes import ErrorCode
 from sessionstore.protocol import (
     END_OF_STREAM,
     MORE_WORK,
@@ -141,8 +142,8 @@ class Server:
             "connections": self.connections,
             "connections_total": self.connections_total,
             "refused": {
-                "overloaded": self.refused_overloaded,
-                "unauthorized": self.refused_unauthorized,
+                ErrorCode.OVERLOADED: self.refused_overloaded,
+                ErrorCode.UNAUTHORIZED: self.refused_unauthorized,
                 "request_timeouts": self.timed_out_requests,
             },
             "batches": self.writer.batches,
@@ -229,13 +230,17 @@ class Server:
         access = self.config.access.decide(peer) if peer is not None else Access.NONE
         if self.connections > self.config.max_connections:
             self.refused_overloaded += 1
-            await self._refuse(stream, conn, "overloaded", "too many connections; try again")
+            await self._refuse(
+                stream, conn, ErrorCode.OVERLOADED, "too many connections; try again"
+            )
             return
         if access is Access.NONE:
             self.refused_unauthorized += 1
             who = f"uid={peer.uid} gid={peer.gid} pid={peer.pid}" if peer else "unknown peer"
             log.warning("refused connection from %s: not allowed", who)
-            await self._refuse(stream, conn, "unauthorized", f"{who} may not use this daemon")
+            await self._refuse(
+                stream, conn, ErrorCode.UNAUTHORIZED, f"{who} may not use this daemon"
+            )
             return
         send_steps, receive_steps = trio.open_memory_channel[Step](MAX_PIPELINED_REQUESTS)
         try:
@@ -263,7 +268,7 @@ class Server:
             await stream.aclose()
 
     async def _refuse(
-        self, stream: trio.SocketStream, conn: Connection, code: str, message: str
+        self, stream: trio.SocketStream, conn: Connection, code: ErrorCode, message: str
     ) -> None:
         """Answer the peer's first request with the error, in its own mode, and close."""
         try:
@@ -337,7 +342,7 @@ class Server:
                 if access is Access.READ_ONLY and request.op not in READ_ONLY_OPS:
                     message_text = f"op {request.op!r} needs write access; this peer may only read"
                     await steps.send(
-                        Step(request, error_response(request, "unauthorized", message_text))
+                        Step(request, error_response(request, ErrorCode.UNAUTHORIZED, message_text))
                     )
                     continue
                 step = self.ops.dispatch(request)
@@ -354,7 +359,7 @@ class Server:
                         await self.writer.enqueue(step.job)
                     except trio.Cancelled:
                         step.job.outcome = Outcome(
-                            False, code="shutting_down", message="the daemon is stopping"
+                            False, code=ErrorCode.SHUTTING_DOWN, message="the daemon is stopping"
                         )
                         step.job.done.set()
                         raise
@@ -371,7 +376,7 @@ class Server:
                 if data is None:  # slowloris: a started request that never completes
                     self.timed_out_requests += 1
                     text = f"request not complete after {self.config.request_timeout_s:g} s"
-                    await steps.send(Step(None, error_response(None, "bad_request", text)))
+                    await steps.send(Step(None, error_response(None, ErrorCode.BAD_REQUEST, text)))
                     return
             if data:
                 conn.receive_data(data)
@@ -392,7 +397,9 @@ class Server:
             )
         except WorkerLost as error:
             log.warning("a worker died decoding a %d-byte request: %s", len(item.data), error)
-            return Failure("too_large", "the request needs more memory to decode than allowed", {})
+            return Failure(
+                ErrorCode.TOO_LARGE, "the request needs more memory to decode than allowed", {}
+            )
 
     async def _encode(self, conn: Connection, response: dict[str, Any]) -> bytes:
         """A reply's bytes; a large one in JSON is encoded in a worker (CBOR splices bytes)."""

@@ -35,6 +35,8 @@ from typing import Any
 
 import trio
 
+from sessionstore.codes import ErrorCode
+
 from .notify import notify
 from .storage import compaction
 from .storage.errors import FatalStorageError, InjectedFault, NoSpace
@@ -98,7 +100,9 @@ class Writer:
         try:
             await self._send.send(job)
         except trio.ClosedResourceError:
-            job.outcome = Outcome(False, code="shutting_down", message="the daemon is stopping")
+            job.outcome = Outcome(
+                False, code=ErrorCode.SHUTTING_DOWN, message="the daemon is stopping"
+            )
             job.done.set()
 
     def close(self) -> None:
@@ -302,5 +306,5 @@ class Writer:
     @staticmethod
     def _fail(jobs: list[Job], message: str) -> None:
         for job in jobs:
-            job.outcome = Outcome(False, code="io_error", message=message)
+            job.outcome = Outcome(False, code=ErrorCode.IO_ERROR, message=message)
             job.done.set()

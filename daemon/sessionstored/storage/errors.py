@@ -4,6 +4,8 @@ from __future__ import annotations
 import errno
 from typing import Any
 
+from sessionstore.codes import ErrorCode
+
 
 class FatalStorageError(Exception):
     """The store can no longer promise durability: stop, and let recovery run at the next start."""
@@ -38,9 +40,9 @@ class CorruptRecord(Exception):
 
 
 class Refused(Exception):
-    """A mutation the engine will not apply; the client gets `code`."""
+    """A request or mutation refused with a wire error code; the client gets `code`."""
 
-    def __init__(self, code: str, message: str, **details: Any) -> None:
+    def __init__(self, code: ErrorCode, message: str, **details: Any) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -50,5 +52,5 @@ class Refused(Exception):
         return (_refused, (self.code, self.message, self.details))
 
 
-def _refused(code: str, message: str, details: dict[str, Any]) -> Refused:
+def _refused(code: ErrorCode, message: str, details: dict[str, Any]) -> Refused:
     return Refused(code, message, **details)

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from sessionstore.codes import ErrorCode
+
 
 class _AnyValue:
     def __repr__(self) -> str:
@@ -102,7 +104,7 @@ class Outcome:
     digest: bytes | None = None
     existed: bool = False
     changed: bool = True
-    code: str | None = None
+    code: ErrorCode | None = None
     message: str = ""
     current: bytes | None = None
     details: dict[str, Any] = field(default_factory=dict)

@@ -30,6 +30,7 @@ from typing import Any
 import cbor2
 
 from sessionstore.canonical import digest_bytes_of_canonical
+from sessionstore.codes import ErrorCode
 
 from . import compaction
 from .cache import DEFAULT_CAPACITY_BYTES, DocumentCache
@@ -240,7 +241,10 @@ class Store:
         else:
             message = f"lease {fence!r} is not the current one (epoch {epoch})"
         return Outcome(
-            False, code="fenced", message=message, details={"epoch": epoch, "holder": holder}
+            False,
+            code=ErrorCode.FENCED,
+            message=message,
+            details={"epoch": epoch, "holder": holder},
         )
 
     def _read_committed(self, kind: str, doc_id: str) -> bytes | None:
@@ -257,13 +261,15 @@ class Store:
         entry = self.index.get(mutation.kind, mutation.id)
         current = entry.digest if entry else None
         if mutation.expect is not ANY and mutation.expect != current:
-            return Outcome(False, code="conflict", message="expectation not met", current=current)
+            return Outcome(
+                False, code=ErrorCode.CONFLICT, message="expectation not met", current=current
+            )
         if isinstance(mutation, Remove):
             if entry is None and self.damage_of(mutation.kind, mutation.id) is None:
                 return Outcome(True, seq=next_seq - 1, existed=False, changed=False)
             return mutation
         if full:
-            return Outcome(False, code="no_space", message="disk full: only removals fit")
+            return Outcome(False, code=ErrorCode.NO_SPACE, message="disk full: only removals fit")
         if isinstance(mutation, Put):
             return mutation
         try:
@@ -274,11 +280,11 @@ class Store:
                 False, code=refused.code, message=refused.message, details=refused.details
             )
         except (CorruptRecord, OSError) as error:
-            return Outcome(False, code="io_error", message=str(error))
+            return Outcome(False, code=ErrorCode.IO_ERROR, message=str(error))
         if body is None:
             return Outcome(True, seq=next_seq - 1, existed=entry is not None, changed=False)
         if len(body) > self.max_document_bytes:
-            return Outcome(False, code="too_large", message=f"result is {len(body)} bytes")
+            return Outcome(False, code=ErrorCode.TOO_LARGE, message=f"result is {len(body)} bytes")
         return Put(mutation.kind, mutation.id, body, digest_bytes_of_canonical(body))
 
     def _decide_all(
@@ -312,7 +318,7 @@ class Store:
                         self._write_batch(accepted, outcomes, batch)
         except NoSpace:
             for position, _, _ in accepted:
-                outcomes[position] = Outcome(False, code="no_space", message="disk full")
+                outcomes[position] = Outcome(False, code=ErrorCode.NO_SPACE, message="disk full")
         except FatalStorageError:
             self._failed = True
             raise
@@ -405,9 +411,9 @@ class Store:
         except OSError as rewind_error:
             raise FatalStorageError(f"cannot rewind the log: {rewind_error}") from error
         if isinstance(error, InjectedFault):
-            code, message = "io_error", str(error)
+            code, message = ErrorCode.IO_ERROR, str(error)
         elif error.errno in ENOSPC_ERRNOS:
-            code, message = "no_space", "disk full"
+            code, message = ErrorCode.NO_SPACE, "disk full"
         else:
             raise FatalStorageError(f"writing the log failed: {error}") from error
         for position, _, _ in accepted:
