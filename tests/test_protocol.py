@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionstore import protocol
+from sessionstore import cbor_framing, protocol
 from sessionstore.protocol import (
     END_OF_STREAM,
     NEED_DATA,
@@ -180,7 +180,7 @@ def test_rejected_encodings(item: bytes, monkeypatch: pytest.MonkeyPatch) -> Non
         ItemScanner(1000).scan(item)
     assert error.value.code == "bad_request"
     for fast_path_bytes in (protocol.FAST_PATH_MAX_BYTES, 0):
-        monkeypatch.setattr(protocol, "FAST_PATH_MAX_BYTES", fast_path_bytes)
+        monkeypatch.setattr(cbor_framing, "FAST_PATH_MAX_BYTES", fast_path_bytes)
         conn = Connection()
         conn.receive_data(item + b"\x00" * 8)
         conn.receive_eof()
@@ -191,7 +191,7 @@ def test_rejected_encodings(item: bytes, monkeypatch: pytest.MonkeyPatch) -> Non
 
 @pytest.mark.parametrize("fast_path_bytes", [0, 64, 1 << 20])
 def test_fast_path_and_scanner_agree(fast_path_bytes: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(protocol, "FAST_PATH_MAX_BYTES", fast_path_bytes)
+    monkeypatch.setattr(cbor_framing, "FAST_PATH_MAX_BYTES", fast_path_bytes)
     messages = [{"op": "save", "blob": "x" * 300, "n": [1, [2, [3]]]}, {"op": "ping"}] * 3
     stream = b"".join(cbor2.dumps(m) for m in messages)
     assert _feed([stream]) == messages
@@ -287,3 +287,23 @@ def test_large_items_come_out_undecoded_and_the_walk_is_sliced(cut: int) -> None
         pieces.receive_data(stream[start : start + cut])
         received += _drain_sliced(pieces)
     assert received == messages
+
+
+def test_each_side_names_what_it_received_and_the_state_is_explicit() -> None:
+    from sessionstore.protocol import State
+
+    item = cbor2.dumps({"op": "save", "blob": "x" * 200})
+    for received, text in (
+        ("response", "response exceeds max_response_bytes=64"),
+        ("request", "request exceeds max_request_bytes=64"),
+    ):
+        conn = Connection(max_message_bytes=64, received=received)  # type: ignore[arg-type]
+        assert conn.state is State.UNDECIDED
+        conn.receive_data(item)
+        with pytest.raises(ProtocolError) as error:
+            conn.next_message()
+        assert error.value.code == "too_large" and error.value.message == text
+        assert conn.state is State.FAILED and conn.mode is Mode.CBOR
+    json_conn = Connection()
+    json_conn.receive_data(b'{"op":"ping"}\n')
+    assert json_conn.next_message() == {"op": "ping"} and json_conn.state is State.JSON

@@ -156,7 +156,9 @@ def prepare_large(
 ) -> Request | Failure:
     """Decode one large item and do the heavy part of its op. What comes back is small
     or bytes: the caller's process never builds the large value's objects."""
-    conn = Connection(max_message_bytes=max_request_bytes, mode=mode, order_maps=True)
+    conn = Connection(
+        max_message_bytes=max_request_bytes, mode=mode, received="request", order_maps=True
+    )
     conn.receive_data(data)
     conn.receive_eof()
     try:

@@ -222,6 +222,7 @@ class Server:
         self._idle = trio.Event() if self._idle.is_set() else self._idle
         conn = Connection(
             max_message_bytes=self.config.max_request_bytes,
+            received="request",
             order_maps=True,
             defer_above_bytes=OFFLOAD_ABOVE_BYTES,
             scan_budget_bytes=SCAN_BUDGET_BYTES,

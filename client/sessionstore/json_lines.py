@@ -1,0 +1,109 @@
+# The JSON-lines dialect: when the first byte a peer sends is "{", the connection
+# speaks newline-delimited JSON, one message a line, with the value forms of
+# jsonform.py (byte strings, non-finite floats, maps with non-text keys).
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import jsonform
+from .codes import ErrorCode
+from .jsonform import from_json_value
+from .wire import (
+    END_OF_STREAM,
+    NEED_DATA,
+    Deferred,
+    Inbox,
+    Mode,
+    ProtocolError,
+    Received,
+    too_large,
+)
+
+
+def _json_text_is_unicode(value: Any) -> bool:
+    """False when a \\uD800-style escape left a lone surrogate that UTF-8 cannot hold."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _json_depth_ok(value: Any, max_depth: int) -> bool:
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth >= max_depth:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+class JsonLinesReader:
+    """Messages out of an Inbox of JSON lines."""
+
+    def __init__(
+        self,
+        inbox: Inbox,
+        received: Received,
+        max_message_bytes: int,
+        max_depth: int,
+        *,
+        defer_above_bytes: int | None,
+    ) -> None:
+        self.inbox = inbox
+        self.received = received
+        self.max_message_bytes = max_message_bytes
+        self.max_depth = max_depth
+        self.defer_above_bytes = defer_above_bytes
+        self._scanned = 0  # bytes already searched for a newline
+
+    def next_message(self) -> Any:
+        while True:
+            newline = self.inbox.data.find(b"\n", self._scanned)
+            if newline < 0:
+                if len(self.inbox.data) > self.max_message_bytes:
+                    raise too_large(self.received, self.max_message_bytes)
+                self._scanned = len(self.inbox.data)
+                if not self.inbox.eof:
+                    return NEED_DATA
+                if not self.inbox.data.strip():
+                    self.inbox.data.clear()
+                    return END_OF_STREAM
+                newline = len(self.inbox.data)
+            line = bytes(self.inbox.data[:newline])
+            del self.inbox.data[: newline + 1]
+            self._scanned = 0
+            if len(line) > self.max_message_bytes:
+                raise too_large(self.received, self.max_message_bytes)
+            if not line.strip():
+                continue
+            if self.defer_above_bytes is not None and len(line) > self.defer_above_bytes:
+                return Deferred(line, Mode.JSON)
+            try:
+                value = jsonform.loads(line)
+            except (ValueError, RecursionError) as error:
+                raise ProtocolError(
+                    ErrorCode.BAD_REQUEST, f"invalid JSON line: {error}", fatal=False
+                ) from None
+            if not _json_depth_ok(value, self.max_depth):
+                raise ProtocolError(
+                    ErrorCode.BAD_REQUEST,
+                    f"nesting deeper than {self.max_depth} levels",
+                    fatal=False,
+                )
+            if b"\\u" in line and not _json_text_is_unicode(value):
+                raise ProtocolError(
+                    ErrorCode.BAD_REQUEST,
+                    "text with a lone surrogate escape is not Unicode",
+                    fatal=False,
+                )
+            try:
+                return from_json_value(value)
+            except ValueError as error:
+                raise ProtocolError(
+                    ErrorCode.BAD_REQUEST, f"bad value: {error}", fatal=False
+                ) from None

@@ -1,0 +1,86 @@
+# What every part of the wire layer shares: the dialects, the sentinels that
+# next_message() returns besides messages, the error a peer's bytes raise, and
+# the limits.
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Literal
+
+from .codes import ErrorCode
+
+DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+MAX_NESTING_DEPTH = 64
+
+Received = Literal["request", "response"]  # what the peer sends: how errors name it
+
+
+class ProtocolError(Exception):
+    """A peer's mistake, reported on the wire as `code`; `fatal` closes the connection."""
+
+    def __init__(self, code: ErrorCode, message: str, *, fatal: bool) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.fatal = fatal
+
+
+class Mode(enum.Enum):
+    UNDECIDED = "undecided"
+    CBOR = "cbor"
+    JSON = "json"
+
+
+class MoreWork:
+    """Bytes are buffered but the scan of a large item stopped at its budget: yield to
+    others, then call next_message() again."""
+
+    def __repr__(self) -> str:
+        return "MORE_WORK"
+
+
+MORE_WORK = MoreWork()
+
+
+class NeedData:
+    pass
+
+
+class EndOfStream:
+    pass
+
+
+NEED_DATA = NeedData()
+END_OF_STREAM = EndOfStream()  # not None: a CBOR null is a message like any other
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A whole item (or JSON line) too large to decode here: bytes, undecoded, for a caller
+    that decodes it elsewhere (the daemon: in a worker process, off its event loop)."""
+
+    data: bytes
+    mode: Mode
+
+
+def too_large(received: Received, limit: int) -> ProtocolError:
+    return ProtocolError(
+        ErrorCode.TOO_LARGE, f"{received} exceeds max_{received}_bytes={limit}", fatal=True
+    )
+
+
+class State(enum.Enum):
+    """Where a connection is: no byte yet, speaking one dialect, or failed for good."""
+
+    UNDECIDED = "undecided"
+    CBOR = "cbor"
+    JSON = "json"
+    FAILED = "failed"
+
+
+class Inbox:
+    """The bytes received and not yet consumed, and whether the peer has closed."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.eof = False
