@@ -307,3 +307,16 @@ def test_each_side_names_what_it_received_and_the_state_is_explicit() -> None:
     json_conn = Connection()
     json_conn.receive_data(b'{"op":"ping"}\n')
     assert json_conn.next_message() == {"op": "ping"} and json_conn.state is State.JSON
+
+
+def test_a_walked_item_may_hold_only_so_many_data_items() -> None:
+    many = cbor2.dumps({"op": "save", "snapshot": [[]] * 5000})
+    conn = Connection(defer_above_bytes=100, max_items=4000, received="request")
+    conn.receive_data(many)
+    with pytest.raises(ProtocolError) as error:
+        while conn.next_message() is not NEED_DATA:
+            pass
+    assert error.value.code == "too_large" and "4000 CBOR data items" in error.value.message
+    fits = Connection(defer_above_bytes=100, max_items=6000, received="request")
+    fits.receive_data(many)
+    assert fits.next_message() == protocol.Deferred(many, Mode.CBOR)

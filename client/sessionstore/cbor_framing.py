@@ -175,10 +175,12 @@ class ItemScanner:
         max_item_bytes: int,
         max_depth: int = MAX_NESTING_DEPTH,
         received: Received = "request",
+        max_items: int | None = None,
     ) -> None:
         self.max_item_bytes = max_item_bytes
         self.max_depth = max_depth
         self.received = received
+        self.max_items = max_items  # data items in one message (they cost memory decoded)
         self.reset(0)
 
     def reset(self, start: int) -> None:
@@ -186,6 +188,7 @@ class ItemScanner:
         self.pos = start
         self.stack: list[_Frame] = []
         self.paused = False
+        self.items = 0
 
     def _too_large(self) -> ProtocolError:
         return too_large(self.received, self.max_item_bytes)
@@ -209,6 +212,13 @@ class ItemScanner:
             if pos >= stop:
                 self.paused = stop < end
                 return None
+            self.items += 1
+            if self.max_items is not None and self.items > self.max_items:
+                raise ProtocolError(
+                    ErrorCode.TOO_LARGE,
+                    f"{self.received} holds more than {self.max_items} CBOR data items",
+                    fatal=True,
+                )
             initial = buf[pos]
             major = initial >> 5
             info = initial & 0x1F
@@ -317,8 +327,10 @@ class CborReader:
         order_maps: bool,
         defer_above_bytes: int | None,
         scan_budget_bytes: int | None,
+        max_items: int | None,
     ) -> None:
         self.inbox = inbox
+        self.max_items = max_items
         self.received = received
         self.max_message_bytes = max_message_bytes
         self.max_depth = max_depth
@@ -336,7 +348,9 @@ class CborReader:
 
     def _scanner_in_use(self) -> ItemScanner:
         if self._scanner is None:
-            self._scanner = ItemScanner(self.max_message_bytes, self.max_depth + 1, self.received)
+            self._scanner = ItemScanner(
+                self.max_message_bytes, self.max_depth + 1, self.received, self.max_items
+            )
         return self._scanner
 
     def next_message(self) -> Any:

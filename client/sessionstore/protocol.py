@@ -93,6 +93,7 @@ class Connection:
         order_maps: bool = False,
         defer_above_bytes: int | None = None,
         scan_budget_bytes: int | None = None,
+        max_items: int | None = None,
     ) -> None:
         """received: what the peer sends ("request" on the daemon's side). order_maps:
         hand out maps in canonical order and set last_hint (the daemon). Items over
@@ -111,6 +112,7 @@ class Connection:
             order_maps=order_maps,
             defer_above_bytes=defer_above_bytes,
             scan_budget_bytes=scan_budget_bytes,
+            max_items=max_items,
         )
         self._json = JsonLinesReader(
             self._inbox,

@@ -1,9 +1,10 @@
 # Worker processes for the heavy steps of large requests (prepare.py), so that the
 # event loop never holds the GIL for long. Started on first use from a fork
-# server (never a fork of this multi-threaded process). A worker's address space
-# is capped: a hostile request that would need more memory to decode fails in the
-# worker with MemoryError, or kills only the worker, and the daemon answers
-# `too_large` either way.
+# server (never a fork of this multi-threaded process). What a worker may be
+# asked to decode is bounded before it starts (MAX_REQUEST_ITEMS, counted as the
+# item's framing is walked), and its address space is capped as a backstop: a
+# request that still needs more fails in the worker with MemoryError, or kills
+# only the worker, and the daemon answers `too_large` either way.
 from __future__ import annotations
 
 import multiprocessing
@@ -17,7 +18,13 @@ import trio
 
 OFFLOAD_ABOVE_BYTES = 128 * 1024  # larger items are decoded in a worker
 OFFLOAD_WORKERS = 2
-WORKER_MEMORY_LIMIT_BYTES = 2 * 1024**3  # a 64 MiB request of text blobs needs ~0.2 GiB
+WORKER_MEMORY_LIMIT_BYTES = 4 * 1024**3
+# Decoded, a CBOR data item costs up to ~64 bytes (an empty list and its slot), and
+# a worker must not reach its cap inside cbor2: its native code does not fail
+# cleanly there (measured: the allocation-error handler deadlocks). So a large
+# request may hold at most this many items, ~1.5 GiB decoded; a 63 MiB save of
+# 4,400,000 two-key maps holds 22,000,000.
+MAX_REQUEST_ITEMS = 24_000_000
 
 T = TypeVar("T")
 

@@ -45,7 +45,7 @@ from sessionstore.protocol import (
 from .access import Access, peer_of
 from .config import Config
 from .notify import notify, watchdog_interval_s
-from .offload import OFFLOAD_ABOVE_BYTES, WorkerLost
+from .offload import MAX_REQUEST_ITEMS, OFFLOAD_ABOVE_BYTES, WorkerLost
 from .ops import READ_ONLY_OPS, Ops, Step
 from .prepare import Failure, encode_reply, prepare_large
 from .storage.mutations import Outcome
@@ -226,6 +226,7 @@ class Server:
             order_maps=True,
             defer_above_bytes=OFFLOAD_ABOVE_BYTES,
             scan_budget_bytes=SCAN_BUDGET_BYTES,
+            max_items=MAX_REQUEST_ITEMS,
         )
         peer = peer_of(stream.socket)  # type: ignore[arg-type]
         access = self.config.access.decide(peer) if peer is not None else Access.NONE
