@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import trio
 
+from sessionstored.jobs import MutationJob
 from sessionstored.storage.mutations import Outcome
-from sessionstored.writer import Job, Writer
+from sessionstored.writer import Writer
 
 from .storage_helpers import assert_clean, body_for, new_fs, open_store, put
 
 
-async def _submit(writer: Writer, job: Job, results: list[Outcome]) -> None:
+async def _submit(writer: Writer, job: MutationJob, results: list[Outcome]) -> None:
     await writer.enqueue(job)
     await job.done.wait()
     assert job.outcome is not None
@@ -27,7 +28,7 @@ async def test_concurrent_saves_are_group_committed() -> None:
         nursery.start_soon(writer.run)
         async with trio.open_nursery() as clients:
             for n in range(64):
-                clients.start_soon(_submit, writer, Job(put(f"c{n}", n)), results)
+                clients.start_soon(_submit, writer, MutationJob(put(f"c{n}", n)), results)
         writer.close()
     assert len(results) == 64 and all(o.ok for o in results)
     assert sorted(o.seq for o in results) == list(range(1, 65))
@@ -38,7 +39,7 @@ async def test_concurrent_saves_are_group_committed() -> None:
 async def test_same_id_twice_in_one_drain_commits_in_order() -> None:
     store = open_store(new_fs())
     writer = Writer(store, on_fatal=lambda reason: None)
-    jobs = [Job(put("same", n)) for n in range(5)]
+    jobs = [MutationJob(put("same", n)) for n in range(5)]
     async with trio.open_nursery() as nursery:
         for job in jobs:
             await writer.enqueue(job)  # all queued before the writer runs
@@ -60,8 +61,8 @@ async def test_fatal_error_fails_the_batch_and_everything_after() -> None:
     results: list[Outcome] = []
     async with trio.open_nursery() as nursery:
         nursery.start_soon(writer.run)
-        await _submit(writer, Job(put("a", 1)), results)
-        await _submit(writer, Job(put("b", 1)), results)
+        await _submit(writer, MutationJob(put("a", 1)), results)
+        await _submit(writer, MutationJob(put("b", 1)), results)
         writer.close()
     assert [o.code for o in results] == ["io_error", "io_error"]
     assert fatal and "fdatasync" in fatal[0]
@@ -77,7 +78,7 @@ async def test_the_writer_compacts_checkpoints_and_prepares_spares_by_itself() -
         for round_ in range(40):
             async with trio.open_nursery() as clients:
                 for n in range(8):
-                    job = Job(put(f"s{n}", [round_, "w" * 1500]))
+                    job = MutationJob(put(f"s{n}", [round_, "w" * 1500]))
                     clients.start_soon(_submit, writer, job, results)
         writer.close()
     assert all(o.ok for o in results) and len(results) == 320

@@ -8,11 +8,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import cbor2
-import trio
 
 from sessionstore.canonical import (
     canonical_dumps,
@@ -23,6 +21,7 @@ from sessionstore.codes import ErrorCode
 from sessionstore.protocol import PROTOCOL_VERSION, RawCBOR, Request, error_response, ok_response
 
 from . import __version__
+from .jobs import ExclusiveJob, MutationJob
 from .offload import OFFLOAD_ABOVE_BYTES, Offload
 from .prepare import (
     Encoded,
@@ -32,6 +31,7 @@ from .prepare import (
     updated_body,
 )
 from .snapshot import UPDATABLE, InvalidSnapshot, id_problem
+from .steps import Exclusive, Read, Reply, Response, Step, Stream, Write
 from .storage.errors import CorruptRecord, InjectedFault, NoSpace, Refused
 from .storage.mutations import (
     ANY,
@@ -48,7 +48,7 @@ from .storage.mutations import (
 )
 from .storage.store import Store
 from .watch import Broadcaster, Sink
-from .writer import Job, Writer
+from .writer import Writer
 
 log = logging.getLogger("sessionstored.ops")
 
@@ -73,39 +73,6 @@ READ_ONLY_OPS = frozenset(
         "verify",
     }
 )
-
-Response = dict[str, Any]
-
-
-@dataclass
-class Step:
-    request: Request | None
-    response: Response | None = None
-    job: Job | None = None
-    on_outcome: Callable[[Outcome], Response] | None = None
-    read: Callable[[], Awaitable[Response]] | None = None
-    stream: Callable[[Sink], Awaitable[None]] | None = None
-    # set once a read has been evaluated: a later write on the same connection waits
-    # for it, so that a pipelined read never sees a write sent after it
-    evaluated: trio.Event = field(default_factory=trio.Event)
-
-    async def resolve(self) -> Response:
-        if self.response is not None:
-            return self.response
-        if self.read is not None:
-            try:
-                return await self.read()
-            finally:
-                self.evaluated.set()
-        assert self.job is not None
-        await self.job.done.wait()
-        if self.job.exclusive is not None and self.job.outcome is None:
-            if self.job.error is not None:
-                raise self.job.error
-            result: Response = self.job.result
-            return result
-        assert self.job.outcome is not None and self.on_outcome is not None
-        return self.on_outcome(self.job.outcome)
 
 
 # -- argument parsing --------------------------------------------------------
@@ -155,17 +122,6 @@ def _checkpoint_kind(args: dict[str, Any]) -> tuple[str, str]:
     return CHECKPOINT_KINDS[kind]
 
 
-def _failure(request: Request, outcome: Outcome) -> Response:
-    code = outcome.code
-    assert code is not None, "a failed outcome always carries its code"
-    if code == ErrorCode.CONFLICT:
-        current = digest_text(outcome.current) if outcome.current is not None else None
-        return error_response(
-            request, code, "expect does not match the current digest", current=current
-        )
-    return error_response(request, code, outcome.message or code, **outcome.details)
-
-
 def _rewritten_reply(request: Request) -> Callable[[Outcome], Response]:
     """The reply to a session Rewrite (update, fork): the new generation's digest and seq."""
     return lambda outcome: ok_response(
@@ -196,7 +152,7 @@ class Ops:
         self.internal_errors = 0  # our bugs answered as `internal`; the tests watch it
         self._handlers: dict[str, Callable[[Request], Step]] = {
             "hello": self._hello,
-            "ping": lambda r: Step(r, ok_response(r)),
+            "ping": lambda r: Reply(r, ok_response(r)),
             "save": self._save,
             "load": self._load,
             "head": self._head,
@@ -220,19 +176,19 @@ class Ops:
     def dispatch(self, request: Request) -> Step:
         handler = self._handlers.get(request.op)
         if handler is None:
-            return Step(
+            return Reply(
                 request, error_response(request, ErrorCode.UNKNOWN_OP, f"unknown op {request.op!r}")
             )
         try:
             return handler(request)
         except Refused as error:
-            return Step(
+            return Reply(
                 request, error_response(request, error.code, error.message, **error.details)
             )
         except InvalidSnapshot as error:
-            return Step(request, error_response(request, ErrorCode.INVALID_SNAPSHOT, str(error)))
+            return Reply(request, error_response(request, ErrorCode.INVALID_SNAPSHOT, str(error)))
         except Exception as error:  # our bug, not the client's: answer it, keep the connection
-            return Step(request, self.internal_error(request, error, "dispatching"))
+            return Reply(request, self.internal_error(request, error, "dispatching"))
 
     def internal_error(self, request: Request | None, error: BaseException, doing: str) -> Response:
         """Our bug, never the client's: logged, counted in `stats`, answered."""
@@ -243,10 +199,7 @@ class Ops:
     def _mutation(
         self, request: Request, mutation: Mutation, respond: Callable[[Outcome], Response]
     ) -> Step:
-        def on_outcome(outcome: Outcome) -> Response:
-            return respond(outcome) if outcome.ok else _failure(request, outcome)
-
-        return Step(request, job=Job(mutation), on_outcome=on_outcome)
+        return Write(request, MutationJob(mutation), respond)
 
     def _read_document(self, kind: str, doc_id: str) -> Callable[[], Awaitable[Any]]:
         """A reader of the committed generation; returns the Document or None."""
@@ -270,7 +223,7 @@ class Ops:
     # -- sessions --------------------------------------------------------------
 
     def _hello(self, request: Request) -> Step:
-        return Step(
+        return Reply(
             request,
             ok_response(
                 request,
@@ -325,7 +278,7 @@ class Ops:
                 request, snapshot=RawCBOR(doc.body), digest=digest_text(doc.digest), seq=doc.seq
             )
 
-        return Step(request, read=lambda: self._guarded_read(request, produce))
+        return Read(request, lambda: self._guarded_read(request, produce))
 
     def _head(self, request: Request) -> Step:
         session_id = _id_arg(request.args, "session_id")
@@ -342,7 +295,7 @@ class Ops:
                 size=entry.size,
             )
 
-        return Step(request, read=lambda: self._guarded_read(request, read))
+        return Read(request, lambda: self._guarded_read(request, read))
 
     def _exists(self, request: Request) -> Step:
         session_id = _id_arg(request.args, "session_id")
@@ -350,7 +303,7 @@ class Ops:
         async def read() -> Response:
             return ok_response(request, exists=self.store.head(SESSION, session_id) is not None)
 
-        return Step(request, read=lambda: self._guarded_read(request, read))
+        return Read(request, lambda: self._guarded_read(request, read))
 
     def _list(self, request: Request) -> Step:
         args = request.args
@@ -370,7 +323,7 @@ class Ops:
             ids, cursor = self.store.list_sessions(prefix, after, limit)
             return ok_response(request, ids=ids, next=cursor)
 
-        return Step(request, read=read)
+        return Read(request, read)
 
     def _delete(self, request: Request) -> Step:
         session_id = _id_arg(request.args, "session_id")
@@ -442,7 +395,7 @@ class Ops:
             doc = await read()
             return ok_response(request, value=RawCBOR(doc.body) if doc is not None else None)
 
-        return Step(request, read=lambda: self._guarded_read(request, produce))
+        return Read(request, lambda: self._guarded_read(request, produce))
 
     def _checkpoint_delete(self, request: Request) -> Step:
         kind, _ = _checkpoint_kind(request.args)
@@ -473,7 +426,7 @@ class Ops:
             fields = ("holder", "epoch", "acquired_at_ms")
             return ok_response(request, lease={k: lease.get(k) for k in fields})
 
-        return Step(request, read=read)
+        return Read(request, read)
 
     def _lease_release(self, request: Request) -> Step:
         holder, epoch = request.args.get("holder"), request.args.get("epoch")
@@ -517,7 +470,7 @@ class Ops:
             await sink.send(ok_response(request, watching=True, seq=current))
             await self.broadcaster.stream(current if since is None else since, sink)
 
-        return Step(request, stream=stream)
+        return Stream(request, stream)
 
     def _stats(self, request: Request) -> Step:
         async def read() -> Response:
@@ -535,16 +488,14 @@ class Ops:
                 **self.stats_extra(),
             )
 
-        return Step(request, read=read)
+        return Read(request, read)
 
     def _verify(self, request: Request) -> Step:
         def run_check() -> Response:
             checked, problems = self.store.verify()
             return ok_response(request, checked=checked, problems=problems)
 
-        return Step(
-            request, job=Job(exclusive=run_check), on_outcome=lambda o: _failure(request, o)
-        )
+        return Exclusive(request, ExclusiveJob(run_check))
 
     def _compact(self, request: Request) -> Step:
         def run_compact() -> Response:
@@ -566,6 +517,4 @@ class Ops:
                 segments_replaced=result.segments_replaced,
             )
 
-        return Step(
-            request, job=Job(exclusive=run_compact), on_outcome=lambda o: _failure(request, o)
-        )
+        return Exclusive(request, ExclusiveJob(run_compact))

@@ -46,9 +46,9 @@ from .access import Access, peer_of
 from .config import Config
 from .notify import notify, watchdog_interval_s
 from .offload import MAX_REQUEST_ITEMS, OFFLOAD_ABOVE_BYTES, WorkerLost
-from .ops import READ_ONLY_OPS, Ops, Step
+from .ops import READ_ONLY_OPS, Ops
 from .prepare import Failure, encode_reply, prepare_large
-from .storage.mutations import Outcome
+from .steps import Exclusive, Read, Reply, Step, Stream, Write
 from .storage.recovery import RecoveryReport
 from .storage.store import Store
 from .watch import Broadcaster, SocketSink
@@ -306,13 +306,13 @@ class Server:
         access: Access,
     ) -> None:
         partial_since: float | None = None
-        last_read: Step | None = None
+        last_read: Read | None = None
         while True:
             while True:
                 try:
                     message = conn.next_message()
                 except ProtocolError as error:
-                    await steps.send(Step(None, error_response(None, error.code, error.message)))
+                    await steps.send(Reply(None, error_response(None, error.code, error.message)))
                     if error.fatal:
                         return
                     continue
@@ -329,7 +329,7 @@ class Server:
                         failure = error_response(
                             None, prepared.code, prepared.message, **prepared.details
                         )
-                        await steps.send(Step(None, failure))
+                        await steps.send(Reply(None, failure))
                         if prepared.fatal:
                             return
                         continue
@@ -339,31 +339,30 @@ class Server:
                         request = parse_request(message, canonical_hint=conn.last_hint)
                     except ProtocolError as error:
                         failure = error_response(None, error.code, error.message)
-                        await steps.send(Step(None, failure))
+                        await steps.send(Reply(None, failure))
                         continue
                 if access is Access.READ_ONLY and request.op not in READ_ONLY_OPS:
                     message_text = f"op {request.op!r} needs write access; this peer may only read"
                     await steps.send(
-                        Step(request, error_response(request, ErrorCode.UNAUTHORIZED, message_text))
+                        Reply(
+                            request, error_response(request, ErrorCode.UNAUTHORIZED, message_text)
+                        )
                     )
                     continue
                 step = self.ops.dispatch(request)
                 await steps.send(step)
-                if step.stream is not None:
+                if isinstance(step, Stream):
                     await self._wait_for_close(stream)
                     raise _WatchEnded
-                if step.read is not None:
+                if isinstance(step, Read):
                     last_read = step
-                if step.job is not None:
+                if isinstance(step, (Write, Exclusive)):
                     if last_read is not None:
                         await last_read.evaluated.wait()  # no read sees a later write
                     try:
                         await self.writer.enqueue(step.job)
                     except trio.Cancelled:
-                        step.job.outcome = Outcome(
-                            False, code=ErrorCode.SHUTTING_DOWN, message="the daemon is stopping"
-                        )
-                        step.job.done.set()
+                        step.job.fail(ErrorCode.SHUTTING_DOWN, "the daemon is stopping")
                         raise
             if not conn.buffered:
                 partial_since = None
@@ -378,7 +377,7 @@ class Server:
                 if data is None:  # slowloris: a started request that never completes
                     self.timed_out_requests += 1
                     text = f"request not complete after {self.config.request_timeout_s:g} s"
-                    await steps.send(Step(None, error_response(None, ErrorCode.BAD_REQUEST, text)))
+                    await steps.send(Reply(None, error_response(None, ErrorCode.BAD_REQUEST, text)))
                     return
             if data:
                 conn.receive_data(data)
@@ -419,8 +418,8 @@ class Server:
     ) -> None:
         async with steps:
             async for step in steps:
-                if step.stream is not None:
-                    await step.stream(SocketSink(stream, conn.encode))
+                if isinstance(step, Stream):
+                    await step.run(SocketSink(stream, conn.encode))
                     return
                 try:
                     response = await step.resolve()

@@ -28,19 +28,20 @@ import collections
 import logging
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 
 from sessionstore.codes import ErrorCode
 
+from .jobs import ExclusiveJob, Job, MutationJob
 from .notify import notify
 from .storage import compaction
 from .storage.errors import FatalStorageError, InjectedFault, NoSpace
-from .storage.mutations import Mutation, Outcome, split_batches
+from .storage.mutations import split_batches
 from .storage.store import Store
 from .worker_thread import WorkerThread
 
@@ -50,20 +51,6 @@ QUEUE_DEPTH = 64
 MAX_BATCH_JOBS = 512
 MAX_BATCH_BYTES = 128 * 1024 * 1024
 RECENT_BATCHES = 256
-
-
-@dataclass(eq=False)
-class Job:
-    mutation: Mutation | None = None
-    exclusive: Callable[[], Any] | None = None  # runs in the thread with no batch in flight
-    done: trio.Event = field(default_factory=trio.Event)
-    outcome: Outcome | None = None
-    result: Any = None
-    error: BaseException | None = None
-
-    def size(self) -> int:
-        body = getattr(self.mutation, "body", b"")
-        return len(body) if isinstance(body, bytes) else 0
 
 
 @dataclass
@@ -100,10 +87,7 @@ class Writer:
         try:
             await self._send.send(job)
         except trio.ClosedResourceError:
-            job.outcome = Outcome(
-                False, code=ErrorCode.SHUTTING_DOWN, message="the daemon is stopping"
-            )
-            job.done.set()
+            job.fail(ErrorCode.SHUTTING_DOWN, "the daemon is stopping")
 
     def close(self) -> None:
         self._send.close()
@@ -145,41 +129,43 @@ class Writer:
             self._background.shutdown(wait=False, cancel_futures=True)
 
     async def _run_jobs(self, jobs: list[Job]) -> None:
-        mutations: list[Job] = []
+        mutations: list[MutationJob] = []
         for job in jobs:
-            if job.exclusive is None:
+            if isinstance(job, MutationJob):
                 mutations.append(job)
                 continue
             for batch in split_batches(mutations, lambda j: j.mutation):
                 await self._commit(batch)
             mutations = []
+            assert isinstance(job, ExclusiveJob)
             await self._run_exclusive(job)
         for batch in split_batches(mutations, lambda j: j.mutation):
             await self._commit(batch)
 
-    async def _run_exclusive(self, job: Job) -> None:
-        assert job.exclusive is not None
+    async def _run_exclusive(self, job: ExclusiveJob) -> None:
         if self.failed is not None:
             self._fail([job], self.failed)
             return
         await self._settle_compaction(wait=True)
         try:
-            job.result = await self._call(job.exclusive)
+            result = await self._call(job.run)
         except FatalStorageError as error:
             self._fatal(str(error), [job])
             return
         except Exception as error:  # reported to the one client that asked
-            job.error = error
+            self.store.log.close_retired()
+            job.finish(error=error)
+            return
         self.store.log.close_retired()
-        job.done.set()
+        job.finish(result)
 
-    async def _commit(self, jobs: list[Job]) -> None:
+    async def _commit(self, jobs: list[MutationJob]) -> None:
         if not jobs:
             return
         if self.failed is not None:
             self._fail(jobs, self.failed)
             return
-        mutations = [job.mutation for job in jobs if job.mutation is not None]
+        mutations = [job.mutation for job in jobs]
         started = time.perf_counter()
         timing: list[float] = []
 
@@ -198,10 +184,9 @@ class Writer:
         self.batches += 1
         self._recent.append((timing[0], time.perf_counter() - started, len(jobs)))
         for job, outcome in zip(jobs, batch.outcomes, strict=True):
-            job.outcome = outcome
             if outcome.ok and outcome.changed:
                 self.committed_jobs += 1
-            job.done.set()
+            job.finish(outcome)
         if batch.committed and self.on_publish is not None:
             self.on_publish()
 
@@ -290,7 +275,7 @@ class Writer:
             "jobs_per_batch_mean": round(statistics.mean(sizes), 2),
         }
 
-    def _fatal(self, reason: str, jobs: list[Job]) -> None:
+    def _fatal(self, reason: str, jobs: Sequence[Job]) -> None:
         self.failed = f"storage failure, daemon stopping: {reason}"
         self.store.fail()
         log.critical("%s", self.failed)
@@ -304,7 +289,6 @@ class Writer:
             self._fail([job], self.failed)
 
     @staticmethod
-    def _fail(jobs: list[Job], message: str) -> None:
+    def _fail(jobs: Sequence[Job], message: str) -> None:
         for job in jobs:
-            job.outcome = Outcome(False, code=ErrorCode.IO_ERROR, message=message)
-            job.done.set()
+            job.fail(ErrorCode.IO_ERROR, message)

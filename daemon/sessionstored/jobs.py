@@ -1,0 +1,59 @@
+# What a connection hands the writer: a mutation to commit in a batch, or an
+# exclusive job (verify, compact) that runs with no batch in flight. Either is
+# finished exactly once, by the writer or by fail(); `done` is set then.
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from sessionstore.codes import ErrorCode
+
+from .storage.mutations import Mutation, Outcome
+
+
+class Job:
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.failure: Outcome | None = None  # set when the job never ran
+
+    def size(self) -> int:
+        """Bytes it adds to a batch."""
+        return 0
+
+    def fail(self, code: ErrorCode, message: str) -> None:
+        """Finish a job that will not run (a failed store, a stopping daemon)."""
+        self.failure = Outcome(False, code=code, message=message)
+        self.done.set()
+
+
+class MutationJob(Job):
+    def __init__(self, mutation: Mutation) -> None:
+        super().__init__()
+        self.mutation = mutation
+        self.outcome: Outcome | None = None
+
+    def size(self) -> int:
+        body = getattr(self.mutation, "body", b"")
+        return len(body) if isinstance(body, bytes) else 0
+
+    def finish(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        self.done.set()
+
+    def fail(self, code: ErrorCode, message: str) -> None:
+        super().fail(code, message)
+        self.outcome = self.failure
+
+
+class ExclusiveJob(Job):
+    def __init__(self, run: Callable[[], Any]) -> None:
+        super().__init__()
+        self.run = run
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        self.result, self.error = result, error
+        self.done.set()

@@ -1,0 +1,103 @@
+# Request -> Step: what a connection does with one request, in order. A Reply is
+# ready at once; a Read is evaluated when every earlier request on the
+# connection has been answered (so a pipelined load sees the save sent before
+# it), and a later write on the connection waits until it was; a Write commits
+# a mutation through the writer and turns its outcome into the reply; an
+# Exclusive job runs in the writer with no batch in flight; a Stream (watch)
+# takes over the connection's replies.
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from sessionstore.canonical import digest_text
+from sessionstore.codes import ErrorCode
+from sessionstore.protocol import Request, error_response
+
+from .jobs import ExclusiveJob, MutationJob
+from .storage.mutations import Outcome
+from .watch import Sink
+
+Response = dict[str, Any]
+
+
+def failure_reply(request: Request | None, outcome: Outcome) -> Response:
+    code = outcome.code
+    assert code is not None, "a failed outcome always carries its code"
+    if code == ErrorCode.CONFLICT:
+        current = digest_text(outcome.current) if outcome.current is not None else None
+        return error_response(
+            request, code, "expect does not match the current digest", current=current
+        )
+    return error_response(request, code, outcome.message or code, **outcome.details)
+
+
+class Step:
+    def __init__(self, request: Request | None) -> None:
+        self.request = request
+
+    async def resolve(self) -> Response:
+        raise NotImplementedError
+
+
+class Reply(Step):
+    def __init__(self, request: Request | None, response: Response) -> None:
+        super().__init__(request)
+        self.response = response
+
+    async def resolve(self) -> Response:
+        return self.response
+
+
+class Read(Step):
+    def __init__(self, request: Request, produce: Callable[[], Awaitable[Response]]) -> None:
+        super().__init__(request)
+        self.produce = produce
+        self.evaluated = trio.Event()
+
+    async def resolve(self) -> Response:
+        try:
+            return await self.produce()
+        finally:
+            self.evaluated.set()
+
+
+class Write(Step):
+    def __init__(
+        self, request: Request, job: MutationJob, respond: Callable[[Outcome], Response]
+    ) -> None:
+        super().__init__(request)
+        self.job = job
+        self.respond = respond
+
+    async def resolve(self) -> Response:
+        await self.job.done.wait()
+        outcome = self.job.outcome
+        assert outcome is not None
+        return self.respond(outcome) if outcome.ok else failure_reply(self.request, outcome)
+
+
+class Exclusive(Step):
+    def __init__(self, request: Request, job: ExclusiveJob) -> None:
+        super().__init__(request)
+        self.job = job
+
+    async def resolve(self) -> Response:
+        await self.job.done.wait()
+        if self.job.failure is not None:
+            return failure_reply(self.request, self.job.failure)
+        if self.job.error is not None:
+            raise self.job.error
+        result: Response = self.job.result
+        return result
+
+
+class Stream(Step):
+    def __init__(self, request: Request, run: Callable[[Sink], Awaitable[None]]) -> None:
+        super().__init__(request)
+        self.run = run
+
+    async def resolve(self) -> Response:
+        raise AssertionError("a stream answers through its sink")
