@@ -10,14 +10,12 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from sessionstore.codes import ErrorCode
-
 UCRED = struct.Struct("3i")  # pid, uid, gid
 
 
 class Access(enum.Enum):
     FULL = "full"
-    READ_ONLY = ErrorCode.READ_ONLY
+    READ_ONLY = "read_only"
     NONE = "none"
 
 

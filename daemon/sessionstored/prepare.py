@@ -8,6 +8,7 @@
 # free; a process does.
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,22 +129,6 @@ def forked_body(source: bytes, new_id: str, workspace: Any) -> bytes:
 # -- a large request, whole, in a worker ------------------------------------------
 
 ARGUMENTS_OF_LARGE_OPS = {"save": "snapshot", "update": "value", "fork": "workspace"}
-ARGUMENTS = {  # what each op reads; any other key of a request is ignored
-    "save": {"snapshot", "expect", "lease"},
-    "load": {"session_id"},
-    "head": {"session_id"},
-    "exists": {"session_id"},
-    "list": {"prefix", "after", "limit"},
-    "delete": {"session_id", "expect", "lease"},
-    "update": {"session_id", "component", "value", "expect", "lease"},
-    "fork": {"session_id", "new_session_id", "workspace", "lease"},
-    "checkpoint_put": {"kind", "key", "value", "lease"},
-    "checkpoint_get": {"kind", "key"},
-    "checkpoint_delete": {"kind", "key", "lease"},
-    "lease_acquire": {"holder"},
-    "lease_release": {"holder", "epoch"},
-    "watch": {"since"},
-}
 
 
 def prepare_large(
@@ -153,9 +138,11 @@ def prepare_large(
     max_request_bytes: int,
     max_snapshot_bytes: int,
     small_argument_bytes: int,
+    arguments: Mapping[str, frozenset[str]],
 ) -> Request | Failure:
     """Decode one large item and do the heavy part of its op. What comes back is small
-    or bytes: the caller's process never builds the large value's objects."""
+    or bytes: the caller's process never builds the large value's objects. arguments:
+    what each op reads (the ops registry); any other key of the request is dropped."""
     conn = Connection(
         max_message_bytes=max_request_bytes, mode=mode, received="request", order_maps=True
     )
@@ -191,7 +178,7 @@ def prepare_large(
         return Failure(ErrorCode.TOO_LARGE, "the request needs more memory than allowed", {})
     # Only what the op reads goes back, and only small values or prepared bytes, so the
     # daemon's process unpickles no large object tree.
-    read = ARGUMENTS.get(request.op, set()) | {"op", "rid"}
+    read = arguments.get(request.op, frozenset()) | {"op", "rid"}
     kept = {name: value for name, value in args.items() if name in read}
     oversized = [
         name

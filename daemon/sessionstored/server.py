@@ -46,7 +46,7 @@ from .access import Access, peer_of
 from .config import Config
 from .notify import notify, watchdog_interval_s
 from .offload import MAX_REQUEST_ITEMS, OFFLOAD_ABOVE_BYTES, WorkerLost
-from .ops import READ_ONLY_OPS, Ops
+from .ops import ARGUMENTS, Ops
 from .prepare import Failure, encode_reply, prepare_large
 from .steps import Exclusive, Read, Reply, Step, Stream, Write
 from .storage.recovery import RecoveryReport
@@ -341,15 +341,7 @@ class Server:
                         failure = error_response(None, error.code, error.message)
                         await steps.send(Reply(None, failure))
                         continue
-                if access is Access.READ_ONLY and request.op not in READ_ONLY_OPS:
-                    message_text = f"op {request.op!r} needs write access; this peer may only read"
-                    await steps.send(
-                        Reply(
-                            request, error_response(request, ErrorCode.UNAUTHORIZED, message_text)
-                        )
-                    )
-                    continue
-                step = self.ops.dispatch(request)
+                step = self.ops.dispatch(request, access)
                 await steps.send(step)
                 if isinstance(step, Stream):
                     await self._wait_for_close(stream)
@@ -395,6 +387,7 @@ class Server:
                 max_request_bytes=self.config.max_request_bytes,
                 max_snapshot_bytes=self.config.max_snapshot_bytes,
                 small_argument_bytes=OFFLOAD_ABOVE_BYTES,
+                arguments=ARGUMENTS,
             )
         except WorkerLost as error:
             log.warning("a worker died decoding a %d-byte request: %s", len(item.data), error)

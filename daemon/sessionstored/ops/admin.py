@@ -1,0 +1,127 @@
+# The daemon's own ops: hello and ping, the watch stream, stats, verify and compact.
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from sessionstore.codes import ErrorCode
+from sessionstore.protocol import PROTOCOL_VERSION, Request, error_response, ok_response
+
+from .. import __version__
+from ..jobs import ExclusiveJob
+from ..steps import Exclusive, Read, Reply, Response, Step, Stream
+from ..storage.errors import InjectedFault, NoSpace, Refused
+from ..watch import Sink
+from .args import is_int
+from .registry import Op
+
+if TYPE_CHECKING:
+    from . import Ops
+
+
+def ping(_ops: Ops, request: Request) -> Step:
+    return Reply(request, ok_response(request))
+
+
+def hello(ops: Ops, request: Request) -> Step:
+    return Reply(
+        request,
+        ok_response(
+            request,
+            protocol=PROTOCOL_VERSION,
+            server=f"sessionstored/{__version__}",
+            capabilities={
+                "atomic_session_snapshots": True,
+                "aggregate_cas": True,
+                "append_only_event_log": True,
+                "lease_fencing": True,
+                "encrypted_at_rest": ops.store.encrypted,
+                "watch": True,
+            },
+            limits={
+                "max_request_bytes": ops.max_request_bytes,
+                "max_snapshot_bytes": ops.max_snapshot_bytes,
+            },
+        ),
+    )
+
+
+def watch(ops: Ops, request: Request) -> Step:
+    since = request.args.get("since")
+    if since is not None and (not is_int(since) or since < 0):
+        raise Refused(ErrorCode.BAD_REQUEST, "since must be a non-negative integer")
+
+    async def stream(sink: Sink) -> None:
+        current = ops.store.seq
+        if since is not None:
+            oldest = ops.broadcaster.compacted_before(since)
+            if oldest is not None:
+                await sink.send(
+                    error_response(
+                        request,
+                        ErrorCode.COMPACTED,
+                        f"history before seq {oldest} is no longer retained",
+                        oldest_seq=oldest,
+                    )
+                )
+                return
+        await sink.send(ok_response(request, watching=True, seq=current))
+        await ops.broadcaster.stream(current if since is None else since, sink)
+
+    return Stream(request, stream)
+
+
+def stats(ops: Ops, request: Request) -> Step:
+    async def read() -> Response:
+        return ok_response(
+            request,
+            sessions=ops.store.session_count(),
+            seq=ops.store.seq,
+            uptime_s=round(time.monotonic() - ops.started, 3),
+            watchers=ops.broadcaster.watchers,
+            watchers_cut_off=ops.broadcaster.cut_off,
+            watchers_dropped=ops.broadcaster.dropped,
+            internal_errors=ops.internal_errors,
+            lease_epoch=(ops.store.lease or {}).get("epoch"),
+            **ops.store.stats(),
+            **ops.stats_extra(),
+        )
+
+    return Read(request, read)
+
+
+def verify(ops: Ops, request: Request) -> Step:
+    def run_check() -> Response:
+        checked, problems = ops.store.verify()
+        return ok_response(request, checked=checked, problems=problems)
+
+    return Exclusive(request, ExclusiveJob(run_check))
+
+
+def compact(ops: Ops, request: Request) -> Step:
+    def run_compact() -> Response:
+        try:
+            result = ops.store.compact()
+        except NoSpace as error:
+            return error_response(request, ErrorCode.NO_SPACE, f"compaction did not run: {error}")
+        except InjectedFault as error:
+            return error_response(request, ErrorCode.IO_ERROR, f"compaction did not run: {error}")
+        return ok_response(
+            request,
+            seq=result.seq,
+            wal_bytes_before=result.wal_bytes_before,
+            wal_bytes_after=result.wal_bytes_after,
+            segments_replaced=result.segments_replaced,
+        )
+
+    return Exclusive(request, ExclusiveJob(run_compact))
+
+
+OPS = (
+    Op("hello", hello, set(), read_only=True),
+    Op("ping", ping, set(), read_only=True),
+    Op("watch", watch, {"since"}, read_only=True),
+    Op("stats", stats, set(), read_only=True),
+    Op("verify", verify, set(), read_only=True),
+    Op("compact", compact, set()),
+)

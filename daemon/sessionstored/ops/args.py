@@ -1,0 +1,71 @@
+# Parsers for the arguments several ops share: ids, `expect`, `lease`, checkpoint
+# kinds. Each raises Refused(bad_request) with a message naming the argument.
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sessionstore.canonical import digest_text, parse_digest
+from sessionstore.codes import ErrorCode
+from sessionstore.protocol import Request, ok_response
+
+from ..snapshot import id_problem
+from ..steps import Response
+from ..storage.errors import Refused
+from ..storage.mutations import ANY, LOOP_CHECKPOINT, WORKFLOW_CHECKPOINT, Outcome
+
+CHECKPOINT_KINDS = {
+    "loop": (LOOP_CHECKPOINT, "run_id"),
+    "workflow": (WORKFLOW_CHECKPOINT, "workflow_id"),
+}
+
+
+def id_arg(args: dict[str, Any], name: str) -> str:
+    value = args.get(name)
+    problem = id_problem(value)
+    if problem:
+        raise Refused(ErrorCode.BAD_REQUEST, f"{name} {problem}")
+    assert isinstance(value, str)
+    return value
+
+
+def expect_arg(args: dict[str, Any]) -> Any:
+    if "expect" not in args:
+        return ANY
+    expect = args["expect"]
+    if expect is None:
+        return None
+    digest = parse_digest(expect)
+    if digest is None:
+        raise Refused(ErrorCode.BAD_REQUEST, "expect must be null or an 'xxh3-128:<32 hex>' digest")
+    return digest
+
+
+def lease_arg(args: dict[str, Any]) -> Any:
+    lease = args.get("lease")
+    if lease is None:
+        return ANY
+    if not isinstance(lease, dict):
+        raise Refused(ErrorCode.BAD_REQUEST, "lease must be a map {holder, epoch}")
+    holder, epoch = lease.get("holder"), lease.get("epoch")
+    if not isinstance(holder, str) or not holder or not is_int(epoch):
+        raise Refused(ErrorCode.BAD_REQUEST, "lease must be {holder: text, epoch: integer}")
+    return (holder, epoch)
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def checkpoint_kind(args: dict[str, Any]) -> tuple[str, str]:
+    kind = args.get("kind")
+    if not isinstance(kind, str) or kind not in CHECKPOINT_KINDS:
+        raise Refused(ErrorCode.BAD_REQUEST, "kind must be 'loop' or 'workflow'")
+    return CHECKPOINT_KINDS[kind]
+
+
+def rewritten_reply(request: Request) -> Callable[[Outcome], Response]:
+    """The reply to a session Rewrite (update, fork): the new generation's digest and seq."""
+    return lambda outcome: ok_response(
+        request, digest=digest_text(outcome.digest or b""), seq=outcome.seq
+    )

@@ -1,0 +1,165 @@
+# The session ops: whole snapshots in and out, conditional deletes, component
+# updates and forks (both decided in the writer on the committed state).
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sessionstore.canonical import digest_text
+from sessionstore.codes import ErrorCode
+from sessionstore.protocol import RawCBOR, Request, ok_response
+
+from ..prepare import Encoded, forked_body, snapshot_document, updated_body
+from ..snapshot import UPDATABLE
+from ..steps import Read, Response, Step
+from ..storage.errors import Refused
+from ..storage.mutations import SESSION, Put, Remove, Rewrite
+from .args import expect_arg, id_arg, is_int, lease_arg, rewritten_reply
+from .registry import Op
+
+if TYPE_CHECKING:
+    from . import Ops
+
+LIST_DEFAULT_LIMIT = 1000
+LIST_MAX_LIMIT = 10000
+
+
+def save(ops: Ops, request: Request) -> Step:
+    document = snapshot_document(request.args, ops.max_snapshot_bytes, request.canonical_hint)
+    assert document.session_id is not None
+    put = Put(
+        SESSION,
+        document.session_id,
+        document.body,
+        document.digest,
+        expect_arg(request.args),
+        lease_arg(request.args),
+    )
+    digest = digest_text(document.digest)
+    return ops.mutation(request, put, lambda o: ok_response(request, digest=digest, seq=o.seq))
+
+
+def load(ops: Ops, request: Request) -> Step:
+    read = ops.read_document(SESSION, id_arg(request.args, "session_id"))
+
+    async def produce() -> Response:
+        doc = await read()
+        if doc is None:
+            return ok_response(request, snapshot=None, digest=None, seq=None)
+        return ok_response(
+            request, snapshot=RawCBOR(doc.body), digest=digest_text(doc.digest), seq=doc.seq
+        )
+
+    return Read(request, lambda: ops.guarded_read(request, produce))
+
+
+def head(ops: Ops, request: Request) -> Step:
+    session_id = id_arg(request.args, "session_id")
+
+    async def read() -> Response:
+        entry = ops.store.head(SESSION, session_id)
+        if entry is None:
+            return ok_response(request, found=False, digest=None, seq=None, size=None)
+        return ok_response(
+            request,
+            found=True,
+            digest=digest_text(entry.digest),
+            seq=entry.seq,
+            size=entry.size,
+        )
+
+    return Read(request, lambda: ops.guarded_read(request, read))
+
+
+def exists(ops: Ops, request: Request) -> Step:
+    session_id = id_arg(request.args, "session_id")
+
+    async def read() -> Response:
+        return ok_response(request, exists=ops.store.head(SESSION, session_id) is not None)
+
+    return Read(request, lambda: ops.guarded_read(request, read))
+
+
+def list_sessions(ops: Ops, request: Request) -> Step:
+    args = request.args
+    prefix = args.get("prefix") or ""
+    after = args.get("after")
+    limit = args.get("limit", LIST_DEFAULT_LIMIT)
+    if not isinstance(prefix, str):
+        raise Refused(ErrorCode.BAD_REQUEST, "prefix must be text")
+    if after is not None and not isinstance(after, str):
+        raise Refused(ErrorCode.BAD_REQUEST, "after must be text or null")
+    if not is_int(limit) or not 1 <= limit <= LIST_MAX_LIMIT:
+        raise Refused(ErrorCode.BAD_REQUEST, f"limit must be an integer from 1 to {LIST_MAX_LIMIT}")
+
+    async def read() -> Response:
+        ids, cursor = ops.store.list_sessions(prefix, after, limit)
+        return ok_response(request, ids=ids, next=cursor)
+
+    return Read(request, read)
+
+
+def delete(ops: Ops, request: Request) -> Step:
+    session_id = id_arg(request.args, "session_id")
+    remove = Remove(SESSION, session_id, expect_arg(request.args), lease_arg(request.args))
+    return ops.mutation(
+        request, remove, lambda o: ok_response(request, deleted=o.existed, seq=o.seq)
+    )
+
+
+def update(ops: Ops, request: Request) -> Step:
+    args = request.args
+    session_id = id_arg(args, "session_id")
+    component = args.get("component")
+    if component not in UPDATABLE:
+        raise Refused(ErrorCode.BAD_REQUEST, f"component must be one of {', '.join(UPDATABLE)}")
+    if "value" not in args:
+        raise Refused(ErrorCode.BAD_REQUEST, "value is missing")
+    value = args["value"]
+    limit = ops.max_snapshot_bytes
+    value_size = len(value.data) if isinstance(value, Encoded) else 0
+
+    def apply(current: bytes | None, _source: bytes | None) -> bytes:
+        size = len(current or b"") + value_size
+        return ops.heavy(size, updated_body, current, session_id, component, value, limit)
+
+    rewrite = Rewrite(SESSION, session_id, apply, expect_arg(args), lease_arg(args))
+    return ops.mutation(
+        request,
+        rewrite,
+        rewritten_reply(request),
+    )
+
+
+def fork(ops: Ops, request: Request) -> Step:
+    args = request.args
+    source_id = id_arg(args, "session_id")
+    new_id = id_arg(args, "new_session_id")
+    if "workspace" not in args:
+        raise Refused(ErrorCode.BAD_REQUEST, "workspace is missing")
+    workspace = args["workspace"]
+
+    def apply(_current: bytes | None, source: bytes | None) -> bytes:
+        if source is None:
+            raise Refused(ErrorCode.NOT_FOUND, f"no session {source_id!r}")
+        return ops.heavy(len(source), forked_body, source, new_id, workspace)
+
+    rewrite = Rewrite(
+        SESSION, new_id, apply, expect=None, fence=lease_arg(args), source=(SESSION, source_id)
+    )
+    return ops.mutation(
+        request,
+        rewrite,
+        rewritten_reply(request),
+    )
+
+
+OPS = (
+    Op("save", save, {"snapshot", "expect", "lease"}),
+    Op("load", load, {"session_id"}, read_only=True),
+    Op("head", head, {"session_id"}, read_only=True),
+    Op("exists", exists, {"session_id"}, read_only=True),
+    Op("list", list_sessions, {"prefix", "after", "limit"}, read_only=True),
+    Op("delete", delete, {"session_id", "expect", "lease"}),
+    Op("update", update, {"session_id", "component", "value", "expect", "lease"}),
+    Op("fork", fork, {"session_id", "new_session_id", "workspace", "lease"}),
+)
