@@ -3,7 +3,13 @@
 # outcome in commit order, and a fatal storage error fails everyone queued.
 from __future__ import annotations
 
+import contextlib
+import socket
+from pathlib import Path
+
+import pytest
 import trio
+import trio.testing
 
 from sessionstored.jobs import MutationJob
 from sessionstored.storage.mutations import Outcome
@@ -88,3 +94,23 @@ async def test_the_writer_compacts_checkpoints_and_prepares_spares_by_itself() -
     assert_clean(store)
     live = sum(e.length for _, _, e in store.index.rows())
     assert sum(store.log.used.values()) <= 2 * live + 2 * store.log.segment_bytes
+
+
+async def test_the_watchdog_pings_on_trios_clock(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(str(tmp_path / "notify"))
+    receiver.setblocking(False)
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify"))
+    writer = Writer(open_store(new_fs()), on_fatal=lambda reason: None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run, 10.0)  # an idle writer, pinging every 10 s
+        await trio.sleep(95)  # virtual seconds: the mock clock jumps when all are idle
+        writer.close()
+    pings = []
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            pings.append(receiver.recv(100))
+    receiver.close()
+    assert pings.count(b"WATCHDOG=1") == 10  # at 0, 10, ..., 90

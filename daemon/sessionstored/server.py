@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -57,6 +58,11 @@ from .writer import Writer
 log = logging.getLogger("sessionstored.server")
 
 RECEIVE_BYTES = 256 * 1024
+# out of file descriptors or memory for now: wait and accept again (as trio's own
+# serve_listeners does); any other accept error means the listener is broken
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+ACCEPT_BACKOFF_S = 0.1
+EXIT_LISTENER_FAILURE = 1
 # bytes of a large item walked per event-loop step: ~15 ms at worst (dense small maps)
 SCAN_BUDGET_BYTES = 32 * 1024
 MAX_PIPELINED_REQUESTS = 128
@@ -134,8 +140,6 @@ class Server:
         )
         self._stop = trio.Event()
         self._readers: set[trio.CancelScope] = set()
-        self._idle = trio.Event()
-        self._idle.set()
 
     def _stats_extra(self) -> dict[str, Any]:
         return {
@@ -176,9 +180,10 @@ class Server:
                 for scope in list(self._readers):
                     scope.cancel()
                 self.broadcaster.close()
-                with trio.move_on_after(self.config.shutdown_grace_s):
-                    await self._idle.wait()
-                connections.cancel_scope.cancel()
+                # in-flight requests get the grace period, then are cancelled
+                connections.cancel_scope.deadline = trio.current_time() + (
+                    self.config.shutdown_grace_s
+                )
             self.writer.close()
             self.ops.offload.close()
             signal_scope.cancel()
@@ -210,16 +215,20 @@ class Server:
                 while True:
                     try:
                         stream = await listener.accept()
-                    except OSError as error:  # EMFILE and friends: back off, keep serving
-                        log.warning("accept failed: %s", error)
-                        await trio.sleep(0.1)
+                    except OSError as error:
+                        if error.errno not in ACCEPT_CAPACITY_ERRNOS:
+                            log.critical("accept failed, cannot serve: %s", error)
+                            self.exit_code = EXIT_LISTENER_FAILURE
+                            self._stop.set()
+                            return
+                        log.warning("accept failed (%s): backing off, still serving", error)
+                        await trio.sleep(ACCEPT_BACKOFF_S)
                         continue
                     nursery.start_soon(self._connection, stream)
 
     async def _connection(self, stream: trio.SocketStream) -> None:
         self.connections += 1
         self.connections_total += 1
-        self._idle = trio.Event() if self._idle.is_set() else self._idle
         conn = Connection(
             max_message_bytes=self.config.max_request_bytes,
             received="request",
@@ -264,8 +273,6 @@ class Server:
 
     async def _closed(self, stream: trio.SocketStream) -> None:
         self.connections -= 1
-        if self.connections == 0:
-            self._idle.set()
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             await stream.aclose()
 
