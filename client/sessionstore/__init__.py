@@ -1,3 +1,4 @@
+from .asyncio_client import AsyncioClient
 from .canonical import snapshot_digest
 from .client import Client
 from .errors import (
@@ -14,6 +15,7 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncioClient",
     "BadRequest",
     "Client",
     "Conflict",

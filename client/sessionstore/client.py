@@ -9,6 +9,7 @@ from typing import Any
 
 from . import requests as r
 from .errors import ConnectionLost, SessionStoreError, error_from_wire
+from .op_methods import OpMethods
 from .paths import client_socket_path
 from .protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, ProtocolError
 from .requests import UNSET, Call
@@ -37,7 +38,7 @@ def _result(call: Call, reply: dict[str, Any]) -> Any:
     raise error_from_wire(reply.get("error"))
 
 
-class Client:
+class Client(OpMethods):
     def __init__(
         self, socket_path: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT_S
     ) -> None:
@@ -96,37 +97,6 @@ class Client:
     def run(self, call: Call) -> Any:
         return _result(call, self.send_raw([call.request])[0])
 
-    def call(self, op: str, **args: Any) -> dict[str, Any]:
-        result: dict[str, Any] = self.run(r.make(op, **args))
-        return result
-
-    # -- ops (see requests.py) -----------------------------------------------
-
-    def hello(self) -> dict[str, Any]:
-        return self.run(r.hello())  # type: ignore[no-any-return]
-
-    def ping(self) -> None:
-        self.run(r.ping())
-
-    def save(self, snapshot: dict[str, Any], *, expect: Any = UNSET, lease: Any = UNSET) -> Any:
-        """{"digest", "seq"}. expect: a digest, None (create-only) or UNSET (unconditional)."""
-        return self.run(r.save(snapshot, expect, lease))
-
-    def load(self, session_id: str) -> dict[str, Any] | None:
-        return self.run(r.load(session_id))  # type: ignore[no-any-return]
-
-    def load_with_meta(self, session_id: str) -> Any:
-        return self.run(r.load_with_meta(session_id))
-
-    def head(self, session_id: str) -> Any:
-        return self.run(r.head(session_id))
-
-    def exists(self, session_id: str) -> bool:
-        return bool(self.run(r.exists(session_id)))
-
-    def list(self, prefix: str = "", *, after: str | None = None, limit: int | None = None) -> Any:
-        return self.run(r.list_ids(prefix, after, limit))
-
     def iter_ids(self, prefix: str = "", *, page: int = 1000) -> Iterator[str]:
         after: str | None = None
         while True:
@@ -135,54 +105,6 @@ class Client:
             after = result["next"]
             if after is None:
                 return
-
-    def delete(self, session_id: str, *, expect: Any = UNSET, lease: Any = UNSET) -> Any:
-        return self.run(r.delete(session_id, expect, lease))
-
-    def update(
-        self,
-        session_id: str,
-        component: str,
-        value: Any,
-        *,
-        expect: Any = UNSET,
-        lease: Any = UNSET,
-    ) -> Any:
-        return self.run(r.update(session_id, component, value, expect, lease))
-
-    def fork(
-        self, session_id: str, new_session_id: str, workspace: Any, *, lease: Any = UNSET
-    ) -> Any:
-        return self.run(r.fork(session_id, new_session_id, workspace, lease))
-
-    def checkpoint_put(
-        self, kind: str, key: str, value: dict[str, Any], *, lease: Any = UNSET
-    ) -> Any:
-        return self.run(r.checkpoint_put(kind, key, value, lease))
-
-    def checkpoint_get(self, kind: str, key: str) -> Any:
-        return self.run(r.checkpoint_get(kind, key))
-
-    def checkpoint_delete(self, kind: str, key: str, *, lease: Any = UNSET) -> bool:
-        return bool(self.run(r.checkpoint_delete(kind, key, lease)))
-
-    def lease_acquire(self, holder: str) -> Any:
-        return self.run(r.lease_acquire(holder))
-
-    def lease_get(self) -> Any:
-        return self.run(r.lease_get())
-
-    def lease_release(self, holder: str, epoch: int) -> bool:
-        return bool(self.run(r.lease_release(holder, epoch)))
-
-    def stats(self) -> Any:
-        return self.run(r.stats())
-
-    def verify(self) -> Any:
-        return self.run(r.verify())
-
-    def compact(self) -> Any:
-        return self.run(r.compact())
 
     def watch(
         self, since: int | None = None, *, reconnect: bool = True

@@ -1,5 +1,6 @@
-# Every op as (request, how to read its reply), shared by the blocking and the
-# async client so the two cannot drift apart.
+# Every op as (request, how to read its reply): the sans-IO core of the three
+# clients (blocking, trio, asyncio), whose op methods (op_methods.py) only hand
+# these to their transport.
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -121,7 +122,8 @@ def checkpoint_get(kind: str, key: str) -> Call:
 
 
 def checkpoint_delete(kind: str, key: str, lease: Any = UNSET) -> Call:
-    return make("checkpoint_delete", _field("deleted"), kind=kind, key=key, lease=lease_arg(lease))
+    deleted = lambda reply: bool(reply["deleted"])  # noqa: E731
+    return make("checkpoint_delete", deleted, kind=kind, key=key, lease=lease_arg(lease))
 
 
 def lease_acquire(holder: str) -> Call:
@@ -133,7 +135,8 @@ def lease_get() -> Call:
 
 
 def lease_release(holder: str, epoch: int) -> Call:
-    return make("lease_release", _field("released"), holder=holder, epoch=epoch)
+    released = lambda reply: bool(reply["released"])  # noqa: E731
+    return make("lease_release", released, holder=holder, epoch=epoch)
 
 
 def stats() -> Call:

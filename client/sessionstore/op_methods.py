@@ -1,0 +1,93 @@
+# The client API, once: every op as a method that builds its Call (requests.py)
+# and hands it to the transport's run(). The blocking client's run() returns the
+# result; the trio and asyncio clients' run() returns an awaitable of it. So the
+# three clients have the same methods with the same signatures by construction
+# (a test checks it), and only connecting, sending and watching differ.
+from __future__ import annotations
+
+from typing import Any
+
+from . import requests as r
+from .requests import UNSET, Call
+
+
+class OpMethods:
+    def run(self, call: Call) -> Any:
+        raise NotImplementedError
+
+    def call(self, op: str, **args: Any) -> Any:
+        """Any op by name, its whole reply (without ok and rid)."""
+        return self.run(r.make(op, **args))
+
+    def hello(self) -> Any:
+        return self.run(r.hello())
+
+    def ping(self) -> Any:
+        return self.run(r.ping())
+
+    def save(self, snapshot: dict[str, Any], *, expect: Any = UNSET, lease: Any = UNSET) -> Any:
+        return self.run(r.save(snapshot, expect, lease))
+
+    def load(self, session_id: str) -> Any:
+        """The snapshot, or None."""
+        return self.run(r.load(session_id))
+
+    def load_with_meta(self, session_id: str) -> Any:
+        return self.run(r.load_with_meta(session_id))
+
+    def head(self, session_id: str) -> Any:
+        return self.run(r.head(session_id))
+
+    def exists(self, session_id: str) -> Any:
+        return self.run(r.exists(session_id))
+
+    def list(self, prefix: str = "", *, after: str | None = None, limit: int | None = None) -> Any:
+        return self.run(r.list_ids(prefix, after, limit))
+
+    def delete(self, session_id: str, *, expect: Any = UNSET, lease: Any = UNSET) -> Any:
+        return self.run(r.delete(session_id, expect, lease))
+
+    def update(
+        self,
+        session_id: str,
+        component: str,
+        value: Any,
+        *,
+        expect: Any = UNSET,
+        lease: Any = UNSET,
+    ) -> Any:
+        return self.run(r.update(session_id, component, value, expect, lease))
+
+    def fork(
+        self, session_id: str, new_session_id: str, workspace: Any, *, lease: Any = UNSET
+    ) -> Any:
+        return self.run(r.fork(session_id, new_session_id, workspace, lease))
+
+    def checkpoint_put(
+        self, kind: str, key: str, value: dict[str, Any], *, lease: Any = UNSET
+    ) -> Any:
+        return self.run(r.checkpoint_put(kind, key, value, lease))
+
+    def checkpoint_get(self, kind: str, key: str) -> Any:
+        return self.run(r.checkpoint_get(kind, key))
+
+    def checkpoint_delete(self, kind: str, key: str, *, lease: Any = UNSET) -> Any:
+        return self.run(r.checkpoint_delete(kind, key, lease))
+
+    def lease_acquire(self, holder: str) -> Any:
+        return self.run(r.lease_acquire(holder))
+
+    def lease_get(self) -> Any:
+        return self.run(r.lease_get())
+
+    def lease_release(self, holder: str, epoch: int) -> Any:
+        return self.run(r.lease_release(holder, epoch))
+
+    def stats(self) -> Any:
+        return self.run(r.stats())
+
+    def verify(self) -> Any:
+        return self.run(r.verify())
+
+    def compact(self) -> Any:
+        return self.run(r.compact())

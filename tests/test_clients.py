@@ -1,0 +1,69 @@
+# The three clients come from one core (op_methods.py, requests.py): the same
+# public methods with the same signatures, and the asyncio one against a real
+# daemon gives what the blocking one gives.
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
+
+from sessionstore import Conflict
+from sessionstore.aclient import AsyncClient
+from sessionstore.asyncio_client import AsyncioClient
+from sessionstore.client import Client
+from sessionstore.errors import Fenced
+
+from .conftest import DaemonProcess, snapshot
+
+LIFECYCLE = {"close", "aclose"}  # closing a blocking socket is not awaited
+
+
+def _public(cls: type) -> dict[str, inspect.Signature]:
+    """Parameters of each public method (an iterator's return is sync or async)."""
+    return {
+        name: inspect.signature(member).replace(return_annotation=inspect.Signature.empty)
+        for name, member in inspect.getmembers(cls, callable)
+        if not name.startswith("_") and name not in LIFECYCLE
+    }
+
+
+def test_the_three_clients_have_the_same_methods_and_signatures() -> None:
+    blocking = _public(Client)
+    assert {"save", "load", "watch", "iter_ids", "send_raw", "connect"} <= set(blocking)
+    assert _public(AsyncClient) == blocking
+    assert _public(AsyncioClient) == blocking
+    for cls in (Client, AsyncClient, AsyncioClient):
+        assert inspect.signature(cls.__init__) == inspect.signature(Client.__init__)
+
+
+def test_the_asyncio_client(running: DaemonProcess) -> None:
+    async def scenario() -> None:
+        async with AsyncioClient(running.socket_path) as client:
+            await client.ping()
+            saved = await client.save(snapshot("x1"), expect=None)
+            with pytest.raises(Conflict):
+                await client.save(snapshot("x1"), expect=None)
+            assert await client.load("x1") == snapshot("x1")
+            assert await client.exists("x1") is True
+            await client.update("x1", "artifacts", [{"k": 1}])
+            await client.fork("x1", "x2", "/w2")
+            assert [i async for i in client.iter_ids("x", page=1)] == ["x1", "x2"]
+            lease = await client.lease_acquire("me")
+            with pytest.raises(Fenced):
+                await client.delete("x2")
+            assert (await client.delete("x2", lease=lease))["deleted"]
+            assert await client.lease_release("me", lease["epoch"]) is True
+            assert await client.checkpoint_delete("loop", "none") is False
+            events = []
+            async for event in client.watch(since=saved["seq"] - 1):
+                events.append(event)
+                if len(events) == 3:
+                    break
+            assert [e["seq"] for e in events] == [1, 2, 3]
+            many = await asyncio.gather(*(client.head("x1") for _ in range(20)))
+            assert len({m["digest"] for m in many}) == 1
+
+    asyncio.run(scenario())
+    with Client(running.socket_path) as blocking:
+        assert blocking.exists("x1") is True and blocking.load("x2") is None
