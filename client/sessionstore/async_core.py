@@ -1,0 +1,112 @@
+# What the trio and asyncio clients share above their transports: reading one
+# response, running a Call, paging through ids, and a watch() that resumes with
+# `since` after a lost connection or a `lagged` notice. A transport supplies
+# connecting, sending, receiving bytes, sleeping and closing.
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from .client import (
+    DEFAULT_TIMEOUT_S,
+    MAX_RESPONSE_BYTES,
+    WATCH_RETRY_S,
+    _result,
+    take_response,
+)
+from .errors import ConnectionLost
+from .op_methods import OpMethods
+from .paths import client_socket_path
+from .protocol import Connection, Mode, ProtocolError
+from .requests import UNSET, Call, make
+
+
+class AsyncCore(OpMethods):
+    def __init__(
+        self, socket_path: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT_S
+    ) -> None:
+        self.socket_path = client_socket_path(socket_path)
+        self.timeout = timeout
+        self._conn = Connection(max_message_bytes=MAX_RESPONSE_BYTES, mode=Mode.CBOR)
+
+    # -- the transport's part ------------------------------------------------------
+
+    async def connect(self) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def send_raw(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Pipeline: send every request, then read as many responses, in order."""
+        raise NotImplementedError
+
+    async def _receive_some(self) -> bytes:
+        """Bytes from the daemon (b"" at its end); ConnectionLost when the socket fails."""
+        raise NotImplementedError
+
+    async def _sleep(self, seconds: float) -> None:
+        raise NotImplementedError
+
+    # -- shared -------------------------------------------------------------------
+
+    def _new_connection(self) -> None:
+        self._conn = Connection(max_message_bytes=MAX_RESPONSE_BYTES, mode=Mode.CBOR)
+
+    async def _read_message(self) -> dict[str, Any]:
+        try:
+            while (message := take_response(self._conn)) is None:
+                data = await self._receive_some()
+                if data:
+                    self._conn.receive_data(data)
+                else:
+                    self._conn.receive_eof()
+        except ProtocolError as error:  # a reply we cannot frame: this connection is done
+            raise ConnectionLost(f"bad response from the daemon: {error}") from error
+        return message
+
+    async def run(self, call: Call) -> Any:
+        return _result(call, (await self.send_raw([call.request]))[0])
+
+    async def iter_ids(self, prefix: str = "", *, page: int = 1000) -> AsyncIterator[str]:
+        after: str | None = None
+        while True:
+            result = await self.list(prefix, after=after, limit=page)
+            for session_id in result["ids"]:
+                yield session_id
+            after = result["next"]
+            if after is None:
+                return
+
+    async def watch(
+        self, since: int | None = None, *, reconnect: bool = True
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Events in seq order, none skipped, across reconnects; Compacted when history is gone."""
+        cursor = since
+        failures = 0
+        while True:
+            watcher = type(self)(self.socket_path, timeout=None)
+            try:
+                request = make("watch", since=UNSET if cursor is None else cursor).request
+                [reply] = await watcher.send_raw([request])
+                _result(make("watch"), reply)
+                if cursor is None:
+                    cursor = reply["seq"]
+                failures = 0
+                while True:
+                    event = await watcher._read_message()
+                    if event.get("event") == "lagged":
+                        cursor = event["resume_from"]
+                        break
+                    cursor = event["seq"]
+                    yield event
+            except ConnectionLost:
+                if not reconnect:
+                    raise
+                await self._sleep(WATCH_RETRY_S[min(failures, len(WATCH_RETRY_S) - 1)])
+                failures += 1
+            finally:
+                await watcher._close_shielded()
+
+    async def _close_shielded(self) -> None:
+        await self.aclose()
