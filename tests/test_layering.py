@@ -46,3 +46,15 @@ def test_only_the_seam_calls_os_for_data_files() -> None:
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 assert node.value.id != "os", f"{path.name} calls os.{node.attr}"
         assert "os" not in _imports(path), path
+
+
+def test_every_package_directory_is_packaged() -> None:
+    import tomllib
+
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapped = {name: ROOT / path for name, path in tool["package-dir"].items()}
+    assert set(tool["packages"]) == set(mapped)
+    for top, base in (("sessionstore", ROOT / "client"), ("sessionstored", ROOT / "daemon")):
+        for init in (base / top).rglob("__init__.py"):
+            name = ".".join(init.parent.relative_to(base).parts)
+            assert mapped.get(name) == init.parent, f"{name} is missing from pyproject.toml"
