@@ -115,6 +115,10 @@ def test_socket_activation_starts_the_daemon_on_the_first_client(vm: dict[str, s
     assert _json(vm, "save") == {"saved": 20}
 
 
+def test_a_large_request_is_worked_on_in_a_worker_under_the_sandbox(vm: dict[str, str]) -> None:
+    assert _json(vm, "large") == {"large_saved": True}
+
+
 def test_kill_9_is_restarted_by_systemd_and_recovery_keeps_the_data(vm: dict[str, str]) -> None:
     assert vm["restarted_after_kill"] == "yes"
     assert vm["restarts_added_by_kill"] == "1"

@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any
 
+from sessionstore import snapshot_digest
 from sessionstore.client import Client
 
 SOCKET = "/run/sessionstored/sessionstored.sock"
@@ -63,6 +64,22 @@ def save_one(session_id: str) -> int:
     return 0
 
 
+def large() -> int:
+    """A save over the daemon's offload threshold: decoded in a worker process, which
+    must start and work under the unit's sandbox."""
+    snapshot = {
+        "schema_version": 1,
+        "session": {"id": "vm-large"},
+        "trace_events": [{"seq": n, "detail": "x" * 40, "weight": 0.5} for n in range(20_000)],
+    }
+    with Client(SOCKET, timeout=300) as client:
+        saved = client.save(snapshot)
+        same = client.load("vm-large") == snapshot
+    ok = same and saved["digest"] == snapshot_digest(snapshot)
+    print(json.dumps({"large_saved": ok}))
+    return 0 if ok else 1
+
+
 def hello() -> None:
     with Client(SOCKET, timeout=120) as client:
         print(json.dumps(client.hello()["capabilities"]))
@@ -77,6 +94,8 @@ def main(argv: list[str]) -> int:
         return check(argv[1])
     if command == "save-one":
         return save_one(argv[1])
+    if command == "large":
+        return large()
     if command == "hello":
         hello()
         return 0

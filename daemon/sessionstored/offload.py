@@ -7,6 +7,7 @@
 # only the worker, and the daemon answers `too_large` either way.
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import resource
 from collections.abc import Callable
@@ -34,7 +35,10 @@ class WorkerLost(Exception):
 
 
 def _limit_memory(limit_bytes: int) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+    # The shipped unit filters setrlimit (SystemCallFilter=~@resources): there the item
+    # cap alone bounds a worker, and the service's cgroup the rest.
+    with contextlib.suppress(OSError):
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
 
 
 class Offload:
