@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
 import resource
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -51,22 +53,26 @@ class Offload:
         self.memory_limit_bytes = memory_limit_bytes
         self.calls = 0
         self._pool: ProcessPoolExecutor | None = None
+        self._pool_lock = threading.Lock()  # callers are the loop's threads and the writer's
 
     def _submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
-        self.calls += 1
-        for _ in range(2):  # a pool broken since the last call is replaced, once
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    max_workers=self.workers,
-                    mp_context=multiprocessing.get_context("forkserver"),
-                    initializer=_limit_memory,
-                    initargs=(self.memory_limit_bytes,),
-                )
-            try:
-                return self._pool.submit(fn, *args, **kwargs)
-            except BrokenProcessPool:
-                self._pool = None
-        raise WorkerLost("the worker processes could not be started")
+        """Hand fn to a worker. Not on the event loop: the first call starts the fork
+        server and the workers, and every call pickles fn's (large) arguments."""
+        with self._pool_lock:
+            self.calls += 1
+            for _ in range(2):  # a pool broken since the last call is replaced, once
+                if self._pool is None:
+                    self._pool = ProcessPoolExecutor(
+                        max_workers=self.workers,
+                        mp_context=multiprocessing.get_context("forkserver"),
+                        initializer=_limit_memory,
+                        initargs=(self.memory_limit_bytes,),
+                    )
+                try:
+                    return self._pool.submit(fn, *args, **kwargs)
+                except BrokenProcessPool:
+                    self._pool = None
+            raise WorkerLost("the worker processes could not be started")
 
     def _result(self, future: Future[T]) -> T:
         try:
@@ -77,14 +83,15 @@ class Offload:
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """fn(*args) in a worker; the event loop waits on a thread, not on the GIL."""
-        future = self._submit(fn, *args, **kwargs)
-        return await trio.to_thread.run_sync(self._result, future, abandon_on_cancel=True)
+        call = functools.partial(self.run_blocking, fn, *args, **kwargs)
+        return await trio.to_thread.run_sync(call, abandon_on_cancel=True)
 
     def run_blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """From a thread that may block (the writer's)."""
         return self._result(self._submit(fn, *args, **kwargs))
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
