@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,6 +213,15 @@ def _anchor_rows(
     return rows
 
 
+def _cpu_costs(what: str, measure: Callable[[int], dict[str, float]]) -> dict[str, Any]:
+    """In-process costs at 4 and 64 KiB, printed as `cpu: ...` lines."""
+    costs = {f"{kib}KiB": measure(kib * KIB) for kib in (4, 64)}
+    for size, cost in costs.items():
+        figures = ", ".join(f"{name} {value:.1f}" for name, value in cost.items())
+        print(f"cpu: {what.format(size)}: {figures}", flush=True)
+    return costs
+
+
 def _format(row: Row) -> str:
     return (
         f"{row.name:<28} {row.clients:>4} {row.size // KIB:>4} KiB "
@@ -285,20 +295,8 @@ def main() -> None:
         )
         for row in rows:
             print(_format(row), flush=True)
-        sealing = {f"{kib}KiB": sealing_cost(kib * KIB) for kib in (4, 64)}
-        for size, cost in sealing.items():
-            print(
-                f"cpu: sealing one {size} document: "
-                + ", ".join(f"{name} {micros:.1f} us" for name, micros in cost.items()),
-                flush=True,
-            )
-        frontend = {f"{kib}KiB": frontend_cost(kib * KIB) for kib in (4, 64)}
-        for size, cost in frontend.items():
-            print(
-                f"cpu: one {size} save before the disk: "
-                + ", ".join(f"{name} {value:.1f}" for name, value in cost.items()),
-                flush=True,
-            )
+        sealing = _cpu_costs("sealing one {} document", sealing_cost)
+        frontend = _cpu_costs("one {} save before the disk", frontend_cost)
 
         daemon_dir = base / "daemon"
         daemon_dir.mkdir()
