@@ -168,7 +168,7 @@ def test_a_lone_surrogate_in_json_is_bad_request_in_every_text_field(
         request = {"op": op, **GOOD_ARGUMENTS[op], name: "x" + LONE_SURROGATE}
         reply = _exchange(running, Mode.JSON, (json.dumps(request) + "\n").encode())
         assert not reply["ok"] and reply["error"]["code"] == "bad_request", (request, reply)
-        nested = {"schema_version": 1, "session": {"id": "s", "note": LONE_SURROGATE}}
+    nested = {"schema_version": 1, "session": {"id": "s", "note": LONE_SURROGATE}}
     reply = _exchange(
         running, Mode.JSON, (json.dumps({"op": "save", "snapshot": nested}) + "\n").encode()
     )

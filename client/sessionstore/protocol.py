@@ -126,9 +126,7 @@ class Connection:
     def state(self) -> State:
         if self._failed:
             return State.FAILED
-        return {Mode.UNDECIDED: State.UNDECIDED, Mode.CBOR: State.CBOR, Mode.JSON: State.JSON}[
-            self.mode
-        ]
+        return State[self.mode.name]
 
     @property
     def last_hint(self) -> Hint:

@@ -2,7 +2,7 @@
 # so that the daemon runs them inline for ordinary requests and in a worker
 # process (offload.py) for large ones: decoding a large item, checking a
 # snapshot, encoding it canonically and hashing it; rebuilding a large snapshot
-# for `update` and `fork`; encoding a large reply as JSON. cbor2 holds the GIL
+# for `update` and `fork` (a large JSON reply is protocol.encode in a worker). cbor2 holds the GIL
 # for the whole of a call (measured: 2.7 s for one canonical encode of a 4 MB
 # array of 1,000,000 small maps), so a thread would not keep the event loop
 # free; a process does.
@@ -16,7 +16,7 @@ import cbor2
 
 from sessionstore.canonical import Hint, canonical_dumps, digest_bytes_of_canonical
 from sessionstore.codes import ErrorCode
-from sessionstore.protocol import Connection, Mode, ProtocolError, Request, encode, parse_request
+from sessionstore.protocol import Connection, Mode, ProtocolError, Request, parse_request
 
 from .snapshot import InvalidSnapshot, forked, validate_snapshot, with_component
 from .storage.errors import Refused
@@ -128,7 +128,7 @@ def forked_body(source: bytes, new_id: str, workspace: Any) -> bytes:
 
 # -- a large request, whole, in a worker ------------------------------------------
 
-ARGUMENTS_OF_LARGE_OPS = {"save": "snapshot", "update": "value", "fork": "workspace"}
+LARGE_VALUE_ARGUMENT = {"update": "value", "fork": "workspace"}  # decoded where they are used
 
 
 def prepare_large(
@@ -167,7 +167,7 @@ def prepare_large(
             if id_field is not None and isinstance(key, str):
                 args["value"] = checkpoint_document(args, id_field, key, max_snapshot_bytes)
         elif request.op in ("update", "fork"):
-            name = ARGUMENTS_OF_LARGE_OPS[request.op]
+            name = LARGE_VALUE_ARGUMENT[request.op]
             if name in args:
                 args[name] = Encoded(cbor2.dumps(args[name]))
     except Refused as error:
@@ -191,7 +191,3 @@ def prepare_large(
             ErrorCode.BAD_REQUEST, f"{', '.join(sorted(oversized))} too large for {request.op}", {}
         )
     return Request(request.op, kept, request.rid, request.has_rid, Hint.NONE)
-
-
-def encode_reply(response: dict[str, Any], mode: Mode) -> bytes:
-    return encode(response, mode)

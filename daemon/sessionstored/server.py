@@ -39,6 +39,7 @@ from sessionstore.protocol import (
     ProtocolError,
     RawCBOR,
     Request,
+    encode,
     error_response,
     parse_request,
 )
@@ -48,7 +49,7 @@ from .config import Config
 from .notify import notify, watchdog_interval_s
 from .offload import MAX_REQUEST_ITEMS, OFFLOAD_ABOVE_BYTES, WorkerLost
 from .ops import ARGUMENTS, Ops
-from .prepare import Failure, encode_reply, prepare_large
+from .prepare import Failure, prepare_large
 from .steps import Exclusive, Read, Reply, Step, Stream, Write
 from .storage.recovery import RecoveryReport
 from .storage.store import Store
@@ -290,6 +291,9 @@ class Server:
                         break
                     if item is END_OF_STREAM:
                         break
+                    if item is MORE_WORK:  # a large first item, still being walked
+                        await trio.sleep(0)
+                        continue
                     if item is not NEED_DATA:
                         with contextlib.suppress(ProtocolError):
                             request = parse_request(item)
@@ -405,7 +409,7 @@ class Server:
     async def _encode(self, conn: Connection, response: dict[str, Any]) -> bytes:
         """A reply's bytes; a large one in JSON is encoded in a worker (CBOR splices bytes)."""
         if conn.mode is Mode.JSON and _raw_bytes(response) > OFFLOAD_ABOVE_BYTES:
-            return await self.ops.offload.run(encode_reply, response, Mode.JSON)
+            return await self.ops.offload.run(encode, response, Mode.JSON)
         return conn.encode(response)
 
     @staticmethod
