@@ -74,6 +74,25 @@ class OpMethods:
     def checkpoint_delete(self, kind: str, key: str, *, lease: Any = UNSET) -> Any:
         return self.run(r.checkpoint_delete(kind, key, lease))
 
+    def checkpoint_scan(
+        self,
+        kind: str,
+        prefix: str = "",
+        *,
+        after: str | None = None,
+        before: str | None = None,
+        limit: int | None = None,
+        reverse: bool = False,
+        values: bool = True,
+    ) -> Any:
+        """Keyed documents in key order: {"items": [{key, seq, digest, value}], "next"}."""
+        return self.run(r.checkpoint_scan(kind, prefix, after, before, limit, reverse, values))
+
+    def txn(self, ops: list[dict[str, Any]], *, require: Any = UNSET, lease: Any = UNSET) -> Any:
+        """Several document changes, all or none: {"seq", "results"}; `conflict` when a
+        requirement fails (details: failed, current)."""
+        return self.run(r.txn(ops, require, lease))
+
     def lease_acquire(self, holder: str) -> Any:
         return self.run(r.lease_acquire(holder))
 

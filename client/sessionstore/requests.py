@@ -126,6 +126,31 @@ def checkpoint_delete(kind: str, key: str, lease: Any = UNSET) -> Call:
     return make("checkpoint_delete", deleted, kind=kind, key=key, lease=lease_arg(lease))
 
 
+def checkpoint_scan(
+    kind: str,
+    prefix: str = "",
+    after: str | None = None,
+    before: str | None = None,
+    limit: int | None = None,
+    reverse: bool = False,
+    values: bool = True,
+) -> Call:
+    return make(
+        "checkpoint_scan",
+        kind=kind,
+        prefix=prefix,
+        after=UNSET if after is None else after,
+        before=UNSET if before is None else before,
+        limit=UNSET if limit is None else limit,
+        reverse=reverse,
+        values=values,
+    )
+
+
+def txn(ops: list[dict[str, Any]], require: Any = UNSET, lease: Any = UNSET) -> Call:
+    return make("txn", ops=ops, require=require, lease=lease_arg(lease))
+
+
 def lease_acquire(holder: str) -> Call:
     return make("lease_acquire", holder=holder)
 

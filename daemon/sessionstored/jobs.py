@@ -10,7 +10,7 @@ import trio
 
 from sessionstore.codes import ErrorCode
 
-from .storage.mutations import Mutation, Outcome
+from .storage.mutations import Mutation, Outcome, Txn
 
 
 class Job:
@@ -35,6 +35,8 @@ class MutationJob(Job):
         self.outcome: Outcome | None = None
 
     def size(self) -> int:
+        if isinstance(self.mutation, Txn):
+            return self.mutation.body_bytes
         body = getattr(self.mutation, "body", b"")
         return len(body) if isinstance(body, bytes) else 0
 

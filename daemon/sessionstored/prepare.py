@@ -20,6 +20,7 @@ from sessionstore.protocol import Connection, Mode, ProtocolError, Request, pars
 
 from .snapshot import InvalidSnapshot, forked, validate_snapshot, with_component
 from .storage.errors import Refused
+from .txn_request import DOCUMENT_KINDS, PreparedTxn, document_body, prepared_txn
 
 
 @dataclass(frozen=True)
@@ -73,25 +74,14 @@ def snapshot_document(args: dict[str, Any], max_snapshot_bytes: int, hint: Hint)
 
 
 def checkpoint_document(
-    args: dict[str, Any], id_field: str, key: str, max_snapshot_bytes: int
+    args: dict[str, Any], id_field: str | None, key: str, max_snapshot_bytes: int
 ) -> Document:
     """The `value` argument of checkpoint_put, checked, canonical and hashed."""
     value = args.get("value")
     if isinstance(value, Document):
         return value
-    if not isinstance(value, dict):
-        raise Refused(ErrorCode.BAD_REQUEST, "value must be a map")
-    if id_field in value and value[id_field] != key:
-        raise Refused(
-            ErrorCode.BAD_REQUEST, f"value.{id_field} {value[id_field]!r} is not key {key!r}"
-        )
-    try:
-        body = canonical_dumps(value)
-    except (ValueError, TypeError, OverflowError) as error:
-        raise Refused(ErrorCode.BAD_REQUEST, f"cannot encode value: {error}") from None
-    if len(body) > max_snapshot_bytes:
-        raise Refused(ErrorCode.TOO_LARGE, f"value is {len(body)} bytes")
-    return Document(body, digest_bytes_of_canonical(body))
+    body, digest = document_body(value, id_field, key, max_snapshot_bytes)
+    return Document(body, digest)
 
 
 def decoded(value: Any) -> Any:
@@ -161,11 +151,14 @@ def prepare_large(
     try:
         if request.op == "save":
             args["snapshot"] = snapshot_document(args, max_snapshot_bytes, request.canonical_hint)
-        elif request.op == "checkpoint_put" and isinstance(args.get("kind"), str):
-            id_field = {"loop": "run_id", "workflow": "workflow_id"}.get(args["kind"])
+        elif request.op == "checkpoint_put" and args.get("kind") in DOCUMENT_KINDS:
+            _, id_field = DOCUMENT_KINDS[args["kind"]]
             key = args.get("key")
-            if id_field is not None and isinstance(key, str):
+            if isinstance(key, str):
                 args["value"] = checkpoint_document(args, id_field, key, max_snapshot_bytes)
+        elif request.op == "txn":
+            args["ops"] = prepared_txn(args, max_snapshot_bytes)
+            args.pop("require", None)  # inside the prepared ops
         elif request.op in ("update", "fork"):
             name = LARGE_VALUE_ARGUMENT[request.op]
             if name in args:
@@ -183,7 +176,7 @@ def prepare_large(
     oversized = [
         name
         for name, value in kept.items()
-        if not isinstance(value, (Document, Encoded))
+        if not isinstance(value, Document | Encoded | PreparedTxn)
         and len(cbor2.dumps(value)) > small_argument_bytes
     ]
     if oversized:

@@ -26,7 +26,7 @@ Response = dict[str, Any]
 def failure_reply(request: Request | None, outcome: Outcome) -> Response:
     code = outcome.code
     assert code is not None, "a failed outcome always carries its code"
-    if code == ErrorCode.CONFLICT:
+    if code == ErrorCode.CONFLICT and not outcome.details:  # a failed `expect`
         current = digest_text(outcome.current) if outcome.current is not None else None
         return error_response(
             request, code, "expect does not match the current digest", current=current

@@ -31,7 +31,14 @@ import trio
 
 from sessionstore.canonical import digest_text
 
-from .storage.mutations import LEASE, LOOP_CHECKPOINT, SESSION, WORKFLOW_CHECKPOINT, Committed
+from .storage.mutations import (
+    KV_DOCUMENT,
+    LEASE,
+    LOOP_CHECKPOINT,
+    SESSION,
+    WORKFLOW_CHECKPOINT,
+    Committed,
+)
 from .storage.store import Store
 
 log = logging.getLogger("sessionstored.watch")
@@ -39,7 +46,11 @@ log = logging.getLogger("sessionstored.watch")
 WATCH_BATCH_EVENTS = 256  # at ~150 bytes each, well inside the room a writable socket has
 DEFAULT_MAX_LAG_CHANGES = 10_000
 WATCH_SEND_TIMEOUT_S = 30.0
-CHECKPOINT_KIND_NAMES = {LOOP_CHECKPOINT: "loop", WORKFLOW_CHECKPOINT: "workflow"}
+CHECKPOINT_KIND_NAMES = {
+    LOOP_CHECKPOINT: "loop",
+    WORKFLOW_CHECKPOINT: "workflow",
+    KV_DOCUMENT: "kv",
+}
 
 
 def event_of(change: Committed) -> dict[str, Any]:

@@ -12,12 +12,8 @@ from sessionstore.protocol import Request, ok_response
 from ..snapshot import id_problem
 from ..steps import Response
 from ..storage.errors import Refused
-from ..storage.mutations import ANY, LOOP_CHECKPOINT, WORKFLOW_CHECKPOINT, Outcome
-
-CHECKPOINT_KINDS = {
-    "loop": (LOOP_CHECKPOINT, "run_id"),
-    "workflow": (WORKFLOW_CHECKPOINT, "workflow_id"),
-}
+from ..storage.mutations import ANY, Outcome
+from ..txn_request import document_kind
 
 
 def id_arg(args: dict[str, Any], name: str) -> str:
@@ -57,11 +53,8 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def checkpoint_kind(args: dict[str, Any]) -> tuple[str, str]:
-    kind = args.get("kind")
-    if not isinstance(kind, str) or kind not in CHECKPOINT_KINDS:
-        raise Refused(ErrorCode.BAD_REQUEST, "kind must be 'loop' or 'workflow'")
-    return CHECKPOINT_KINDS[kind]
+def checkpoint_kind(args: dict[str, Any]) -> tuple[str, str | None]:
+    return document_kind(args.get("kind"))
 
 
 def rewritten_reply(request: Request) -> Callable[[Outcome], Response]:

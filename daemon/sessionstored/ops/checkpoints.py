@@ -1,18 +1,32 @@
-# Loop and workflow checkpoints: a document per (kind, key), overwritten whole.
+# Keyed documents: loop and workflow checkpoints and free-form `kv` documents,
+# one per (kind, key), overwritten whole; ranges of them read in key order
+# (checkpoint_scan); and transactions over several of them (txn).
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import trio
+
+from sessionstore.canonical import digest_text
+from sessionstore.codes import ErrorCode
 from sessionstore.protocol import RawCBOR, Request, ok_response
 
+from ..offload import OFFLOAD_ABOVE_BYTES
 from ..prepare import checkpoint_document
 from ..steps import Read, Response, Step
-from ..storage.mutations import Put, Remove
-from .args import checkpoint_kind, id_arg, lease_arg
+from ..storage.errors import Refused
+from ..storage.index import Entry
+from ..storage.mutations import Put, Remove, Txn
+from ..txn_request import prepared_txn
+from .args import checkpoint_kind, id_arg, is_int, lease_arg
 from .registry import Op
 
 if TYPE_CHECKING:
     from . import Ops
+
+SCAN_DEFAULT_LIMIT = 100
+SCAN_MAX_LIMIT = 1000
+SCAN_REPLY_BYTES = 8 * 1024 * 1024  # values per reply; the rest is a `next` away
 
 
 def checkpoint_put(ops: Ops, request: Request) -> Step:
@@ -41,8 +55,80 @@ def checkpoint_delete(ops: Ops, request: Request) -> Step:
     return ops.mutation(request, remove, lambda o: ok_response(request, deleted=o.existed))
 
 
+def _optional_key(args: dict[str, Any], name: str) -> str | None:
+    return None if args.get(name) is None else id_arg(args, name)
+
+
+def _flag(args: dict[str, Any], name: str, default: bool) -> bool:
+    value = args.get(name, default)
+    if not isinstance(value, bool):
+        raise Refused(ErrorCode.BAD_REQUEST, f"{name} must be true or false")
+    return value
+
+
+def checkpoint_scan(ops: Ops, request: Request) -> Step:
+    args = request.args
+    kind, _ = checkpoint_kind(args)
+    prefix = args.get("prefix") or ""
+    if not isinstance(prefix, str):
+        raise Refused(ErrorCode.BAD_REQUEST, "prefix must be text")
+    after, before = _optional_key(args, "after"), _optional_key(args, "before")
+    limit = args.get("limit", SCAN_DEFAULT_LIMIT)
+    if not is_int(limit) or not 1 <= limit <= SCAN_MAX_LIMIT:
+        message = f"limit must be an integer from 1 to {SCAN_MAX_LIMIT}"
+        raise Refused(ErrorCode.BAD_REQUEST, message)
+    reverse, values = _flag(args, "reverse", False), _flag(args, "values", True)
+
+    def read_values(found: list[tuple[str, Entry]]) -> list[dict[str, Any]]:
+        return [
+            {**item_of(key, entry), "value": RawCBOR(ops.store.read_entry(kind, key, entry).body)}
+            for key, entry in found
+        ]
+
+    async def read() -> Response:
+        found, more = ops.store.scan(kind, prefix, after, before, limit, reverse=reverse)
+        if values:
+            total = 0
+            for count, (_, entry) in enumerate(found):
+                total += entry.size
+                if total > SCAN_REPLY_BYTES and count > 0:
+                    found, more = found[:count], True
+                    break
+            if total > OFFLOAD_ABOVE_BYTES:
+                items = await trio.to_thread.run_sync(read_values, found)
+            else:
+                items = read_values(found)
+        else:
+            items = [item_of(key, entry) for key, entry in found]
+        cursor = found[-1][0] if more and found else None
+        return ok_response(request, items=items, next=cursor)
+
+    return Read(request, lambda: ops.guarded_read(request, read))
+
+
+def item_of(key: str, entry: Entry) -> dict[str, Any]:
+    return {"key": key, "seq": entry.seq, "digest": digest_text(entry.digest)}
+
+
+def txn(ops: Ops, request: Request) -> Step:
+    prepared = prepared_txn(request.args, ops.max_snapshot_bytes)
+    mutation = Txn(prepared.requires, prepared.ops, fence=lease_arg(request.args))
+    return ops.mutation(
+        request,
+        mutation,
+        lambda o: ok_response(request, seq=o.seq, results=o.details.get("results", [])),
+    )
+
+
 OPS = (
     Op("checkpoint_put", checkpoint_put, {"kind", "key", "value", "lease"}),
     Op("checkpoint_get", checkpoint_get, {"kind", "key"}, read_only=True),
     Op("checkpoint_delete", checkpoint_delete, {"kind", "key", "lease"}),
+    Op(
+        "checkpoint_scan",
+        checkpoint_scan,
+        {"kind", "prefix", "after", "before", "limit", "reverse", "values"},
+        read_only=True,
+    ),
+    Op("txn", txn, {"require", "ops", "lease"}),
 )

@@ -1,8 +1,9 @@
 # The in-memory index: (kind, id) -> where the committed generation lies in the
 # log (segment, offset, length of its record) and what it is (seq, digest,
-# size of the body), plus the session ids in UTF-8 byte order for `list`, and
-# the bytes of live records per segment, which is what compaction decides by.
-# Rebuilt at every start from the newest index checkpoint and the log after it.
+# size of the body), plus every kind's ids in UTF-8 byte order for `list` and
+# `checkpoint_scan`, and the bytes of live records per segment, which is what
+# compaction decides by. Rebuilt at every start from the newest index
+# checkpoint and the log after it.
 from __future__ import annotations
 
 import bisect
@@ -24,7 +25,7 @@ class Entry(NamedTuple):
 class Index:
     def __init__(self) -> None:
         self._entries: dict[str, dict[str, Entry]] = {}
-        self._sorted_session_keys: list[bytes] = []
+        self._sorted_keys: dict[str, list[bytes]] = {}
         self.live_bytes: defaultdict[int, int] = defaultdict(int)
 
     @classmethod
@@ -38,9 +39,7 @@ class Index:
                 index.live_bytes[old.segment] -= old.length
             table[doc_id] = entry
             index.live_bytes[entry.segment] += entry.length
-        index._sorted_session_keys = sorted(
-            doc_id.encode("utf-8") for doc_id in index._entries.get(SESSION, {})
-        )
+        index._sort_all()
         return index
 
     @classmethod
@@ -52,10 +51,14 @@ class Index:
             index._entries[kind] = dict(zip(ids, entries, strict=True))
             for entry in entries:
                 live[entry.segment] += entry.length
-        index._sorted_session_keys = sorted(
-            doc_id.encode("utf-8") for doc_id in index._entries.get(SESSION, {})
-        )
+        index._sort_all()
         return index
+
+    def _sort_all(self) -> None:
+        self._sorted_keys = {
+            kind: sorted(doc_id.encode("utf-8") for doc_id in table)
+            for kind, table in self._entries.items()
+        }
 
     def get(self, kind: str, doc_id: str) -> Entry | None:
         return self._entries.get(kind, {}).get(doc_id)
@@ -64,8 +67,7 @@ class Index:
         table = self._entries.setdefault(kind, {})
         old = table.get(doc_id)
         if old is None:
-            if kind == SESSION:
-                bisect.insort(self._sorted_session_keys, doc_id.encode("utf-8"))
+            bisect.insort(self._sorted_keys.setdefault(kind, []), doc_id.encode("utf-8"))
         else:
             self.live_bytes[old.segment] -= old.length
         table[doc_id] = entry
@@ -77,10 +79,8 @@ class Index:
         if old is None:
             return
         self.live_bytes[old.segment] -= old.length
-        if kind == SESSION:
-            key = doc_id.encode("utf-8")
-            position = bisect.bisect_left(self._sorted_session_keys, key)
-            del self._sorted_session_keys[position]
+        keys = self._sorted_keys[kind]
+        del keys[bisect.bisect_left(keys, doc_id.encode("utf-8"))]
 
     def count(self, kind: str) -> int:
         return len(self._entries.get(kind, {}))
@@ -97,18 +97,46 @@ class Index:
     def list_sessions(
         self, prefix: str, after: str | None, limit: int
     ) -> tuple[list[str], str | None]:
-        keys = self._sorted_session_keys
-        prefix_bytes = prefix.encode("utf-8")
-        start = bisect.bisect_left(keys, prefix_bytes)
-        if after is not None:
-            start = max(start, bisect.bisect_right(keys, after.encode("utf-8")))
-        ids: list[str] = []
-        position = start
-        while position < len(keys) and len(ids) < limit:
-            key = keys[position]
-            if not key.startswith(prefix_bytes):
-                return ids, None
-            ids.append(key.decode("utf-8"))
-            position += 1
-        more = position < len(keys) and keys[position].startswith(prefix_bytes)
+        found, more = self.scan(SESSION, prefix, after, None, limit, reverse=False)
+        ids = [doc_id for doc_id, _ in found]
         return ids, (ids[-1] if more and ids else None)
+
+    def scan(
+        self,
+        kind: str,
+        prefix: str,
+        after: str | None,
+        before: str | None,
+        limit: int,
+        *,
+        reverse: bool,
+    ) -> tuple[list[tuple[str, Entry]], bool]:
+        """Up to `limit` (id, entry) of one kind whose id starts with prefix and lies
+        strictly between after and before, in UTF-8 byte order (descending when
+        reverse), and whether more lie beyond the last one."""
+        keys = self._sorted_keys.get(kind, [])
+        table = self._entries.get(kind, {})
+        prefix_bytes = prefix.encode("utf-8")
+        low = bisect.bisect_left(keys, prefix_bytes)
+        high = bisect.bisect_left(keys, _prefix_end(prefix_bytes)) if prefix_bytes else len(keys)
+        if after is not None:
+            low = max(low, bisect.bisect_right(keys, after.encode("utf-8")))
+        if before is not None:
+            high = min(high, bisect.bisect_left(keys, before.encode("utf-8")))
+        if high <= low:
+            return [], False
+        if reverse:
+            chosen = keys[max(low, high - limit) : high][::-1]
+        else:
+            chosen = keys[low : min(high, low + limit)]
+        found = []
+        for key in chosen:
+            doc_id = key.decode("utf-8")
+            found.append((doc_id, table[doc_id]))
+        return found, high - low > limit
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    """The smallest byte string greater than every string starting with prefix
+    (UTF-8 never holds 0xff, so prefix + 0xff is above all of them)."""
+    return prefix + b"\xff"

@@ -29,6 +29,16 @@ class Backend(Protocol):
     def list_sessions(
         self, prefix: str, after: str | None, limit: int
     ) -> tuple[list[str], str | None]: ...
+    def scan(
+        self,
+        kind: str,
+        prefix: str,
+        after: str | None,
+        before: str | None,
+        limit: int,
+        *,
+        reverse: bool,
+    ) -> tuple[list[tuple[str, Entry]], bool]: ...
     def session_count(self) -> int: ...
     def stats(self) -> dict[str, Any]: ...
 

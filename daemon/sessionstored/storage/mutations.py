@@ -13,6 +13,8 @@ from typing import Any, NamedTuple
 
 from sessionstore.codes import ErrorCode
 
+from .txn import Require, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut, txn_body_bytes
+
 
 class _AnyValue:
     def __repr__(self) -> str:
@@ -24,6 +26,7 @@ ANY: Any = _AnyValue()
 SESSION = "s"
 LOOP_CHECKPOINT = "l"
 WORKFLOW_CHECKPOINT = "w"
+KV_DOCUMENT = "k"  # free-form keyed documents (the framework adapters keep theirs here)
 LEASE = "L"
 LEASE_ID = "lease"
 
@@ -61,11 +64,30 @@ class Rewrite:
     exclusive: bool = False  # alone in its batch (lease changes move the fence)
 
 
-Mutation = Put | Remove | Rewrite
+@dataclass(frozen=True)
+class Txn:
+    """Several changes, all or none, under requirements (txn.py decides it)."""
+
+    requires: tuple[Require, ...]
+    ops: tuple[TxnOp, ...]
+    fence: Fence = ANY
+
+    @property
+    def body_bytes(self) -> int:
+        return txn_body_bytes(self.ops)
+
+
+Mutation = Put | Remove | Rewrite | Txn
 
 
 def mutation_keys(mutation: Mutation) -> frozenset[tuple[str, str]] | None:
     """The documents a mutation reads or writes; None when it must be alone in its batch."""
+    if isinstance(mutation, Txn):
+        if any(isinstance(op, TxnDeletePrefix) for op in mutation.ops):
+            return None  # the keys it removes are known only when it is decided
+        named = {(r.kind, r.id) for r in mutation.requires}
+        named |= {(op.kind, op.id) for op in mutation.ops if isinstance(op, TxnPut | TxnDelete)}
+        return frozenset(named)
     if isinstance(mutation, Rewrite):
         if mutation.exclusive:
             return None

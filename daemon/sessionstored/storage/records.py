@@ -46,7 +46,7 @@ REMOVAL = 2
 COMMIT = 3
 RECORD_TYPES = (DATA, REMOVAL, COMMIT)
 
-KIND_CODES = {"s": 1, "l": 2, "w": 3, "L": 4}
+KIND_CODES = {"s": 1, "l": 2, "w": 3, "L": 4, "k": 5}
 KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
 
 

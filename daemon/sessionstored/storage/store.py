@@ -54,10 +54,12 @@ from .mutations import (
     Put,
     Remove,
     Rewrite,
+    Txn,
     split_batches,
 )
 from .records import Commit, Document, encode_commit, encode_data, encode_removal, read_document
 from .sealing import Key, Sealer
+from .txn import decide as decide_txn
 
 DEFAULT_MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
 DEFAULT_HISTORY_CHANGES = 100_000
@@ -90,6 +92,7 @@ class Recovered:
 
 
 Accepted = tuple[int, Put | Remove, int]  # (position in the batch, the change, its seq)
+TxnResults = dict[int, list[dict[str, Any]]]  # position of a txn -> its ops' results
 
 
 def _now_ms() -> int:
@@ -251,7 +254,9 @@ class Store:
         doc = self.read(kind, doc_id, cached=False)  # the writer's thread: no cache
         return doc.body if doc is not None else None
 
-    def _decide(self, mutation: Mutation, next_seq: int, *, full: bool) -> Put | Remove | Outcome:
+    def _decide(
+        self, mutation: Put | Remove | Rewrite, next_seq: int, *, full: bool
+    ) -> Put | Remove | Outcome:
         """The concrete change a mutation makes now, or the outcome that refuses it.
         full: the disk has no room for a new generation, only for removals."""
         fenced = not isinstance(mutation, Rewrite) or mutation.fenced
@@ -287,33 +292,72 @@ class Store:
             return Outcome(False, code=ErrorCode.TOO_LARGE, message=f"result is {len(body)} bytes")
         return Put(mutation.kind, mutation.id, body, digest_bytes_of_canonical(body))
 
+    def _decide_txn(
+        self, txn: Txn, next_seq: int, *, full: bool
+    ) -> tuple[list[Put | Remove], list[dict[str, Any]]] | Outcome:
+        refusal = self._fence_refusal(txn.fence)
+        if refusal is not None:
+            return refusal
+        try:
+            changes, results = decide_txn(txn.requires, txn.ops, self.index, next_seq)
+        except Refused as refused:
+            return Outcome(
+                False, code=refused.code, message=refused.message, details=refused.details
+            )
+        if full and any(change.body is not None for change in changes):
+            return Outcome(False, code=ErrorCode.NO_SPACE, message="disk full: only removals fit")
+        concrete: list[Put | Remove] = [
+            Remove(c.kind, c.id)
+            if c.body is None or c.digest is None
+            else Put(c.kind, c.id, c.body, c.digest)
+            for c in changes
+        ]
+        return concrete, results
+
     def _decide_all(
         self, mutations: Sequence[Mutation], *, full: bool
-    ) -> tuple[list[Outcome | None], list[Accepted]]:
+    ) -> tuple[list[Outcome | None], list[Accepted], TxnResults]:
         outcomes: list[Outcome | None] = [None] * len(mutations)
         accepted: list[Accepted] = []
+        txn_results: TxnResults = {}
         next_seq = self.seq + 1
         for position, mutation in enumerate(mutations):
+            if isinstance(mutation, Txn):
+                planned = self._decide_txn(mutation, next_seq, full=full)
+                if isinstance(planned, Outcome):
+                    outcomes[position] = planned
+                    continue
+                changes, results = planned
+                if not changes:
+                    outcomes[position] = Outcome(
+                        True, seq=next_seq - 1, changed=False, details={"results": results}
+                    )
+                    continue
+                txn_results[position] = results
+                for change in changes:
+                    accepted.append((position, change, next_seq))
+                    next_seq += 1
+                continue
             decided = self._decide(mutation, next_seq, full=full)
             if isinstance(decided, Outcome):
                 outcomes[position] = decided
                 continue
             accepted.append((position, decided, next_seq))
             next_seq += 1
-        return outcomes, accepted
+        return outcomes, accepted, txn_results
 
     def commit_durably(self, mutations: Sequence[Mutation]) -> Batch:
         """Make one batch durable (see split_batches for what may share one). Then publish()."""
         if self._failed:
             raise FatalStorageError("the store failed earlier and must be reopened")
-        outcomes, accepted = self._decide_all(mutations, full=False)
+        outcomes, accepted, txn_results = self._decide_all(mutations, full=False)
         batch = Batch([], last_seq=self.seq)
         try:
             if accepted:
                 try:
                     self._write_batch(accepted, outcomes, batch)
                 except NoSpace:
-                    outcomes, accepted = self._decide_all(mutations, full=True)
+                    outcomes, accepted, txn_results = self._decide_all(mutations, full=True)
                     if accepted:
                         self._write_batch(accepted, outcomes, batch)
         except NoSpace:
@@ -322,6 +366,10 @@ class Store:
         except FatalStorageError:
             self._failed = True
             raise
+        for position, results in txn_results.items():
+            written = outcomes[position]
+            if written is not None and written.ok:  # the seq of its last change
+                outcomes[position] = Outcome(True, seq=written.seq, details={"results": results})
         batch.outcomes = [o for o in outcomes if o is not None]
         assert len(batch.outcomes) == len(mutations)
         return batch
@@ -512,6 +560,18 @@ class Store:
         self, prefix: str, after: str | None, limit: int
     ) -> tuple[list[str], str | None]:
         return self.index.list_sessions(prefix, after, limit)
+
+    def scan(
+        self,
+        kind: str,
+        prefix: str,
+        after: str | None,
+        before: str | None,
+        limit: int,
+        *,
+        reverse: bool,
+    ) -> tuple[list[tuple[str, Entry]], bool]:
+        return self.index.scan(kind, prefix, after, before, limit, reverse=reverse)
 
     def verify(self) -> tuple[int, list[dict[str, Any]]]:
         return check(self)

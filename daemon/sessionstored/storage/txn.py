@@ -1,0 +1,150 @@
+# A transaction: several document changes that commit together or not at all,
+# guarded by requirements on the committed state (etcd's txn, without the else
+# branch). It is decided in the writer like a Rewrite, against the committed
+# state and in commit order, and its changes take consecutive seqs in one
+# batch, so recovery applies all of them or none (the batch's commit record).
+#
+# Its ops: put (optionally only where the key is absent), delete, delete every
+# key under a prefix, and append: a put under `prefix + the change's own seq`
+# (20 digits), which orders appends from every client in commit order with no
+# coordination among them.
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sessionstore.canonical import digest_text
+from sessionstore.codes import ErrorCode
+
+from .errors import Refused
+from .index import Entry, Index
+
+MAX_TXN_CHANGES = 100_000  # removals a delete_prefix may expand to, with the rest
+APPEND_SEQ_DIGITS = 20  # the width of a seq in an appended key: 2**64 has 20 digits
+
+
+@dataclass(frozen=True)
+class Require:
+    kind: str
+    id: str
+    exists: bool | None = None  # True: must exist; False: must not
+    digest: bytes | None = None  # must be this generation
+
+
+@dataclass(frozen=True)
+class TxnPut:
+    kind: str
+    id: str
+    body: bytes
+    digest: bytes
+    if_absent: bool = False  # keep the stored one, if any (an idempotent insert)
+
+
+@dataclass(frozen=True)
+class TxnDelete:
+    kind: str
+    id: str
+
+
+@dataclass(frozen=True)
+class TxnDeletePrefix:
+    kind: str
+    prefix: str
+
+
+@dataclass(frozen=True)
+class TxnAppend:
+    kind: str
+    prefix: str
+    body: bytes
+    digest: bytes
+
+
+TxnOp = TxnPut | TxnDelete | TxnDeletePrefix | TxnAppend
+
+
+@dataclass(frozen=True)
+class Change:
+    """One concrete document change of a decided transaction."""
+
+    kind: str
+    id: str
+    body: bytes | None  # None: a removal
+    digest: bytes | None
+
+
+def appended_key(prefix: str, seq: int) -> str:
+    return f"{prefix}{seq:0{APPEND_SEQ_DIGITS}d}"
+
+
+def txn_body_bytes(ops: tuple[TxnOp, ...]) -> int:
+    return sum(len(op.body) for op in ops if isinstance(op, TxnPut | TxnAppend))
+
+
+def check_requires(requires: tuple[Require, ...], get: Callable[[str, str], Entry | None]) -> None:
+    for number, require in enumerate(requires):
+        entry = get(require.kind, require.id)
+        if require.exists is True and entry is None:
+            problem = "does not exist"
+        elif require.exists is False and entry is not None:
+            problem = "exists"
+        elif require.digest is not None and (entry is None or entry.digest != require.digest):
+            problem = "is not the required generation"
+        else:
+            continue
+        raise Refused(
+            ErrorCode.CONFLICT,
+            f"requirement {number} not met: {require.id!r} {problem}",
+            failed=number,
+            current=digest_text(entry.digest) if entry else None,
+        )
+
+
+def decide(
+    requires: tuple[Require, ...], ops: tuple[TxnOp, ...], index: Index, first_seq: int
+) -> tuple[list[Change], list[dict[str, Any]]]:
+    """The changes a transaction makes now (first_seq is the seq its first one
+    takes) and each op's result, or Refused. Nothing is applied here."""
+    named = [(op.kind, op.id) for op in ops if isinstance(op, TxnPut | TxnDelete)]
+    if len(set(named)) < len(named):
+        raise Refused(ErrorCode.BAD_REQUEST, "the txn names one key twice")
+    check_requires(requires, index.get)
+    changes: list[Change] = []
+    results: list[dict[str, Any]] = []
+    touched: set[tuple[str, str]] = set()
+
+    def change(kind: str, doc_id: str, body: bytes | None, digest: bytes | None) -> None:
+        if (kind, doc_id) in touched:
+            raise Refused(ErrorCode.BAD_REQUEST, f"the txn changes {doc_id!r} twice")
+        if len(changes) >= MAX_TXN_CHANGES:
+            message = f"the txn makes over {MAX_TXN_CHANGES} changes; split it"
+            raise Refused(ErrorCode.TOO_LARGE, message)
+        touched.add((kind, doc_id))
+        changes.append(Change(kind, doc_id, body, digest))
+
+    for op in ops:
+        if isinstance(op, TxnPut):
+            present = index.get(op.kind, op.id) is not None
+            if op.if_absent and present:
+                results.append({"written": False})
+                continue
+            change(op.kind, op.id, op.body, op.digest)
+            results.append({"written": True})
+        elif isinstance(op, TxnDelete):
+            present = index.get(op.kind, op.id) is not None
+            if present:
+                change(op.kind, op.id, None, None)
+            results.append({"deleted": present})
+        elif isinstance(op, TxnDeletePrefix):
+            found, _ = index.scan(
+                op.kind, op.prefix, None, None, MAX_TXN_CHANGES + 1, reverse=False
+            )
+            for doc_id, _entry in found:
+                change(op.kind, doc_id, None, None)
+            results.append({"deleted": len(found)})
+        else:
+            key = appended_key(op.prefix, first_seq + len(changes))
+            change(op.kind, key, op.body, op.digest)
+            results.append({"key": key})
+    return changes, results

@@ -1,0 +1,143 @@
+# The arguments of `txn` and `checkpoint_scan` read into storage terms: kinds by
+# their wire names, requirements, and ops whose values are already canonical
+# and hashed. Plain functions of values, so that a large txn is read in a
+# worker process (prepare.py) like a large save.
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical, parse_digest
+from sessionstore.codes import ErrorCode
+
+from .snapshot import id_problem
+from .storage.errors import Refused
+from .storage.mutations import KV_DOCUMENT, LOOP_CHECKPOINT, SESSION, WORKFLOW_CHECKPOINT
+from .storage.txn import Require, TxnAppend, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut
+
+MAX_TXN_OPS = 10_000
+MAX_TXN_REQUIRES = 1_000
+
+# wire name -> (storage kind, the field of a value that must equal its key, if any)
+DOCUMENT_KINDS: dict[str, tuple[str, str | None]] = {
+    "loop": (LOOP_CHECKPOINT, "run_id"),
+    "workflow": (WORKFLOW_CHECKPOINT, "workflow_id"),
+    "kv": (KV_DOCUMENT, None),
+}
+REQUIRE_KINDS = {"session": SESSION, **{name: kind for name, (kind, _) in DOCUMENT_KINDS.items()}}
+KIND_NAMES = {kind: name for name, kind in REQUIRE_KINDS.items()}
+
+
+@dataclass(frozen=True)
+class PreparedTxn:
+    """A txn's requirements and ops, read (in a worker, for a large one)."""
+
+    requires: tuple[Require, ...]
+    ops: tuple[TxnOp, ...]
+
+
+def key_text(value: Any, name: str) -> str:
+    problem = id_problem(value)
+    if problem:
+        raise Refused(ErrorCode.BAD_REQUEST, f"{name} {problem}")
+    assert isinstance(value, str)
+    return value
+
+
+def document_kind(value: Any, where: str = "kind") -> tuple[str, str | None]:
+    if not isinstance(value, str) or value not in DOCUMENT_KINDS:
+        raise Refused(ErrorCode.BAD_REQUEST, f"{where} must be 'loop', 'workflow' or 'kv'")
+    return DOCUMENT_KINDS[value]
+
+
+def document_body(
+    value: Any, id_field: str | None, key: str | None, limit: int
+) -> tuple[bytes, bytes]:
+    """A document value's canonical bytes and digest (key None: an appended one)."""
+    if not isinstance(value, dict):
+        raise Refused(ErrorCode.BAD_REQUEST, "value must be a map")
+    if id_field is not None and id_field in value and value[id_field] != key:
+        message = f"value.{id_field} {value[id_field]!r} is not key {key!r}"
+        raise Refused(ErrorCode.BAD_REQUEST, message)
+    try:
+        body = canonical_dumps(value)
+    except (ValueError, TypeError, OverflowError) as error:
+        raise Refused(ErrorCode.BAD_REQUEST, f"cannot encode value: {error}") from None
+    if len(body) > limit:
+        raise Refused(ErrorCode.TOO_LARGE, f"value is {len(body)} bytes, over {limit}")
+    return body, digest_bytes_of_canonical(body)
+
+
+def _require(number: int, item: Any) -> Require:
+    where = f"require[{number}]"
+    if not isinstance(item, dict):
+        raise Refused(ErrorCode.BAD_REQUEST, f"{where} must be a map")
+    kind = item.get("kind")
+    if not isinstance(kind, str) or kind not in REQUIRE_KINDS:
+        names = ", ".join(repr(name) for name in REQUIRE_KINDS)
+        raise Refused(ErrorCode.BAD_REQUEST, f"{where}.kind must be one of {names}")
+    key = key_text(item.get("key"), f"{where}.key")
+    exists = item.get("exists")
+    has_digest = "digest" in item
+    if (exists is None) == (not has_digest) or (exists is not None and has_digest):
+        message = f"{where} needs exactly one of exists (true/false) or digest"
+        raise Refused(ErrorCode.BAD_REQUEST, message)
+    if exists is not None:
+        if not isinstance(exists, bool):
+            raise Refused(ErrorCode.BAD_REQUEST, f"{where}.exists must be true or false")
+        return Require(REQUIRE_KINDS[kind], key, exists=exists)
+    digest = parse_digest(item["digest"])
+    if digest is None:
+        raise Refused(
+            ErrorCode.BAD_REQUEST, f"{where}.digest must be an 'xxh3-128:<32 hex>' digest"
+        )
+    return Require(REQUIRE_KINDS[kind], key, digest=digest)
+
+
+def _op(number: int, item: Any, limit: int) -> TxnOp:
+    where = f"ops[{number}]"
+    if not isinstance(item, dict):
+        raise Refused(ErrorCode.BAD_REQUEST, f"{where} must be a map")
+    name = item.get("op")
+    kind, id_field = document_kind(item.get("kind"), f"{where}.kind")
+    if name == "put":
+        key = key_text(item.get("key"), f"{where}.key")
+        if "value" not in item:
+            raise Refused(ErrorCode.BAD_REQUEST, f"{where}.value is missing")
+        if_absent = item.get("if_absent", False)
+        if not isinstance(if_absent, bool):
+            raise Refused(ErrorCode.BAD_REQUEST, f"{where}.if_absent must be true or false")
+        body, digest = document_body(item["value"], id_field, key, limit)
+        return TxnPut(kind, key, body, digest, if_absent)
+    if name == "delete":
+        return TxnDelete(kind, key_text(item.get("key"), f"{where}.key"))
+    if name == "delete_prefix":
+        return TxnDeletePrefix(kind, key_text(item.get("prefix"), f"{where}.prefix"))
+    if name == "append":
+        if id_field is not None:
+            raise Refused(ErrorCode.BAD_REQUEST, f"{where}: append is for kind 'kv'")
+        prefix = key_text(item.get("prefix"), f"{where}.prefix")
+        if len(prefix.encode("utf-8")) > 1000:
+            raise Refused(ErrorCode.BAD_REQUEST, f"{where}.prefix must be at most 1000 UTF-8 bytes")
+        if "value" not in item:
+            raise Refused(ErrorCode.BAD_REQUEST, f"{where}.value is missing")
+        body, digest = document_body(item["value"], None, None, limit)
+        return TxnAppend(kind, prefix, body, digest)
+    message = f"{where}.op must be 'put', 'delete', 'delete_prefix' or 'append'"
+    raise Refused(ErrorCode.BAD_REQUEST, message)
+
+
+def prepared_txn(args: dict[str, Any], max_document_bytes: int) -> PreparedTxn:
+    ops = args.get("ops")
+    if isinstance(ops, PreparedTxn):
+        return ops  # read in a worker already
+    requires = args.get("require", [])
+    if not isinstance(ops, list) or not 1 <= len(ops) <= MAX_TXN_OPS:
+        raise Refused(ErrorCode.BAD_REQUEST, f"ops must be an array of 1 to {MAX_TXN_OPS} maps")
+    if not isinstance(requires, list) or len(requires) > MAX_TXN_REQUIRES:
+        message = f"require must be an array of at most {MAX_TXN_REQUIRES} maps"
+        raise Refused(ErrorCode.BAD_REQUEST, message)
+    return PreparedTxn(
+        tuple(_require(n, item) for n, item in enumerate(requires)),
+        tuple(_op(n, item, max_document_bytes) for n, item in enumerate(ops)),
+    )

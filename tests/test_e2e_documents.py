@@ -1,0 +1,230 @@
+# The keyed-document ops the framework adapters stand on (kind `kv`,
+# checkpoint_scan, txn), over the wire in CBOR and in JSON, on a real daemon.
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sessionstore.protocol import Mode
+
+from .conftest import DaemonProcess
+from .wire_helpers import exchange, one
+
+MODES = [Mode.CBOR, Mode.JSON]
+
+
+def put(key: str, value: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"op": "put", "kind": "kv", "key": key, "value": value, **extra}
+
+
+def keys_of(reply: dict[str, Any]) -> list[str]:
+    assert reply["ok"], reply
+    return [item["key"] for item in reply["items"]]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_scan_reads_ranges_in_key_order_both_ways(running: DaemonProcess, mode: Mode) -> None:
+    path = running.socket_path
+    ops = [put(f"t/{n:02d}", {"n": n}) for n in range(12)] + [put("u/00", {"n": 99})]
+    assert one(path, {"op": "txn", "ops": ops}, mode)["ok"]
+    scan = {"op": "checkpoint_scan", "kind": "kv", "prefix": "t/"}
+    everything = one(path, scan, mode)
+    assert keys_of(everything) == [f"t/{n:02d}" for n in range(12)]
+    assert [item["value"] for item in everything["items"]] == [{"n": n} for n in range(12)]
+    assert everything["next"] is None
+    first, second = exchange(
+        path,
+        [{**scan, "limit": 5}, {**scan, "limit": 5, "after": "t/04"}],
+        mode,
+    )
+    assert keys_of(first) == [f"t/{n:02d}" for n in range(5)] and first["next"] == "t/04"
+    assert keys_of(second) == [f"t/{n:02d}" for n in range(5, 10)]
+    newest = one(path, {**scan, "reverse": True, "limit": 3}, mode)
+    assert keys_of(newest) == ["t/11", "t/10", "t/09"] and newest["next"] == "t/09"
+    older = one(path, {**scan, "reverse": True, "before": "t/09", "limit": 2}, mode)
+    assert keys_of(older) == ["t/08", "t/07"]
+    bare = one(path, {**scan, "values": False, "limit": 1}, mode)
+    assert set(bare["items"][0]) == {"key", "seq", "digest"}
+    assert keys_of(one(path, {**scan, "prefix": "v/"}, mode)) == []
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_a_txn_whose_requirement_fails_writes_nothing(running: DaemonProcess, mode: Mode) -> None:
+    path = running.socket_path
+    created = one(path, {"op": "txn", "ops": [put("a", {"v": 1})]}, mode)
+    assert created["ok"] and created["results"] == [{"written": True}]
+    digest = one(path, {"op": "checkpoint_scan", "kind": "kv", "prefix": "a"}, mode)["items"][0][
+        "digest"
+    ]
+    refused = one(
+        path,
+        {
+            "op": "txn",
+            "require": [
+                {"kind": "kv", "key": "a", "digest": digest},
+                {"kind": "kv", "key": "missing", "exists": True},
+            ],
+            "ops": [put("a", {"v": 2}), put("b", {"v": 2})],
+        },
+        mode,
+    )
+    assert not refused["ok"] and refused["error"]["code"] == "conflict"
+    assert refused["error"]["failed"] == 1 and refused["error"]["current"] is None
+    assert "missing" in refused["error"]["message"]
+    values = one(path, {"op": "checkpoint_scan", "kind": "kv"}, mode)["items"]
+    assert [(i["key"], i["value"]) for i in values] == [("a", {"v": 1})]
+    accepted = one(
+        path,
+        {
+            "op": "txn",
+            "require": [
+                {"kind": "kv", "key": "a", "digest": digest},
+                {"kind": "kv", "key": "b", "exists": False},
+                {"kind": "session", "key": "no-such-session", "exists": False},
+            ],
+            "ops": [
+                put("a", {"v": 2}),
+                put("b", {"v": 2}),
+                {"op": "delete", "kind": "kv", "key": "zz"},
+            ],
+        },
+        mode,
+    )
+    assert accepted["ok"], accepted
+    assert accepted["results"] == [{"written": True}, {"written": True}, {"deleted": False}]
+    stale = one(
+        path,
+        {
+            "op": "txn",
+            "require": [{"kind": "kv", "key": "a", "digest": digest}],
+            "ops": [put("a", {})],
+        },
+        mode,
+    )
+    assert stale["error"]["code"] == "conflict" and stale["error"]["current"] != digest
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_if_absent_keeps_the_first_value_and_delete_prefix_removes_a_range(
+    running: DaemonProcess, mode: Mode
+) -> None:
+    path = running.socket_path
+    first = one(path, {"op": "txn", "ops": [put("w/1", {"v": "first"}, if_absent=True)]}, mode)
+    again = one(path, {"op": "txn", "ops": [put("w/1", {"v": "second"}, if_absent=True)]}, mode)
+    assert first["results"] == [{"written": True}]
+    assert again["ok"] and again["results"] == [{"written": False}]
+    assert again["seq"] == first["seq"]  # nothing committed: seq stays
+    got = one(path, {"op": "checkpoint_get", "kind": "kv", "key": "w/1"}, mode)
+    assert got["value"] == {"v": "first"}
+    one(
+        path, {"op": "txn", "ops": [put(f"w/{n}", {}) for n in range(2, 6)] + [put("wx", {})]}, mode
+    )
+    removed = one(
+        path, {"op": "txn", "ops": [{"op": "delete_prefix", "kind": "kv", "prefix": "w/"}]}, mode
+    )
+    assert removed["results"] == [{"deleted": 5}]
+    assert keys_of(one(path, {"op": "checkpoint_scan", "kind": "kv", "prefix": "w"}, mode)) == [
+        "wx"
+    ]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_appends_take_keys_in_commit_order(running: DaemonProcess, mode: Mode) -> None:
+    path = running.socket_path
+    append = {"op": "append", "kind": "kv", "prefix": "log/"}
+    replies = exchange(
+        path,
+        [
+            {
+                "op": "txn",
+                "ops": [{**append, "value": {"n": 2 * i}}, {**append, "value": {"n": 2 * i + 1}}],
+            }
+            for i in range(5)
+        ],
+        mode,
+    )
+    appended = [result["key"] for reply in replies for result in reply["results"]]
+    assert appended == sorted(appended) and len(set(appended)) == 10
+    assert all(key.startswith("log/") and len(key) == len("log/") + 20 for key in appended)
+    scan = one(path, {"op": "checkpoint_scan", "kind": "kv", "prefix": "log/"}, mode)
+    assert [item["value"]["n"] for item in scan["items"]] == list(range(10))
+    assert [item["seq"] for item in scan["items"]] == [int(key[4:]) for key in appended]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+@pytest.mark.parametrize(
+    ("request_args", "needle"),
+    [
+        ({}, "ops must be an array"),
+        ({"ops": []}, "ops must be an array"),
+        ({"ops": [{"op": "upsert", "kind": "kv", "key": "k"}]}, "ops[0].op"),
+        ({"ops": [{"op": "put", "kind": "session", "key": "k", "value": {}}]}, "ops[0].kind"),
+        ({"ops": [{"op": "put", "kind": "kv", "key": "k"}]}, "ops[0].value is missing"),
+        ({"ops": [{"op": "put", "kind": "kv", "key": "", "value": {}}]}, "ops[0].key"),
+        ({"ops": [{"op": "put", "kind": "kv", "key": "k", "value": 3}]}, "value must be a map"),
+        ({"ops": [put("k", {}), {"op": "delete", "kind": "kv", "key": "k"}]}, "twice"),
+        ({"ops": [{"op": "append", "kind": "loop", "prefix": "p", "value": {}}]}, "append is for"),
+        ({"ops": [put("k", {})], "require": [{"kind": "kv", "key": "k"}]}, "exactly one of"),
+        ({"ops": [put("k", {})], "require": [{"kind": "kv", "key": "k", "digest": "x"}]}, "digest"),
+        ({"ops": [put("k", {})], "require": "k"}, "require must be an array"),
+    ],
+)
+def test_bad_txns_are_bad_request_and_change_nothing(
+    running: DaemonProcess, mode: Mode, request_args: dict[str, Any], needle: str
+) -> None:
+    reply = one(running.socket_path, {"op": "txn", **request_args}, mode)
+    assert reply["error"]["code"] == "bad_request", reply
+    assert needle in reply["error"]["message"]
+    scan = one(running.socket_path, {"op": "checkpoint_scan", "kind": "kv"}, mode)
+    assert scan["items"] == []
+
+
+@pytest.mark.parametrize(
+    "request_args",
+    [
+        {"kind": "nope"},
+        {"kind": "kv", "limit": 0},
+        {"kind": "kv", "limit": 1001},
+        {"kind": "kv", "reverse": "yes"},
+        {"kind": "kv", "after": ""},
+        {"kind": "kv", "prefix": 7},
+    ],
+)
+def test_bad_scans_are_bad_request(running: DaemonProcess, request_args: dict[str, Any]) -> None:
+    reply = one(running.socket_path, {"op": "checkpoint_scan", **request_args}, Mode.CBOR)
+    assert reply["error"]["code"] == "bad_request", reply
+
+
+def test_a_txn_is_fenced_and_watched_like_any_write(running: DaemonProcess) -> None:
+    with running.client() as client:
+        lease = client.lease_acquire("worker-a")
+        with pytest.raises(Exception) as fenced:
+            client.txn([put("k", {})])
+        assert getattr(fenced.value, "code", None) == "fenced"
+        done = client.txn([put("k", {}), put("l", {})], lease=lease)
+        client.lease_release("worker-a", lease["epoch"])
+        events = []
+        for event in client.watch(since=done["seq"] - 2):
+            events.append(event)
+            if len(events) == 2:
+                break
+    assert [(e["event"], e["kind"], e["key"], e["seq"]) for e in events] == [
+        ("checkpoint", "kv", "k", done["seq"] - 1),
+        ("checkpoint", "kv", "l", done["seq"]),
+    ]
+
+
+def test_a_txn_cut_by_a_crash_before_its_commit_record_is_gone_whole(
+    daemon: DaemonProcess,
+) -> None:
+    daemon.start(env={"SESSIONSTORED_FAILPOINTS": "after-intent=crash@2"})
+    with daemon.client() as client:
+        client.txn([put("kept", {})])
+        with pytest.raises(Exception):
+            client.txn([put(f"cut/{n}", {"n": n}) for n in range(50)])
+    daemon.wait_exit()
+    daemon.start()
+    with daemon.client() as client:
+        keys = [item["key"] for item in client.checkpoint_scan("kv")["items"]]
+    assert keys == ["kept"]
