@@ -5,6 +5,7 @@
 # (a test checks it), and only connecting, sending and watching differ.
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from . import requests as r
@@ -88,10 +89,12 @@ class OpMethods:
         """Keyed documents in key order: {"items": [{key, seq, digest, value}], "next"}."""
         return self.run(r.checkpoint_scan(kind, prefix, after, before, limit, reverse, values))
 
-    def txn(self, ops: list[dict[str, Any]], *, require: Any = UNSET, lease: Any = UNSET) -> Any:
+    def txn(
+        self, ops: Sequence[dict[str, Any]], *, require: Any = UNSET, lease: Any = UNSET
+    ) -> Any:
         """Several document changes, all or none: {"seq", "results"}; `conflict` when a
         requirement fails (details: failed, current)."""
-        return self.run(r.txn(ops, require, lease))
+        return self.run(r.txn(list(ops), require, lease))
 
     def lease_acquire(self, holder: str) -> Any:
         return self.run(r.lease_acquire(holder))
