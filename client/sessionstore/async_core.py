@@ -4,7 +4,7 @@
 # connecting, sending, receiving bytes, sleeping and closing.
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from .client import (
@@ -12,6 +12,7 @@ from .client import (
     MAX_RESPONSE_BYTES,
     WATCH_RETRY_S,
     _result,
+    _results,
     take_response,
 )
 from .errors import ConnectionLost
@@ -67,6 +68,10 @@ class AsyncCore(OpMethods):
 
     async def run(self, call: Call) -> Any:
         return _result(call, (await self.send_raw([call.request]))[0])
+
+    async def run_all(self, calls: Sequence[Call]) -> list[Any]:
+        """Several calls pipelined (one round trip); the first failure is raised."""
+        return _results(calls, await self.send_raw([call.request for call in calls]))
 
     async def iter_ids(self, prefix: str = "", *, page: int = 1000) -> AsyncIterator[str]:
         after: str | None = None

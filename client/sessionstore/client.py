@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from . import requests as r
@@ -36,6 +36,10 @@ def _result(call: Call, reply: dict[str, Any]) -> Any:
     if reply.get("ok") is True:
         return call.result(reply)
     raise error_from_wire(reply.get("error"))
+
+
+def _results(calls: Sequence[Call], replies: list[dict[str, Any]]) -> list[Any]:
+    return [_result(call, reply) for call, reply in zip(calls, replies, strict=True)]
 
 
 class Client(OpMethods):
@@ -96,6 +100,10 @@ class Client(OpMethods):
 
     def run(self, call: Call) -> Any:
         return _result(call, self.send_raw([call.request])[0])
+
+    def run_all(self, calls: Sequence[Call]) -> list[Any]:
+        """Several calls pipelined (one round trip); the first failure is raised."""
+        return _results(calls, self.send_raw([call.request for call in calls]))
 
     def iter_ids(self, prefix: str = "", *, page: int = 1000) -> Iterator[str]:
         after: str | None = None

@@ -1,0 +1,654 @@
+# A LangGraph checkpointer on sessionstore: `SessionStoreSaver`, sync and
+# async, with the extended capabilities (delete_for_runs, copy_thread, prune).
+#
+# Layout, all `kv` documents under one prefix (default "langgraph/"), each
+# part of a key percent-encoded (so it holds no "/"), or "!" + its SHA-256
+# when long:
+#   c/THREAD/NS/CHECKPOINT             a checkpoint, its metadata, its parent
+#   w/THREAD/NS/CHECKPOINT/TASK/IDX    one pending write
+#   r/RUN/THREAD/NS/CHECKPOINT         "this run wrote this checkpoint"
+#   t/THREAD/RUN                       "this thread has checkpoints of this run"
+# Checkpoint ids are uuid6 text, so key order is time order within a
+# namespace and "newest first" is a reverse range read.
+#
+# Every call is one round trip or a few, and every write is one `txn`: all of
+# its documents commit together or none does. A write that builds on a
+# checkpoint (put with a parent, put_writes) requires that checkpoint to
+# exist, so a write that arrives after delete_thread, prune or delete_for_runs
+# removed it is refused with DeletedCheckpoint and the thread stays deleted.
+# put_writes is idempotent: a regular write is stored only where absent; the
+# special channels (ERROR, INTERRUPT, ...) overwrite, as in LangGraph's own
+# savers. A stored value that cannot be deserialised raises
+# CorruptCheckpoint, never None.
+#
+# The decisions are written once, as plans: generators that yield the calls
+# they need (sent pipelined) and get the results back. The sync methods run
+# them on the blocking client, the async ones on the asyncio client.
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from collections.abc import AsyncIterator, Generator, Iterator, Sequence
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from . import requests as r
+from .asyncio_client import AsyncioClient
+from .client import Client
+from .errors import Conflict, SessionStoreError
+from .requests import Call
+
+T = TypeVar("T")
+Plan = Generator[list[Call], list[Any], T]
+Items = list[dict[str, Any]]  # range-read items: {key, seq, digest, value}
+RunsByThread = dict[str, list[str]]
+
+KIND = "kv"
+PAGE = 100  # checkpoints per range read when listing
+LONG_PART_CHARS = 200  # an encoded key part longer than this is replaced by its hash
+
+
+class DeletedCheckpoint(SessionStoreError):
+    """A write built on a checkpoint that is no longer stored (the thread was deleted
+    or pruned after the write began): refused, so the deletion stands."""
+
+    code = "deleted_checkpoint"
+
+
+class CorruptCheckpoint(SessionStoreError):
+    """A stored checkpoint or write that cannot be deserialised."""
+
+    code = "corrupt_checkpoint"
+
+
+def _part(text: str) -> str:
+    encoded = quote(text, safe="")
+    if len(encoded) <= LONG_PART_CHARS:
+        return encoded
+    return "!" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class _Keys:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def thread_checkpoints(self, thread: str) -> str:
+        return f"{self.prefix}c/{_part(thread)}/"
+
+    def namespace_checkpoints(self, thread: str, ns: str) -> str:
+        return f"{self.thread_checkpoints(thread)}{_part(ns)}/"
+
+    def checkpoint(self, thread: str, ns: str, checkpoint_id: str) -> str:
+        return f"{self.namespace_checkpoints(thread, ns)}{_part(checkpoint_id)}"
+
+    def thread_writes(self, thread: str) -> str:
+        return f"{self.prefix}w/{_part(thread)}/"
+
+    def checkpoint_writes(self, thread: str, ns: str, checkpoint_id: str) -> str:
+        return f"{self.thread_writes(thread)}{_part(ns)}/{_part(checkpoint_id)}/"
+
+    def write(self, thread: str, ns: str, checkpoint_id: str, task_id: str, idx: int) -> str:
+        return f"{self.checkpoint_writes(thread, ns, checkpoint_id)}{_part(task_id)}/{idx}"
+
+    def run_checkpoints(self, run_id: str) -> str:
+        return f"{self.prefix}r/{_part(run_id)}/"
+
+    def run_marker(self, run_id: str, thread: str, ns: str, checkpoint_id: str) -> str:
+        return f"{self.run_checkpoints(run_id)}{_part(thread)}/{_part(ns)}/{_part(checkpoint_id)}"
+
+    def thread_runs(self, thread: str) -> str:
+        return f"{self.prefix}t/{_part(thread)}/"
+
+    def thread_run(self, thread: str, run_id: str) -> str:
+        return f"{self.thread_runs(thread)}{_part(run_id)}"
+
+
+def _put(key: str, value: dict[str, Any], *, if_absent: bool = False) -> dict[str, Any]:
+    op = {"op": "put", "kind": KIND, "key": key, "value": value}
+    return {**op, "if_absent": True} if if_absent else op
+
+
+def _delete(key: str) -> dict[str, Any]:
+    return {"op": "delete", "kind": KIND, "key": key}
+
+
+def _delete_prefix(prefix: str) -> dict[str, Any]:
+    return {"op": "delete_prefix", "kind": KIND, "prefix": prefix}
+
+
+def _exists(key: str) -> dict[str, Any]:
+    return {"kind": KIND, "key": key, "exists": True}
+
+
+def _scan(prefix: str, **options: Any) -> Call:
+    return r.checkpoint_scan(KIND, prefix, **options)
+
+
+class SessionStoreSaver(BaseCheckpointSaver[int]):
+    """LangGraph checkpoints in a sessionstore daemon, shared by every process on the
+    machine that talks to it; see the module comment for what it guarantees."""
+
+    def __init__(
+        self,
+        socket_path: str | None = None,
+        *,
+        prefix: str = "langgraph/",
+        serde: SerializerProtocol | None = None,
+        timeout: float | None = 60.0,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self.keys = _Keys(prefix)
+        self._client: Client | None = None
+        self._client_lock = threading.Lock()
+        self._async_clients: dict[asyncio.AbstractEventLoop, AsyncioClient] = {}
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    async def aclose(self) -> None:
+        client = self._async_clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
+    # -- running plans ------------------------------------------------------------
+
+    def _run(self, plan: Plan[T]) -> T:
+        with self._client_lock:
+            if self._client is None:
+                self._client = Client(self.socket_path, timeout=self.timeout)
+            client = self._client
+            try:
+                calls = next(plan)
+                while True:
+                    try:
+                        results = client.run_all(calls)
+                    except SessionStoreError as error:
+                        calls = plan.throw(error)
+                        continue
+                    calls = plan.send(results)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+
+    async def _arun(self, plan: Plan[T]) -> T:
+        loop = asyncio.get_running_loop()
+        client = self._async_clients.get(loop)
+        if client is None:
+            for closed in [other for other in self._async_clients if other.is_closed()]:
+                del self._async_clients[closed]
+            client = AsyncioClient(self.socket_path, timeout=self.timeout)
+            self._async_clients[loop] = client
+        try:
+            calls = next(plan)
+            while True:
+                try:
+                    results = await client.run_all(calls)
+                except SessionStoreError as error:
+                    calls = plan.throw(error)
+                    continue
+                calls = plan.send(results)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    # -- the saver's methods -------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._run(self._get_tuple(config))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._arun(self._get_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        listing = _Listing(self, config, filter, before, limit)
+        while not listing.done:
+            yield from self._run(listing.next_page())
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        listing = _Listing(self, config, filter, before, limit)
+        while not listing.done:
+            for item in await self._arun(listing.next_page()):
+                yield item
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._run(self._put(config, checkpoint, metadata))
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._arun(self._put(config, checkpoint, metadata))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._run(self._put_writes(config, writes, task_id, task_path))
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._arun(self._put_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._run(self._delete_threads([thread_id]))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._arun(self._delete_threads([thread_id]))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._run(self._delete_for_runs(run_ids))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._arun(self._delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._run(self._copy_thread(source_thread_id, target_thread_id))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._arun(self._copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._run(self._prune(thread_ids, strategy))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._arun(self._prune(thread_ids, strategy))
+
+    def get_next_version(self, current: int | None, channel: None) -> int:
+        return 1 if current is None else int(current) + 1
+
+    # -- plans ---------------------------------------------------------------------
+
+    def _get_tuple(self, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
+        configurable = config["configurable"]
+        thread, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
+        checkpoint_id = get_checkpoint_id(config)
+        if checkpoint_id:
+            key = self.keys.checkpoint(thread, ns, checkpoint_id)
+            writes_prefix = self.keys.checkpoint_writes(thread, ns, checkpoint_id)
+            value, writes = yield [r.checkpoint_get(KIND, key), *_all_pages(writes_prefix)]
+            if value is None:
+                return None
+            return self._tuple(key, value, (yield from _whole(writes_prefix, writes)))
+        newest = (
+            yield [_scan(self.keys.namespace_checkpoints(thread, ns), reverse=True, limit=1)]
+        )[0]["items"]
+        if not newest:
+            return None
+        item = newest[0]
+        value = item["value"]
+        writes_prefix = self.keys.checkpoint_writes(thread, ns, value["checkpoint_id"])
+        (writes,) = yield _all_pages(writes_prefix)
+        return self._tuple(item["key"], value, (yield from _whole(writes_prefix, writes)))
+
+    def _put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> Plan[RunnableConfig]:
+        configurable = config["configurable"]
+        thread, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
+        parent_id = configurable.get("checkpoint_id")
+        checkpoint_id = checkpoint["id"]
+        checkpoint_type, checkpoint_bytes = self.serde.dumps_typed(checkpoint)
+        stored_metadata = get_serializable_checkpoint_metadata(config, metadata)
+        metadata_type, metadata_bytes = self.serde.dumps_typed(stored_metadata)
+        run_id = stored_metadata.get("run_id")
+        value = {
+            "thread_id": thread,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+            "parent_checkpoint_id": parent_id,
+            "run_id": None if run_id is None else str(run_id),
+            "type": checkpoint_type,
+            "checkpoint": checkpoint_bytes,
+            "metadata_type": metadata_type,
+            "metadata": metadata_bytes,
+        }
+        ops = [_put(self.keys.checkpoint(thread, ns, checkpoint_id), value)]
+        if run_id is not None:
+            ops.append(_put(self.keys.run_marker(str(run_id), thread, ns, checkpoint_id), {}))
+            ops.append(_put(self.keys.thread_run(thread, str(run_id)), {}, if_absent=True))
+        require = [] if not parent_id else [_exists(self.keys.checkpoint(thread, ns, parent_id))]
+        try:
+            yield [r.txn(ops, require)]
+        except Conflict as error:
+            raise DeletedCheckpoint(
+                f"checkpoint {parent_id!r} of thread {thread!r} (namespace {ns!r}) was deleted; "
+                "a checkpoint built on it is refused so that the deletion stands",
+                error.details,
+            ) from error
+        return {
+            "configurable": {
+                "thread_id": thread,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
+
+    def _put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Plan[None]:
+        if not writes:
+            return
+        configurable = config["configurable"]
+        thread, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
+        checkpoint_id = str(configurable["checkpoint_id"])
+        ops = []
+        for position, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, position)
+            value_type, value_bytes = self.serde.dumps_typed(value)
+            document = {
+                "task_id": task_id,
+                "task_path": task_path,
+                "idx": idx,
+                "channel": channel,
+                "type": value_type,
+                "value": value_bytes,
+            }
+            key = self.keys.write(thread, ns, checkpoint_id, task_id, idx)
+            ops.append(_put(key, document, if_absent=idx >= 0))
+        try:
+            yield [r.txn(ops, [_exists(self.keys.checkpoint(thread, ns, checkpoint_id))])]
+        except Conflict as error:
+            raise DeletedCheckpoint(
+                f"checkpoint {checkpoint_id!r} of thread {thread!r} (namespace {ns!r}) was "
+                "deleted; its late writes are refused so that the deletion stands",
+                error.details,
+            ) from error
+
+    def _runs_of(self, threads: Sequence[str]) -> Plan[RunsByThread]:
+        """The runs of each thread, as encoded key parts."""
+        prefixes = [self.keys.thread_runs(thread) for thread in threads]
+        pages = yield [_scan(prefix, values=False, limit=1000) for prefix in prefixes]
+        runs: RunsByThread = {}
+        for thread, prefix, page in zip(threads, prefixes, pages, strict=True):
+            items = yield from _whole(prefix, page)
+            runs[thread] = [item["key"][len(prefix) :] for item in items]
+        return runs
+
+    def _delete_threads(self, threads: Sequence[str]) -> Plan[None]:
+        if not threads:
+            return
+        runs = yield from self._runs_of(threads)
+        ops = []
+        for thread in threads:
+            ops.append(_delete_prefix(self.keys.thread_checkpoints(thread)))
+            ops.append(_delete_prefix(self.keys.thread_writes(thread)))
+            ops.append(_delete_prefix(self.keys.thread_runs(thread)))
+            for encoded_run in runs[thread]:
+                ops.append(_delete_prefix(f"{self.keys.prefix}r/{encoded_run}/{_part(thread)}/"))
+        yield [r.txn(ops)]
+
+    def _delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
+        if not run_ids:
+            return
+        ops: list[dict[str, Any]] = []
+        for run_id in run_ids:
+            prefix = self.keys.run_checkpoints(run_id)
+            after: str | None = None
+            threads: set[str] = set()
+            while True:
+                (page,) = yield [_scan(prefix, values=False, limit=1000, after=after)]
+                for item in page["items"]:
+                    thread, ns, checkpoint = item["key"][len(prefix) :].split("/")
+                    head = f"{self.keys.prefix}c/{thread}/{ns}/{checkpoint}"
+                    ops.append(_delete(head))
+                    ops.append(_delete_prefix(f"{self.keys.prefix}w/{thread}/{ns}/{checkpoint}/"))
+                    threads.add(thread)
+                after = page["next"]
+                if after is None:
+                    break
+            ops.append(_delete_prefix(prefix))
+            ops += [_delete(f"{self.keys.prefix}t/{t}/{_part(run_id)}") for t in sorted(threads)]
+        yield [r.txn(ops)]
+
+    def _copy_thread(self, source: str, target: str) -> Plan[None]:
+        checkpoints = yield from _every_item(self.keys.thread_checkpoints(source))
+        writes = yield from _every_item(self.keys.thread_writes(source))
+        if not checkpoints:
+            return
+        ops = []
+        for item in checkpoints:
+            value = {**item["value"], "thread_id": target}
+            ns, checkpoint_id = value["checkpoint_ns"], value["checkpoint_id"]
+            ops.append(_put(self.keys.checkpoint(target, ns, checkpoint_id), value))
+            run_id = value.get("run_id")
+            if run_id is not None:
+                ops.append(_put(self.keys.run_marker(run_id, target, ns, checkpoint_id), {}))
+        for run_id in sorted({i["value"]["run_id"] for i in checkpoints} - {None}):
+            ops.append(_put(self.keys.thread_run(target, run_id), {}))
+        source_writes = self.keys.thread_writes(source)
+        for item in writes:
+            ops.append(
+                _put(
+                    self.keys.thread_writes(target) + item["key"][len(source_writes) :],
+                    item["value"],
+                )
+            )
+        yield [r.txn(ops)]
+
+    def _prune(self, threads: Sequence[str], strategy: str) -> Plan[None]:
+        if strategy == "delete":
+            yield from self._delete_threads(threads)
+            return
+        if strategy != "keep_latest":
+            raise ValueError(f"unknown prune strategy {strategy!r}: 'keep_latest' or 'delete'")
+        ops: list[dict[str, Any]] = []
+        for thread in threads:
+            checkpoints = yield from _every_item(self.keys.thread_checkpoints(thread))
+            newest: dict[str, str] = {}
+            for item in checkpoints:  # key order: per namespace, oldest first
+                value = item["value"]
+                newest[value["checkpoint_ns"]] = value["checkpoint_id"]
+            for item in checkpoints:
+                value = item["value"]
+                ns, checkpoint_id = value["checkpoint_ns"], value["checkpoint_id"]
+                if newest[ns] == checkpoint_id:
+                    continue
+                ops.append(_delete(item["key"]))
+                ops.append(_delete_prefix(self.keys.checkpoint_writes(thread, ns, checkpoint_id)))
+                if value.get("run_id") is not None:
+                    ops.append(
+                        _delete(self.keys.run_marker(value["run_id"], thread, ns, checkpoint_id))
+                    )
+        if ops:
+            yield [r.txn(ops)]
+
+    # -- reading stored values ------------------------------------------------------
+
+    def _loads(self, what: str, key: str, value_type: Any, data: Any) -> Any:
+        try:
+            return self.serde.loads_typed((value_type, data))
+        except Exception as error:
+            raise CorruptCheckpoint(
+                f"cannot deserialise the {what} stored at {key!r}: {error}"
+            ) from error
+
+    def _tuple(self, key: str, value: Any, writes: Items) -> CheckpointTuple:
+        try:
+            thread, ns = value["thread_id"], value["checkpoint_ns"]
+            checkpoint_id, parent_id = value["checkpoint_id"], value["parent_checkpoint_id"]
+            checkpoint = self._loads("checkpoint", key, value["type"], value["checkpoint"])
+            metadata = self._loads("metadata", key, value["metadata_type"], value["metadata"])
+            ordered: Items = sorted(
+                writes,
+                key=lambda w: (w["value"]["task_path"], w["value"]["task_id"], w["value"]["idx"]),
+            )
+            pending = [
+                (
+                    w["value"]["task_id"],
+                    w["value"]["channel"],
+                    self._loads("write", w["key"], w["value"]["type"], w["value"]["value"]),
+                )
+                for w in ordered
+            ]
+        except (KeyError, TypeError) as error:
+            raise CorruptCheckpoint(
+                f"the document at {key!r} is not a checkpoint: {error!r}"
+            ) from error
+        parent = None
+        if parent_id:
+            parent = {
+                "configurable": {
+                    "thread_id": thread,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": parent_id,
+                }
+            }
+        return CheckpointTuple(
+            config={
+                "configurable": {
+                    "thread_id": thread,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": checkpoint_id,
+                }
+            },
+            checkpoint=checkpoint,
+            metadata=metadata,
+            parent_config=parent,  # type: ignore[arg-type]
+            pending_writes=pending,
+        )
+
+
+def _address(value: dict[str, Any]) -> tuple[str, str, str]:
+    return value["thread_id"], value["checkpoint_ns"], value["checkpoint_id"]
+
+
+def _all_pages(prefix: str) -> list[Call]:
+    """The first page of a range (most checkpoints' writes fit in it; _whole reads on)."""
+    return [_scan(prefix, limit=1000)]
+
+
+def _whole(prefix: str, page: dict[str, Any]) -> Plan[list[dict[str, Any]]]:
+    """A range's items: the first page read already, and any pages after it."""
+    rest = [] if page["next"] is None else (yield from _every_item(prefix, page["next"]))
+    return [*page["items"], *rest]
+
+
+def _every_item(prefix: str, after: str | None = None) -> Plan[list[dict[str, Any]]]:
+    items: list[dict[str, Any]] = []
+    while True:
+        (page,) = yield [_scan(prefix, limit=1000, after=after)]
+        items += page["items"]
+        after = page["next"]
+        if after is None:
+            return items
+
+
+class _Listing:
+    """list()'s state between pages: newest first, filtered, limited."""
+
+    def __init__(
+        self,
+        saver: SessionStoreSaver,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> None:
+        self.saver = saver
+        self.filter = filter or {}
+        self.remaining = limit
+        self.before_id = get_checkpoint_id(before) if before else None
+        self.only_id: str | None = None
+        configurable = (config or {}).get("configurable", {})
+        keys = saver.keys
+        if "thread_id" not in configurable:
+            self.prefix = f"{keys.prefix}c/"
+        elif "checkpoint_ns" in configurable:
+            thread, ns = str(configurable["thread_id"]), configurable["checkpoint_ns"]
+            self.prefix = keys.namespace_checkpoints(thread, ns)
+            self.only_id = get_checkpoint_id(config) if config else None
+        else:
+            self.prefix = keys.thread_checkpoints(str(configurable["thread_id"]))
+        # one namespace is one key range in time order; more are merged in memory
+        self.one_namespace = "checkpoint_ns" in configurable
+        self.cursor: str | None = None
+        if self.one_namespace and self.before_id is not None:
+            self.cursor = self.prefix + _part(self.before_id)
+        self.done = limit is not None and limit <= 0
+
+    def next_page(self) -> Plan[list[CheckpointTuple]]:
+        if self.one_namespace:
+            (page,) = yield [_scan(self.prefix, reverse=True, limit=PAGE, before=self.cursor)]
+            items = page["items"]
+            self.cursor = page["next"]
+            self.done = self.cursor is None
+        else:
+            items = yield from _every_item(self.prefix)
+            items.sort(key=lambda i: i["value"]["checkpoint_id"], reverse=True)
+            self.done = True
+        candidates = []
+        for item in items:
+            value = item["value"]
+            if self.only_id is not None and value["checkpoint_id"] != self.only_id:
+                continue
+            if self.before_id is not None and value["checkpoint_id"] >= self.before_id:
+                continue
+            candidates.append(item)
+        prefixes = [self.saver.keys.checkpoint_writes(*_address(i["value"])) for i in candidates]
+        pages: list[Any] = []
+        if candidates:
+            pages = yield [_all_pages(prefix)[0] for prefix in prefixes]
+        found = []
+        for item, prefix, page in zip(candidates, prefixes, pages, strict=True):
+            item_writes = yield from _whole(prefix, page)
+            tup = self.saver._tuple(item["key"], item["value"], item_writes)
+            if any(tup.metadata.get(k) != v for k, v in self.filter.items()):
+                continue
+            found.append(tup)
+            if self.remaining is not None:
+                self.remaining -= 1
+                if self.remaining <= 0:
+                    self.done = True
+                    break
+        return found
