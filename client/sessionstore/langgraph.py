@@ -12,13 +12,19 @@
 # namespace and "newest first" is a reverse range read.
 #
 # Every call is one round trip or a few, and every write is one `txn`: all of
-# its documents commit together or none does. A write that builds on a
-# checkpoint (put with a parent, put_writes) requires that checkpoint to
-# exist, so a write that arrives after delete_thread, prune or delete_for_runs
-# removed it is refused with DeletedCheckpoint and the thread stays deleted.
-# put_writes is idempotent: a regular write is stored only where absent; the
-# special channels (ERROR, INTERRUPT, ...) overwrite, as in LangGraph's own
-# savers. A stored value that cannot be deserialised raises
+# its documents commit together or none does.
+#
+# Deleted stays deleted. A checkpoint put on a parent requires the parent to
+# be stored, so a run that goes on after delete_thread, prune or
+# delete_for_runs removed its checkpoints is refused at its next checkpoint
+# (DeletedCheckpoint) and recreates nothing. LangGraph chains one loop's puts,
+# so a live run's parent is always stored first. Its put_writes are not
+# chained (with durability="async" they may arrive before their checkpoint),
+# so they cannot be told from late ones and are stored; a write is only ever
+# read with its checkpoint, so a late one is never seen, and delete_thread and
+# prune remove it. put_writes is idempotent: a regular write is stored only
+# where absent; the special channels (ERROR, INTERRUPT, ...) overwrite, as in
+# LangGraph's own savers. A stored value that cannot be deserialised raises
 # CorruptCheckpoint, never None.
 #
 # The decisions are written once, as plans: generators that yield the calls
@@ -396,14 +402,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             }
             key = self.keys.write(thread, ns, checkpoint_id, task_id, idx)
             ops.append(_put(key, document, if_absent=idx >= 0))
-        try:
-            yield [r.txn(ops, [_exists(self.keys.checkpoint(thread, ns, checkpoint_id))])]
-        except Conflict as error:
-            raise DeletedCheckpoint(
-                f"checkpoint {checkpoint_id!r} of thread {thread!r} (namespace {ns!r}) was "
-                "deleted; its late writes are refused so that the deletion stands",
-                error.details,
-            ) from error
+        yield [r.txn(ops)]
 
     def _runs_of(self, threads: Sequence[str]) -> Plan[RunsByThread]:
         """The runs of each thread, as encoded key parts."""
@@ -495,11 +494,17 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                 if newest[ns] == checkpoint_id:
                     continue
                 ops.append(_delete(item["key"]))
-                ops.append(_delete_prefix(self.keys.checkpoint_writes(thread, ns, checkpoint_id)))
                 if value.get("run_id") is not None:
                     ops.append(
                         _delete(self.keys.run_marker(value["run_id"], thread, ns, checkpoint_id))
                     )
+            kept = {f"{_part(ns)}/{_part(checkpoint_id)}" for ns, checkpoint_id in newest.items()}
+            writes_prefix = self.keys.thread_writes(thread)
+            writes = yield from _every_item(writes_prefix, values=False)
+            for item in writes:  # those of pruned checkpoints, and any late ones
+                ns_part, checkpoint_part, _ = item["key"][len(writes_prefix) :].split("/", 2)
+                if f"{ns_part}/{checkpoint_part}" not in kept:
+                    ops.append(_delete(item["key"]))
         if ops:
             yield [r.txn(ops)]
 
@@ -574,10 +579,12 @@ def _whole(prefix: str, page: dict[str, Any]) -> Plan[list[dict[str, Any]]]:
     return [*page["items"], *rest]
 
 
-def _every_item(prefix: str, after: str | None = None) -> Plan[list[dict[str, Any]]]:
+def _every_item(
+    prefix: str, after: str | None = None, *, values: bool = True
+) -> Plan[list[dict[str, Any]]]:
     items: list[dict[str, Any]] = []
     while True:
-        (page,) = yield [_scan(prefix, limit=1000, after=after)]
+        (page,) = yield [_scan(prefix, limit=1000, after=after, values=values)]
         items += page["items"]
         after = page["next"]
         if after is None:
