@@ -2,8 +2,7 @@
 # async, with the extended capabilities (delete_for_runs, copy_thread, prune).
 #
 # Layout, all `kv` documents under one prefix (default "langgraph/"), each
-# part of a key percent-encoded (so it holds no "/"), or "!" + its SHA-256
-# when long:
+# part of a key encoded by keyparts.key_part:
 #   c/THREAD/NS/CHECKPOINT             a checkpoint, its metadata, its parent
 #   w/THREAD/NS/CHECKPOINT/TASK/IDX    one pending write
 #   r/RUN/THREAD/NS/CHECKPOINT         "this run wrote this checkpoint"
@@ -33,11 +32,9 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import threading
 from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -56,6 +53,7 @@ from . import requests as r
 from .asyncio_client import AsyncioClient
 from .client import Client
 from .errors import Conflict, SessionStoreError
+from .keyparts import key_part
 from .requests import Call
 
 T = TypeVar("T")
@@ -65,7 +63,6 @@ RunsByThread = dict[str, list[str]]
 
 KIND = "kv"
 PAGE = 100  # checkpoints per range read when listing
-LONG_PART_CHARS = 200  # an encoded key part longer than this is replaced by its hash
 
 
 class DeletedCheckpoint(SessionStoreError):
@@ -81,46 +78,40 @@ class CorruptCheckpoint(SessionStoreError):
     code = "corrupt_checkpoint"
 
 
-def _part(text: str) -> str:
-    encoded = quote(text, safe="")
-    if len(encoded) <= LONG_PART_CHARS:
-        return encoded
-    return "!" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 class _Keys:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
 
     def thread_checkpoints(self, thread: str) -> str:
-        return f"{self.prefix}c/{_part(thread)}/"
+        return f"{self.prefix}c/{key_part(thread)}/"
 
     def namespace_checkpoints(self, thread: str, ns: str) -> str:
-        return f"{self.thread_checkpoints(thread)}{_part(ns)}/"
+        return f"{self.thread_checkpoints(thread)}{key_part(ns)}/"
 
     def checkpoint(self, thread: str, ns: str, checkpoint_id: str) -> str:
-        return f"{self.namespace_checkpoints(thread, ns)}{_part(checkpoint_id)}"
+        return f"{self.namespace_checkpoints(thread, ns)}{key_part(checkpoint_id)}"
 
     def thread_writes(self, thread: str) -> str:
-        return f"{self.prefix}w/{_part(thread)}/"
+        return f"{self.prefix}w/{key_part(thread)}/"
 
     def checkpoint_writes(self, thread: str, ns: str, checkpoint_id: str) -> str:
-        return f"{self.thread_writes(thread)}{_part(ns)}/{_part(checkpoint_id)}/"
+        return f"{self.thread_writes(thread)}{key_part(ns)}/{key_part(checkpoint_id)}/"
 
     def write(self, thread: str, ns: str, checkpoint_id: str, task_id: str, idx: int) -> str:
-        return f"{self.checkpoint_writes(thread, ns, checkpoint_id)}{_part(task_id)}/{idx}"
+        return f"{self.checkpoint_writes(thread, ns, checkpoint_id)}{key_part(task_id)}/{idx}"
 
     def run_checkpoints(self, run_id: str) -> str:
-        return f"{self.prefix}r/{_part(run_id)}/"
+        return f"{self.prefix}r/{key_part(run_id)}/"
 
     def run_marker(self, run_id: str, thread: str, ns: str, checkpoint_id: str) -> str:
-        return f"{self.run_checkpoints(run_id)}{_part(thread)}/{_part(ns)}/{_part(checkpoint_id)}"
+        where = f"{key_part(thread)}/{key_part(ns)}/{key_part(checkpoint_id)}"
+        return f"{self.run_checkpoints(run_id)}{where}"
 
     def thread_runs(self, thread: str) -> str:
-        return f"{self.prefix}t/{_part(thread)}/"
+        return f"{self.prefix}t/{key_part(thread)}/"
 
     def thread_run(self, thread: str, run_id: str) -> str:
-        return f"{self.thread_runs(thread)}{_part(run_id)}"
+        return f"{self.thread_runs(thread)}{key_part(run_id)}"
 
 
 def _put(key: str, value: dict[str, Any], *, if_absent: bool = False) -> dict[str, Any]:
@@ -424,7 +415,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             ops.append(_delete_prefix(self.keys.thread_writes(thread)))
             ops.append(_delete_prefix(self.keys.thread_runs(thread)))
             for encoded_run in runs[thread]:
-                ops.append(_delete_prefix(f"{self.keys.prefix}r/{encoded_run}/{_part(thread)}/"))
+                ops.append(_delete_prefix(f"{self.keys.prefix}r/{encoded_run}/{key_part(thread)}/"))
         yield [r.txn(ops)]
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
@@ -447,7 +438,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                 if after is None:
                     break
             ops.append(_delete_prefix(prefix))
-            ops += [_delete(f"{self.keys.prefix}t/{t}/{_part(run_id)}") for t in sorted(threads)]
+            ops += [_delete(f"{self.keys.prefix}t/{t}/{key_part(run_id)}") for t in sorted(threads)]
         yield [r.txn(ops)]
 
     def _copy_thread(self, source: str, target: str) -> Plan[None]:
@@ -498,7 +489,9 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                     ops.append(
                         _delete(self.keys.run_marker(value["run_id"], thread, ns, checkpoint_id))
                     )
-            kept = {f"{_part(ns)}/{_part(checkpoint_id)}" for ns, checkpoint_id in newest.items()}
+            kept = {
+                f"{key_part(ns)}/{key_part(checkpoint_id)}" for ns, checkpoint_id in newest.items()
+            }
             writes_prefix = self.keys.thread_writes(thread)
             writes = yield from _every_item(writes_prefix, values=False)
             for item in writes:  # those of pruned checkpoints, and any late ones
@@ -621,7 +614,7 @@ class _Listing:
         self.one_namespace = "checkpoint_ns" in configurable
         self.cursor: str | None = None
         if self.one_namespace and self.before_id is not None:
-            self.cursor = self.prefix + _part(self.before_id)
+            self.cursor = self.prefix + key_part(self.before_id)
         self.done = limit is not None and limit <= 0
 
     def next_page(self) -> Plan[list[CheckpointTuple]]:

@@ -1,0 +1,121 @@
+# An OpenAI Agents SDK session on sessionstore: `SessionStoreSession`
+# implements the SDK's Session protocol (get_items, add_items, pop_item,
+# clear_session, session_settings) over the asyncio client.
+#
+# Each item is its own `kv` document at PREFIX + SESSION + "/" + the seq of its
+# commit (20 digits), appended by one `txn`: the daemon picks the key, so the
+# items of every caller in every process are ordered by commit, one call's
+# items stay together and in order, and nothing is rewritten. add_items costs
+# the same at item 10 and at item 10,000; get_items(limit=N) is one range read
+# of the newest N; pop_item removes the newest item under a requirement on its
+# generation (retrying if another caller took it first); clear_session is one
+# range delete.
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from agents.memory.session_settings import SessionSettings, resolve_session_limit
+
+from .asyncio_client import AsyncioClient
+from .errors import Conflict
+from .keyparts import key_part
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+
+KIND = "kv"
+PAGE = 1000  # the daemon's largest range read
+
+
+class SessionStoreSession:
+    def __init__(
+        self,
+        session_id: str,
+        socket_path: str | None = None,
+        *,
+        session_settings: SessionSettings | None = None,
+        prefix: str = "agents/",
+        timeout: float | None = 60.0,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings = session_settings
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self.items_prefix = f"{prefix}{key_part(session_id)}/"
+        self._clients: dict[asyncio.AbstractEventLoop, AsyncioClient] = {}
+
+    def _client(self) -> AsyncioClient:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            for closed in [other for other in self._clients if other.is_closed()]:
+                del self._clients[closed]
+            client = AsyncioClient(self.socket_path, timeout=self.timeout)
+            self._clients[loop] = client
+        return client
+
+    async def close(self) -> None:
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        wanted = resolve_session_limit(limit, self.session_settings)
+        if wanted == 0:
+            return []
+        client = self._client()
+        if wanted is None or wanted < 0:  # everything, oldest first
+            items: list[Any] = []
+            after: str | None = None
+            while True:
+                page = await client.checkpoint_scan(
+                    KIND, self.items_prefix, after=after, limit=PAGE
+                )
+                items += [item["value"]["item"] for item in page["items"]]
+                after = page["next"]
+                if after is None:
+                    return items
+        newest: list[Any] = []
+        before: str | None = None
+        while len(newest) < wanted:
+            page = await client.checkpoint_scan(
+                KIND,
+                self.items_prefix,
+                before=before,
+                limit=min(PAGE, wanted - len(newest)),
+                reverse=True,
+            )
+            newest += [item["value"]["item"] for item in page["items"]]
+            before = page["next"]
+            if before is None:
+                break
+        return newest[::-1]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        if not items:
+            return
+        append = {"op": "append", "kind": KIND, "prefix": self.items_prefix}
+        await self._client().txn([{**append, "value": {"item": item}} for item in items])
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        client = self._client()
+        while True:
+            page = await client.checkpoint_scan(KIND, self.items_prefix, limit=1, reverse=True)
+            if not page["items"]:
+                return None
+            newest = page["items"][0]
+            try:
+                await client.txn(
+                    [{"op": "delete", "kind": KIND, "key": newest["key"]}],
+                    require=[{"kind": KIND, "key": newest["key"], "digest": newest["digest"]}],
+                )
+            except Conflict:
+                continue  # another caller popped it first: take the next newest
+            item: TResponseInputItem = newest["value"]["item"]
+            return item
+
+    async def clear_session(self) -> None:
+        await self._client().txn(
+            [{"op": "delete_prefix", "kind": KIND, "prefix": self.items_prefix}]
+        )
