@@ -23,7 +23,7 @@ from typing import Any
 
 from sessionstore.client import Client
 
-from . import anchors, loop_stall, space
+from . import adapters, anchors, loop_stall, space
 from .frontend_cost import frontend_cost
 from .load import Sample, run_clients, run_in_processes
 from .sealing_cost import sealing_cost
@@ -348,6 +348,10 @@ def main() -> None:
             args,
             [1, 64] if args.quick else [1, 8, 64],
         )
+        (base / "adapters").mkdir()
+        frameworks = adapters.main(Daemon, base / "adapters", args.seconds)
+        for name, figures in frameworks.items():
+            print(f"adapters: {name}: {json.dumps(figures)}", flush=True)
         (base / "stall").mkdir()
         stall = loop_stall.run(Daemon, base / "stall", quick=args.quick)
         for name, figures in stall.items():
@@ -379,6 +383,7 @@ def main() -> None:
         "sealing_cpu_us": sealing,
         "frontend_cpu_us": frontend,
         "loop_stall": stall,
+        "adapters": frameworks,
         "targets": targets(rows),
     }
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2))
