@@ -58,3 +58,23 @@ def test_every_package_directory_is_packaged() -> None:
         for init in (base / top).rglob("__init__.py"):
             name = ".".join(init.parent.relative_to(base).parts)
             assert mapped.get(name) == init.parent, f"{name} is missing from pyproject.toml"
+
+
+def test_the_adapters_are_optional() -> None:
+    """The clients load without the frameworks: only the adapter modules import them."""
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, sessionstore, sessionstore.client, sessionstore.aclient,"
+            " sessionstore.asyncio_client, sessionstore.cli;"
+            " print(sorted({'langgraph', 'agents', 'langchain_core'} & set(sys.modules)))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "[]"
+    for path in (ROOT / "client" / "sessionstore").glob("*.py"):
+        frameworks = _imports(path) & {"langgraph", "agents", "langchain_core"}
+        assert not frameworks or path.stem in {"langgraph", "agents"}, path
