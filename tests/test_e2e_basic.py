@@ -430,7 +430,7 @@ def test_cli_commands(running: DaemonProcess, short_tmp: Path) -> None:
     put = cli("put", "-", stdin=document)
     assert put.returncode == 0, put.stderr
     digest = json.loads(put.stdout)["digest"]
-    assert cli("put", "--create-only", "-", stdin=document).returncode == 1
+    assert cli("put", "--create-only", "-", stdin=document).returncode == 5
     assert json.loads(cli("get", "cli/1").stdout) == snapshot("cli/1", note="hi")
     assert json.loads(cli("head", "cli/1").stdout)["digest"] == digest
     assert json.loads(cli("ls").stdout) == ["cli/1"]
@@ -440,7 +440,7 @@ def test_cli_commands(running: DaemonProcess, short_tmp: Path) -> None:
     assert json.loads(cli("call", "exists", '{"session_id":"cli/1"}').stdout)["exists"] is True
     assert json.loads(cli("rm", "cli/1", "--expect", digest).stdout)["deleted"] is True
     failed = cli("rm", "cli/1", "--expect", digest)
-    assert failed.returncode == 1 and "conflict" in failed.stderr
+    assert failed.returncode == 5 and "conflict" in failed.stderr
     encoded = subprocess.run(
         [sys.executable, "-m", "sessionstore.cli", "encode"],
         input=b'{"op":"ping"}',

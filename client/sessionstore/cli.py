@@ -1,38 +1,118 @@
-# `sessionstore ...`: argument parsing and exit codes only. JSON on stdout,
-# errors on stderr, exit 0 on success and non-zero otherwise.
+# `sessionstore ...`: argument parsing, output and exit codes. Results on
+# stdout (readable on a terminal, one compact JSON line per result under a pipe
+# or with --json), errors on stderr naming what is at fault and the fix, and
+# one exit code per kind of outcome, the same for every command (EXIT_CODES).
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from importlib import metadata
 from typing import Any
 
 import cbor2
 
 from . import jsonform
 from .client import UNSET, Client
-from .errors import SessionStoreError
+from .codes import ErrorCode
+from .errors import ConnectionLost, SessionStoreError
+from .helpformat import DefaultsShown
 from .jsonform import from_json_value, to_json_value
+from .paths import client_socket, default_socket, state_dir
 from .protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, ProtocolError
 
+EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_PROBLEMS = 4
+EXIT_CONFLICT = 5
+EXIT_FENCED = 6
+EXIT_UNAVAILABLE = 7
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES = (
+    (EXIT_OK, "success"),
+    (EXIT_ERROR, "any other failure (io_error, no_space, unauthorized, internal, ...)"),
+    (EXIT_USAGE, "usage: a bad option or argument, input that is not JSON, bad_request, "
+     "invalid_snapshot, too_large"),
+    (EXIT_NOT_FOUND, "not found: get, head, exists, checkpoint get of something absent"),
+    (EXIT_PROBLEMS, "verify found problems"),
+    (EXIT_CONFLICT, "conflict: --expect or --create-only not met, fork onto an existing id"),
+    (EXIT_FENCED, "fenced: a lease is held and --lease was missing or stale"),
+    (EXIT_UNAVAILABLE, "unavailable: no daemon on the socket, connection lost, overloaded, "
+     "shutting down"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+)  # fmt: skip
+
+EXIT_OF_CODE = {
+    ErrorCode.NOT_FOUND: EXIT_NOT_FOUND,
+    ErrorCode.CONFLICT: EXIT_CONFLICT,
+    ErrorCode.FENCED: EXIT_FENCED,
+    ErrorCode.BAD_REQUEST: EXIT_USAGE,
+    ErrorCode.UNKNOWN_OP: EXIT_USAGE,
+    ErrorCode.INVALID_SNAPSHOT: EXIT_USAGE,
+    ErrorCode.TOO_LARGE: EXIT_USAGE,
+    ErrorCode.OVERLOADED: EXIT_UNAVAILABLE,
+    ErrorCode.SHUTTING_DOWN: EXIT_UNAVAILABLE,
+    "connection_lost": EXIT_UNAVAILABLE,
+}
+
+PROGRESS_REFRESH_S = 0.2
 
 
-def _print(value: Any) -> None:
-    sys.stdout.write(json.dumps(to_json_value(value), ensure_ascii=False) + "\n")
+class UsageError(Exception):
+    """The command line or its input is wrong: exit 2 with this message."""
+
+
+class Output:
+    def __init__(self, force_json: bool) -> None:
+        self.pretty = not force_json and sys.stdout.isatty()
+
+    def emit(self, value: Any, human: Callable[[Any], str] | None = None) -> None:
+        if self.pretty:
+            text = human(value) if human else json.dumps(value, indent=2, ensure_ascii=False)
+        else:
+            text = json.dumps(to_json_value(value), ensure_ascii=False)
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+
+def _version() -> str:
+    try:
+        return metadata.version("sessionstore")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _read_json(source: str) -> Any:
+    name = "standard input" if source == "-" else source
     if source == "-":
+        if sys.stdin.isatty():
+            raise UsageError(
+                "put: give a JSON file (sessionstore put snapshot.json), or pipe one in "
+                "(sessionstore put - < snapshot.json)"
+            )
         text = sys.stdin.read()
     else:
-        with open(source, encoding="utf-8") as handle:
-            text = handle.read()
-    return from_json_value(jsonform.loads(text))
+        try:
+            with open(source, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as error:
+            raise UsageError(f"cannot read {source}: {error.strerror}") from None
+    try:
+        return from_json_value(jsonform.loads(text))
+    except ValueError as error:
+        raise UsageError(f"{name} is not valid JSON ({error})") from None
+
+
+def _json_arg(text: str, what: str) -> Any:
+    try:
+        return from_json_value(jsonform.loads(text))
+    except ValueError as error:
+        raise UsageError(f"{what} is not valid JSON ({error}): {text[:60]!r}") from None
 
 
 def _expect(args: argparse.Namespace) -> Any:
@@ -41,250 +121,412 @@ def _expect(args: argparse.Namespace) -> Any:
     return args.expect if getattr(args, "expect", None) else UNSET
 
 
-def _encode(_client: Client | None, _args: argparse.Namespace) -> int:
-    """JSON (one document, or JSON lines) on stdin -> a CBOR sequence on stdout."""
-    text = sys.stdin.read()
-    try:
-        values = [jsonform.loads(text)]
-    except json.JSONDecodeError:
-        values = [jsonform.loads(line) for line in text.splitlines() if line.strip()]
-    for value in values:
-        sys.stdout.buffer.write(cbor2.dumps(from_json_value(value)))
-    return 0
-
-
-def _decode(_client: Client | None, _args: argparse.Namespace) -> int:
-    """A CBOR sequence on stdin -> one JSON line per item on stdout."""
-    conn = Connection(max_message_bytes=1 << 40, mode=Mode.CBOR)
-    conn.receive_data(sys.stdin.buffer.read())
-    conn.receive_eof()
-    while True:
-        message = conn.next_message()
-        if message is END_OF_STREAM or message is NEED_DATA:
-            return 0
-        _print(message)
-
-
-def _get(client: Client | None, args: argparse.Namespace) -> int:
-    assert client is not None
-    result = client.load_with_meta(args.session_id)
-    if result["snapshot"] is None:
-        print(f"sessionstore: no session {args.session_id!r}", file=sys.stderr)
-        return EXIT_NOT_FOUND
-    _print(result if args.meta else result["snapshot"])
-    return 0
-
-
-def _put(client: Client | None, args: argparse.Namespace) -> int:
-    assert client is not None
-    _print(client.save(_read_json(args.file), expect=_expect(args), lease=_lease_option(args)))
-    return 0
-
-
-def _rm(client: Client | None, args: argparse.Namespace) -> int:
-    assert client is not None
-    _print(client.delete(args.session_id, expect=_expect(args), lease=_lease_option(args)))
-    return 0
-
-
-def _ls(client: Client | None, args: argparse.Namespace) -> int:
-    assert client is not None
-    if args.limit is not None:
-        _print(client.list(args.prefix, after=args.after, limit=args.limit))
-    else:
-        _print(list(client.iter_ids(args.prefix)))
-    return 0
-
-
-def _verify(client: Client | None, _args: argparse.Namespace) -> int:
-    assert client is not None
-    result = client.verify()
-    _print(result)
-    return EXIT_PROBLEMS if result["problems"] else 0
-
-
-def _simple(op: str, arg: str | None = None) -> Any:
-    def run(client: Client | None, args: argparse.Namespace) -> int:
-        assert client is not None
-        fields = {arg: getattr(args, arg)} if arg else {}
-        _print(client.call(op, **fields))
-        return 0
-
-    return run
-
-
-def _json_arg(text: str, what: str) -> Any:
-    try:
-        return from_json_value(jsonform.loads(text))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{what} is not JSON: {error}") from None
-
-
 def _lease_option(args: argparse.Namespace) -> Any:
     if not getattr(args, "lease", None):
         return UNSET
     holder, _, epoch = args.lease.rpartition(":")
     if not holder or not epoch.isdigit():
-        raise ValueError("--lease must be HOLDER:EPOCH")
+        raise UsageError(
+            f"--lease must be HOLDER:EPOCH (as `lease acquire` prints), not {args.lease!r}"
+        )
     return (holder, int(epoch))
 
 
-def _update(client: Client | None, args: argparse.Namespace) -> int:
-    assert client is not None
+def _with_progress(what: str, work: Callable[[], Any]) -> Any:
+    """work() with an elapsed-time bar on a terminal (the daemon reports no fraction)."""
+    if not sys.stderr.isatty():
+        return work()
+    from tqdm import tqdm
+
+    result: list[Any] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(work())
+        except BaseException as error:
+            failure.append(error)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    with tqdm(desc=what, bar_format="{desc}: {elapsed}", file=sys.stderr, leave=False) as bar:
+        while worker.is_alive():
+            worker.join(PROGRESS_REFRESH_S)
+            bar.refresh()
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+# -- the commands ------------------------------------------------------------------
+
+Handler = Callable[[Client, argparse.Namespace, Output], int]
+
+
+def _get(client: Client, args: argparse.Namespace, out: Output) -> int:
+    result = client.load_with_meta(args.session_id)
+    if result["snapshot"] is None:
+        print(f"sessionstore: no session {args.session_id!r}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    out.emit(result if args.meta else result["snapshot"])
+    return EXIT_OK
+
+
+def _head(client: Client, args: argparse.Namespace, out: Output) -> int:
+    result = client.head(args.session_id)
+    out.emit(result)
+    return EXIT_OK if result["found"] else EXIT_NOT_FOUND
+
+
+def _exists(client: Client, args: argparse.Namespace, out: Output) -> int:
+    found = client.exists(args.session_id)
+    out.emit({"exists": found}, lambda value: "yes" if value["exists"] else "no")
+    return EXIT_OK if found else EXIT_NOT_FOUND
+
+
+def _put(client: Client, args: argparse.Namespace, out: Output) -> int:
+    snapshot = _read_json(args.file)
+    out.emit(client.save(snapshot, expect=_expect(args), lease=_lease_option(args)))
+    return EXIT_OK
+
+
+def _rm(client: Client, args: argparse.Namespace, out: Output) -> int:
+    out.emit(client.delete(args.session_id, expect=_expect(args), lease=_lease_option(args)))
+    return EXIT_OK
+
+
+def _ls(client: Client, args: argparse.Namespace, out: Output) -> int:
+    if args.limit is not None:
+        page = client.list(args.prefix, after=args.after, limit=args.limit)
+        human = "\n".join(page["ids"]) + (
+            f"\n(more after {page['next']!r})" if page["next"] else ""
+        )
+        out.emit(page, lambda _: human.strip("\n") or "(none)")
+    else:
+        ids = list(client.iter_ids(args.prefix))
+        out.emit(ids, lambda value: "\n".join(value) if value else "(none)")
+    return EXIT_OK
+
+
+def _verify(client: Client, _args: argparse.Namespace, out: Output) -> int:
+    result = _with_progress("verify", client.verify)
+    out.emit(result)
+    return EXIT_PROBLEMS if result["problems"] else EXIT_OK
+
+
+def _compact(client: Client, _args: argparse.Namespace, out: Output) -> int:
+    out.emit(_with_progress("compact", client.compact))
+    return EXIT_OK
+
+
+def _simple(op: str) -> Handler:
+    def run(client: Client, _args: argparse.Namespace, out: Output) -> int:
+        out.emit(client.call(op))
+        return EXIT_OK
+
+    return run
+
+
+def _update(client: Client, args: argparse.Namespace, out: Output) -> int:
     value = _json_arg(sys.stdin.read() if args.value == "-" else args.value, "value")
-    _print(
-        client.update(
-            args.session_id, args.component, value, expect=_expect(args), lease=_lease_option(args)
-        )
+    result = client.update(
+        args.session_id, args.component, value, expect=_expect(args), lease=_lease_option(args)
     )
-    return 0
+    out.emit(result)
+    return EXIT_OK
 
 
-def _fork(client: Client | None, args: argparse.Namespace) -> int:
-    assert client is not None
-    _print(
-        client.fork(args.session_id, args.new_session_id, args.workspace, lease=_lease_option(args))
-    )
-    return 0
+def _fork(client: Client, args: argparse.Namespace, out: Output) -> int:
+    lease = _lease_option(args)
+    out.emit(client.fork(args.session_id, args.new_session_id, args.workspace, lease=lease))
+    return EXIT_OK
 
 
-def _checkpoint(client: Client | None, args: argparse.Namespace) -> int:
-    assert client is not None
+def _checkpoint(client: Client, args: argparse.Namespace, out: Output) -> int:
+    lease = _lease_option(args)
     if args.action == "put":
-        value = _json_arg(sys.stdin.read() if args.value in (None, "-") else args.value, "value")
-        _print(
-            {
-                "seq": client.checkpoint_put(args.kind, args.key, value, lease=_lease_option(args))[
-                    "seq"
-                ]
-            }
-        )
+        text = sys.stdin.read() if args.value in (None, "-") else args.value
+        value = _json_arg(text, "value")
+        out.emit({"seq": client.checkpoint_put(args.kind, args.key, value, lease=lease)["seq"]})
     elif args.action == "get":
         value = client.checkpoint_get(args.kind, args.key)
         if value is None:
             print(f"sessionstore: no {args.kind} checkpoint {args.key!r}", file=sys.stderr)
             return EXIT_NOT_FOUND
-        _print(value)
+        out.emit(value)
     else:
-        _print(
-            {"deleted": client.checkpoint_delete(args.kind, args.key, lease=_lease_option(args))}
-        )
-    return 0
+        out.emit({"deleted": client.checkpoint_delete(args.kind, args.key, lease=lease)})
+    return EXIT_OK
 
 
-def _lease(client: Client | None, args: argparse.Namespace) -> int:
-    assert client is not None
+def _lease(client: Client, args: argparse.Namespace, out: Output) -> int:
     if args.action == "acquire":
         if not args.holder:
-            raise ValueError("lease acquire needs --holder")
-        _print(client.lease_acquire(args.holder))
+            raise UsageError("lease acquire needs --holder NAME")
+        lease = client.lease_acquire(args.holder)
+        out.emit(lease)
+        print(
+            f"sessionstore: write with --lease {lease['holder']}:{lease['epoch']}", file=sys.stderr
+        )
     elif args.action == "get":
-        _print(client.lease_get())
+        out.emit(client.lease_get())
     else:
         if not args.holder or args.epoch is None:
-            raise ValueError("lease release needs --holder and --epoch")
-        _print({"released": client.lease_release(args.holder, args.epoch)})
-    return 0
+            raise UsageError("lease release needs --holder NAME and --epoch N")
+        out.emit({"released": client.lease_release(args.holder, args.epoch)})
+    return EXIT_OK
 
 
-def _watch(client: Client | None, args: argparse.Namespace) -> int:
-    assert client is not None
-    for count, event in enumerate(client.watch(args.since), start=1):
-        _print(event)
-        sys.stdout.flush()
+def _watch(client: Client, args: argparse.Namespace, out: Output) -> int:
+    since = args.since if args.since is not None else client.stats()["seq"]
+    stop = f", stopping after {args.count} events" if args.count else " (Ctrl-C to stop)"
+    print(f"sessionstore: watching changes after seq {since}{stop}", file=sys.stderr)
+    single_line = Output(force_json=True)  # one line per event, on a terminal too
+    for count, event in enumerate(client.watch(since), start=1):
+        single_line.emit(event)
         if args.count and count >= args.count:
-            return 0
-    return 0
+            break
+    return EXIT_OK
 
 
-def _call(client: Client | None, args: argparse.Namespace) -> int:
-    assert client is not None
-    fields = from_json_value(jsonform.loads(args.args)) if args.args else {}
+def _call(client: Client, args: argparse.Namespace, out: Output) -> int:
+    fields = _json_arg(args.args, "the arguments") if args.args else {}
     if not isinstance(fields, dict):
-        raise SystemExit("sessionstore: call arguments must be a JSON object")
-    _print(client.call(args.op, **fields))
-    return 0
+        raise UsageError('call: the arguments must be a JSON object, e.g. \'{"session_id": "x"}\'')
+    out.emit(client.call(args.op, **fields))
+    return EXIT_OK
+
+
+def _encode(args: argparse.Namespace) -> int:
+    """JSON (one document, or JSON lines) on stdin -> a CBOR sequence on stdout."""
+    text = sys.stdin.read()
+    try:
+        values = [jsonform.loads(text)]
+    except ValueError:
+        try:
+            values = [jsonform.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as error:
+            raise UsageError(
+                f"encode: standard input is not JSON or JSON lines ({error})"
+            ) from None
+    for value in values:
+        sys.stdout.buffer.write(cbor2.dumps(from_json_value(value)))
+    return EXIT_OK
+
+
+def _decode(args: argparse.Namespace) -> int:
+    """A CBOR sequence on stdin -> one JSON line per item on stdout."""
+    conn = Connection(max_message_bytes=1 << 40, mode=Mode.CBOR)
+    conn.receive_data(sys.stdin.buffer.read())
+    conn.receive_eof()
+    out = Output(force_json=True)
+    while True:
+        message = conn.next_message()
+        if message is END_OF_STREAM or message is NEED_DATA:
+            return EXIT_OK
+        out.emit(message)
+
+
+def _where(args: argparse.Namespace) -> int:
+    import os
+
+    socket = client_socket(args.socket)
+    daemon_socket = default_socket(os.environ, os.getuid())
+    state = state_dir(None, os.environ)
+    listening = "a daemon is listening" if _answers(socket.path) else "no daemon answers there"
+    report = {
+        "socket": socket.path,
+        "socket_reason": socket.reason,
+        "socket_status": listening,
+        "daemon_default_socket": daemon_socket.path,
+        "daemon_default_socket_reason": daemon_socket.reason,
+        "state_dir": state.path,
+        "state_dir_reason": state.reason,
+    }
+    Output(args.json).emit(
+        report,
+        lambda r: "\n".join(
+            [
+                f"socket     {r['socket']}  ({r['socket_reason']}; {r['socket_status']})",
+                f"daemon     binds {r['daemon_default_socket']} by default"
+                f"  ({r['daemon_default_socket_reason']})",
+                f"state dir  {r['state_dir']}  ({r['state_dir_reason']})",
+            ]
+        ),
+    )
+    return EXIT_OK
+
+
+def _answers(path: str) -> bool:
+    try:
+        with Client(path, timeout=2) as client:
+            client.ping()
+        return True
+    except (SessionStoreError, OSError):
+        return False
+
+
+# -- the parser ------------------------------------------------------------------------
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sessionstore", description="Client for sessionstored.")
-    parser.add_argument("--socket", help="daemon socket (default: the contract's search order)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
-    commands = parser.add_subparsers(dest="command", required=True)
+    codes = "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES)
+    epilog = (
+        "The socket: --socket, else $SESSIONSTORE_SOCKET, else $RUNTIME_DIRECTORY,\n"
+        "$XDG_RUNTIME_DIR or /tmp/sessionstored-$UID (the daemon's own default), else\n"
+        "/run/sessionstored/sessionstored.sock when a systemd unit made it.\n"
+        "`sessionstore where` shows which and why.\n\n"
+        f"Exit codes (every command):\n{codes}"
+    )
+    formatter = DefaultsShown
 
-    def command(name: str, handler: Any, help_text: str, **kwargs: Any) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help_text, description=help_text, **kwargs)
-        sub.set_defaults(handler=handler, needs_daemon=handler not in (_encode, _decode))
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="one compact JSON line per result, on a terminal too (the format under a pipe)",
+    )
+    parser = argparse.ArgumentParser(
+        prog="sessionstore",
+        description="Client for sessionstored, the crash-safe session store.",
+        epilog=epilog,
+        formatter_class=DefaultsShown,
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version=f"sessionstore {_version()}")
+    parser.add_argument("--socket", help="the daemon's socket (default: the search order below)")
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for each reply"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Any, help_text: str, *, local: bool = False) -> Any:
+        sub = commands.add_parser(
+            name, help=help_text, description=help_text, formatter_class=formatter, parents=[common]
+        )
+        sub.set_defaults(handler=handler, local=local)
         return sub
+
+    def expect_options(sub: Any, create_only: bool = False) -> None:
+        sub.add_argument(
+            "--expect", metavar="DIGEST", help="only if the current digest is this one"
+        )
+        if create_only:
+            sub.add_argument(
+                "--create-only", action="store_true", help="only if the session does not exist"
+            )
+
+    def lease_option(sub: Any) -> None:
+        sub.add_argument(
+            "--lease", metavar="HOLDER:EPOCH", help="the current lease, when one is held"
+        )
 
     command("ping", _simple("ping"), "check that the daemon answers")
     command("hello", _simple("hello"), "protocol version, capabilities and limits")
     command("stats", _simple("stats"), "counters, including what the last recovery repaired")
-    command("verify", _verify, "full integrity check (exit 4 when problems are found)")
-    get = command("get", _get, "print a session's snapshot as JSON (exit 3 when absent)")
+    command(
+        "where", _where, "the socket and state directory this machine uses, and why", local=True
+    )
+    command("verify", _verify, "full integrity check (exit 4 when it finds problems)")
+    command("compact", _compact, "rewrite the log without dead records, checkpoint the index")
+    get = command("get", _get, "print a session's snapshot (exit 3 when absent)")
     get.add_argument("session_id")
-    get.add_argument("--meta", action="store_true", help="print snapshot, digest and seq")
-    head = command("head", _simple("head", "session_id"), "digest, seq and size of a session")
+    get.add_argument(
+        "--meta", action="store_true", help="print the snapshot with its digest and seq"
+    )
+    head = command("head", _head, "digest, seq and size of a session (exit 3 when absent)")
     head.add_argument("session_id")
-    exists = command("exists", _simple("exists", "session_id"), "whether a session exists")
+    exists = command("exists", _exists, "whether a session exists (exit 3 when absent)")
     exists.add_argument("session_id")
-    put = command("put", _put, "save a snapshot given as JSON (file or - for stdin)")
-    put.add_argument("file", nargs="?", default="-")
-    put.add_argument("--expect", help="only if the current digest is this one")
-    put.add_argument("--create-only", action="store_true", help="only if the session is absent")
-    rm = command("rm", _rm, "delete a session")
+    put = command("put", _put, "save a snapshot given as JSON")
+    put.add_argument("file", nargs="?", default="-", help="a JSON file, or - for standard input")
+    expect_options(put, create_only=True)
+    lease_option(put)
+    rm = command("rm", _rm, "delete a session (deleted: false when it was absent)")
     rm.add_argument("session_id")
-    rm.add_argument("--expect", help="only if the current digest is this one")
-    ls = command("ls", _ls, "list session ids (all pages unless --limit)")
-    ls.add_argument("--prefix", default="")
-    ls.add_argument("--after")
-    ls.add_argument("--limit", type=int)
-    call = command("call", _call, "send any op with JSON arguments")
-    call.add_argument("op")
-    call.add_argument("args", nargs="?", help='JSON object, e.g. \'{"session_id": "x"}\'')
-    update = command("update", _update, "replace one component of a session (value as JSON)")
+    expect_options(rm)
+    lease_option(rm)
+    ls = command("ls", _ls, "list session ids in UTF-8 byte order (every page unless --limit)")
+    ls.add_argument("--prefix", default="", help="only ids that start with this")
+    ls.add_argument("--after", help="start after this id (with --limit: the previous page's next)")
+    ls.add_argument("--limit", type=int, help="one page of at most this many ids")
+    update = command("update", _update, "replace one component of a session")
     update.add_argument("session_id")
-    update.add_argument("component")
-    update.add_argument("value", help="JSON, or - for stdin")
-    update.add_argument("--expect", help="only if the current digest is this one")
+    update.add_argument("component", help="session, artifacts, trace_events, run_records, ...")
+    update.add_argument("value", help="the new value as JSON, or - for standard input")
+    expect_options(update)
+    lease_option(update)
     fork = command("fork", _fork, "copy a session under a new id with another workspace")
     fork.add_argument("session_id")
-    fork.add_argument("new_session_id")
-    fork.add_argument("workspace")
-    checkpoint = command("checkpoint", _checkpoint, "loop/workflow checkpoints: put, get, rm")
+    fork.add_argument("new_session_id", help="must not exist yet (exit 5 when it does)")
+    fork.add_argument("workspace", help="the copy's session.config.workspace")
+    lease_option(fork)
+    checkpoint = command("checkpoint", _checkpoint, "checkpoints: put, get, rm")
     checkpoint.add_argument("action", choices=("put", "get", "rm"))
-    checkpoint.add_argument("kind", choices=("loop", "workflow"))
+    checkpoint.add_argument("kind", choices=("loop", "workflow", "kv"))
     checkpoint.add_argument("key")
-    checkpoint.add_argument("value", nargs="?", help="JSON map for put, or - for stdin")
-    lease = command("lease", _lease, "writer lease: acquire (a takeover), get, release")
+    checkpoint.add_argument("value", nargs="?", help="for put: a JSON map, or - for standard input")
+    lease_option(checkpoint)
+    lease = command("lease", _lease, "the writer lease: acquire (a takeover), get, release")
     lease.add_argument("action", choices=("acquire", "get", "release"))
-    lease.add_argument("--holder")
-    lease.add_argument("--epoch", type=int)
+    lease.add_argument("--holder", help="who holds it (acquire, release)")
+    lease.add_argument("--epoch", type=int, help="the epoch acquire gave (release)")
     watch = command("watch", _watch, "stream committed changes, one JSON line each")
-    watch.add_argument("--since", type=int, help="replay retained changes after this seq")
-    watch.add_argument("--count", type=int, help="stop after this many events")
-    command("compact", _simple("compact"), "checkpoint the index and drop old WAL segments")
-    for sub_parser in (put, rm, update, fork, checkpoint):
-        sub_parser.add_argument("--lease", help="HOLDER:EPOCH of the current lease")
-    command("encode", _encode, "JSON on stdin -> CBOR on stdout (for socat sessions)")
-    command("decode", _decode, "CBOR sequence on stdin -> JSON lines on stdout")
+    watch.add_argument(
+        "--since", type=int, help="replay retained changes after this seq (default: now)"
+    )
+    watch.add_argument("--count", type=int, help="stop after this many events (default: never)")
+    call = command("call", _call, "send any op with JSON arguments")
+    call.add_argument("op")
+    call.add_argument("args", nargs="?", help='a JSON object, e.g. \'{"session_id": "x"}\'')
+    command("encode", _encode, "JSON on stdin -> CBOR on stdout (for socat)", local=True)
+    command("decode", _decode, "a CBOR sequence on stdin -> JSON lines on stdout", local=True)
     return parser
+
+
+def _error_message(error: SessionStoreError, socket_path: str) -> str:
+    if isinstance(error, ConnectionLost) and error.message.startswith("cannot connect"):
+        choice = client_socket(socket_path)
+        return (
+            f"no daemon is listening on {choice.path} ({choice.reason}). Start one with "
+            "`make run` in the repository (or `sessionstored`), or point --socket at it; "
+            "`sessionstore where` shows the search"
+        )
+    message = f"{error.code}: {error.message}"
+    if error.code == ErrorCode.FENCED and error.details.get("holder") is not None:
+        holder, epoch = error.details["holder"], error.details.get("epoch")
+        held = f"the lease is held by {holder!r} (epoch {epoch})"
+        return f"fenced: {held}; pass --lease {holder}:{epoch}"
+    if error.code == ErrorCode.CONFLICT:
+        current = error.details.get("current")
+        return f"{message} (current digest: {current or 'none'})"
+    extra = {k: v for k, v in error.details.items() if k != "current"}
+    return message + (f" {json.dumps(to_json_value(extra))}" if extra else "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    args.json = getattr(args, "json", False)
     try:
-        if not args.needs_daemon:
-            code: int = args.handler(None, args)
+        if args.local:
+            code: int = args.handler(args)
             return code
         with Client(args.socket, timeout=args.timeout) as client:
-            code = args.handler(client, args)
+            code = args.handler(client, args, Output(args.json))
             return code
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except UsageError as error:
+        print(f"sessionstore: {error}", file=sys.stderr)
+        return EXIT_USAGE
     except SessionStoreError as error:
-        detail = f" {json.dumps(to_json_value(error.details))}" if error.details else ""
-        print(f"sessionstore: {error.code}: {error.message}{detail}", file=sys.stderr)
-        return EXIT_ERROR
-    except (OSError, ValueError, ProtocolError) as error:
+        print(f"sessionstore: {_error_message(error, args.socket)}", file=sys.stderr)
+        return EXIT_OF_CODE.get(error.code, EXIT_ERROR)
+    except BrokenPipeError:  # `sessionstore ls | head`: the reader has what it wanted
+        return EXIT_OK
+    except (OSError, ProtocolError) as error:
         print(f"sessionstore: {error}", file=sys.stderr)
         return EXIT_ERROR
 

@@ -80,6 +80,19 @@ __all__ = [
 ]
 
 
+MAX_LEADING_WHITESPACE_BYTES = 4096
+_WHITESPACE = b" \t\r\n"
+
+
+def _first_significant(data: bytearray) -> int | None:
+    """The first byte that is not JSON whitespace. A request is a map, and no CBOR map
+    starts with these bytes, so skipping them to find "{" costs a CBOR peer nothing."""
+    for byte in data[:MAX_LEADING_WHITESPACE_BYTES]:
+        if byte not in _WHITESPACE:
+            return byte
+    return None
+
+
 class Connection:
     """One side of a connection: bytes in, decoded messages out."""
 
@@ -154,9 +167,14 @@ class Connection:
         if self._failed:
             raise ProtocolError(ErrorCode.BAD_REQUEST, "connection already failed", fatal=True)
         if self.mode is Mode.UNDECIDED:
-            if not self._inbox.data:
-                return END_OF_STREAM if self._inbox.eof else NEED_DATA
-            self.mode = Mode.JSON if self._inbox.data[0] == 0x7B else Mode.CBOR
+            first = _first_significant(self._inbox.data)
+            if first is None:  # nothing yet, or only whitespace: a JSON-lines peer's habit
+                if self._inbox.eof:
+                    return END_OF_STREAM
+                if len(self._inbox.data) <= MAX_LEADING_WHITESPACE_BYTES:
+                    return NEED_DATA
+                first = self._inbox.data[0]
+            self.mode = Mode.JSON if first == 0x7B else Mode.CBOR
         try:
             if self.mode is Mode.JSON:
                 return self._json.next_message()

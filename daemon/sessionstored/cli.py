@@ -137,15 +137,19 @@ def run(config: Config) -> int:
                 store.sealer.key_id_hex,
             )
 
+    served = False
+
     async def serve() -> int:
+        nonlocal served
         try:
             listener, path = await open_listener(config)
         except StartupError as error:
             return _fail(str(error), EXIT_CANNOT_START)
+        served = True
         return await Server(config, store, report).run(listener, path)
 
     code = trio.run(serve)
-    if code:
+    if code and served:
         log.critical("exiting with status %d so that recovery runs at the next start", code)
     return code
 

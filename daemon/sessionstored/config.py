@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sessionstore.paths import default_socket_path
+from sessionstore.helpformat import DefaultsShown
+from sessionstore.paths import default_socket_path, state_dir
 from sessionstore.protocol import DEFAULT_MAX_REQUEST_BYTES
 
 from . import __version__
@@ -45,14 +46,35 @@ class Config:
     key_file: str | None
 
 
+EPILOG = (
+    "Also: `sessionstored rekey --help`, rotating (or adding, or removing) the store's "
+    "encryption key offline.",
+    "State directory: --state-dir, else $SESSIONSTORED_STATE_DIR, $STATE_DIRECTORY, "
+    "$XDG_STATE_HOME/sessionstored, ~/.local/state/sessionstored. Socket: --socket, else "
+    "$SESSIONSTORE_SOCKET, the socket systemd passed, $RUNTIME_DIRECTORY, $XDG_RUNTIME_DIR, "
+    "/tmp/sessionstored-$UID.",
+    "Exit status: 0 after a clean stop; 1 when it cannot start (the store locked by another "
+    "daemon, the socket in use, a store it cannot read); 2 for bad configuration; 3 when a "
+    "failed fsync or write stopped it (systemd restarts it, and recovery runs).",
+)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="sessionstored", description="Crash-safe snapshot store for AI-agent session state."
+        prog="sessionstored",
+        description="Crash-safe snapshot store for AI-agent session state: recovers the store, "
+        "then serves it on a Unix socket until SIGTERM or SIGINT.",
+        epilog="\n\n".join(textwrap.fill(paragraph, 79) for paragraph in EPILOG),
+        formatter_class=DefaultsShown,
     )
     parser.add_argument("--version", action="version", version=f"sessionstored {__version__}")
-    parser.add_argument("--state-dir", help="where the store lives")
-    parser.add_argument("--socket", help="Unix socket path to listen on")
-    parser.add_argument("--socket-mode", default="0660", help="octal mode of the socket (0660)")
+    parser.add_argument(
+        "--state-dir", help="where the store lives (default: the search order below)"
+    )
+    parser.add_argument(
+        "--socket", help="Unix socket path to listen on (default: the search order below)"
+    )
+    parser.add_argument("--socket-mode", default="0660", help="octal mode of the socket")
     parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     parser.add_argument(
         "--key-file",
@@ -63,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
         "--max-request-bytes",
         type=int,
         default=DEFAULT_MAX_REQUEST_BYTES,
-        help="largest request accepted, in bytes (64 MiB)",
+        help="largest request accepted, in bytes",
     )
     parser.add_argument(
         "--max-snapshot-bytes",
@@ -75,13 +97,13 @@ def _parser() -> argparse.ArgumentParser:
         "--history-changes",
         type=int,
         default=100_000,
-        help="changes kept for watch --since, across restarts (100000)",
+        help="changes kept for watch --since, across restarts",
     )
     parser.add_argument(
         "--checkpoint-every",
         type=int,
         default=100_000,
-        help="checkpoint the index after this many changes, or 256 MiB of log (100000)",
+        help="checkpoint the index after this many changes, or 256 MiB of log",
     )
     parser.add_argument(
         "--compact-dead-share",
@@ -99,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
         "--watch-max-lag",
         type=int,
         default=10_000,
-        help="a watcher further behind than this many changes gets 'lagged' (10000)",
+        help="a watcher further behind than this many changes gets 'lagged'",
     )
     parser.add_argument(
         "--read-cache-mib",
@@ -120,13 +142,13 @@ def _parser() -> argparse.ArgumentParser:
         "--max-connections",
         type=int,
         default=1024,
-        help="connections served at once; the next gets 'overloaded' (1024)",
+        help="connections served at once; the next gets 'overloaded'",
     )
     parser.add_argument(
         "--request-timeout-seconds",
         type=float,
         default=30.0,
-        help="a request that has started arriving must be complete within this (30)",
+        help="a request that has started arriving must be complete within this",
     )
     parser.add_argument(
         "--shutdown-grace-seconds",
@@ -138,16 +160,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def resolve_state_dir(explicit: str | None, env: Mapping[str, str]) -> str:
-    if explicit:
-        return explicit
-    if env.get("SESSIONSTORED_STATE_DIR"):
-        return env["SESSIONSTORED_STATE_DIR"]
-    if env.get("STATE_DIRECTORY"):
-        return env["STATE_DIRECTORY"].split(":")[0]
-    if env.get("XDG_STATE_HOME"):
-        return os.path.join(env["XDG_STATE_HOME"], "sessionstored")
-    home = env.get("HOME") or os.path.expanduser("~")
-    return os.path.join(home, ".local", "state", "sessionstored")
+    return state_dir(explicit, env).path
 
 
 def _inherited_fd(env: Mapping[str, str], pid: int) -> int | None:

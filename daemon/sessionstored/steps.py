@@ -28,9 +28,8 @@ def failure_reply(request: Request | None, outcome: Outcome) -> Response:
     assert code is not None, "a failed outcome always carries its code"
     if code == ErrorCode.CONFLICT and not outcome.details:  # a failed `expect`
         current = digest_text(outcome.current) if outcome.current is not None else None
-        return error_response(
-            request, code, "expect does not match the current digest", current=current
-        )
+        message = outcome.message or "expect does not match the current digest"
+        return error_response(request, code, message, current=current)
     return error_response(request, code, outcome.message or code, **outcome.details)
 
 

@@ -95,6 +95,17 @@ Accepted = tuple[int, Put | Remove, int]  # (position in the batch, the change, 
 TxnResults = dict[int, list[dict[str, Any]]]  # position of a txn -> its ops' results
 
 
+def _conflict_message(mutation: Put | Remove | Rewrite, current: bytes | None) -> str:
+    what = "session" if mutation.kind == SESSION else "document"
+    if isinstance(mutation, Rewrite) and mutation.source is not None:
+        return f"cannot fork onto {mutation.id!r}: a {what} with that id exists"
+    if mutation.expect is None:
+        return f"{what} {mutation.id!r} already exists (create-only)"
+    if current is None:
+        return f"{what} {mutation.id!r} does not exist, so it is not at the expected digest"
+    return f"{what} {mutation.id!r} changed: it is no longer at the expected digest"
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -238,7 +249,10 @@ class Store:
         if fence is ANY:
             if holder is None:
                 return None
-            message = f"the lease is held by {holder!r} (epoch {epoch}); pass it as 'lease'"
+            message = (
+                f"the lease is held by {holder!r} (epoch {epoch}); pass"
+                f' lease {{"holder": {holder!r}, "epoch": {epoch}}} with the write'
+            )
         elif holder is not None and fence == (holder, epoch):
             return None
         else:
@@ -267,7 +281,10 @@ class Store:
         current = entry.digest if entry else None
         if mutation.expect is not ANY and mutation.expect != current:
             return Outcome(
-                False, code=ErrorCode.CONFLICT, message="expectation not met", current=current
+                False,
+                code=ErrorCode.CONFLICT,
+                message=_conflict_message(mutation, current),
+                current=current,
             )
         if isinstance(mutation, Remove):
             if entry is None and self.damage_of(mutation.kind, mutation.id) is None:

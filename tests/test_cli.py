@@ -1,0 +1,266 @@
+# The command lines as a newcomer meets them, against a real daemon: exit codes
+# (one per kind of outcome, the same for every command), messages that name
+# what is at fault and the fix, --json, the terminal format under a pty,
+# `where`, watch's start line and Ctrl-C.
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sessionstore import paths
+from sessionstore.cli import EXIT_CODES
+
+from .conftest import DaemonProcess, snapshot
+
+
+def cli(
+    *args: str,
+    socket_path: str | None = None,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "sessionstore.cli"]
+    if socket_path is not None:
+        command += ["--socket", socket_path]
+    return subprocess.run(
+        [*command, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def on_a_terminal(*args: str, socket_path: str) -> str:
+    """What the CLI prints with a pty as its stdin and stdout."""
+    return run_on_a_terminal(*args, socket_path=socket_path)[0]
+
+
+def run_on_a_terminal(*args: str, socket_path: str) -> tuple[str, int, str]:
+    """stdout, exit status and stderr of the CLI with a pty as its stdin and stdout."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sessionstore.cli", "--socket", socket_path, *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=subprocess.PIPE,
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([master], [], [], 30)
+        if not ready:
+            break
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the child closed its side
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(30)
+    os.close(master)
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode()
+    return b"".join(chunks).decode().replace("\r\n", "\n"), proc.returncode, err
+
+
+def test_version_and_help_show_defaults_and_the_exit_codes() -> None:
+    assert cli("--version").stdout.startswith("sessionstore ")
+    top = cli("--help").stdout
+    for code, _ in EXIT_CODES:
+        assert f"  {code:>3}  " in top
+    assert "sessionstore where" in top
+    assert "(default: 60.0)" in top
+    assert "(default: -)" in cli("put", "--help").stdout
+    daemon_help = subprocess.run(
+        [sys.executable, "-m", "sessionstored", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "rekey" in daemon_help and "(default: 0660)" in daemon_help
+
+
+def test_not_found_is_3_for_every_reader(running: DaemonProcess) -> None:
+    sock = running.socket_path
+    for args in (
+        ("get", "nope"),
+        ("head", "nope"),
+        ("exists", "nope"),
+        ("checkpoint", "get", "loop", "nope"),
+    ):
+        result = cli(*args, socket_path=sock)
+        assert result.returncode == 3, (args, result)
+    assert json.loads(cli("head", "nope", socket_path=sock).stdout)["found"] is False
+
+
+def test_conflicts_are_5_and_say_what_happened(running: DaemonProcess) -> None:
+    sock = running.socket_path
+    document = json.dumps(snapshot("c/1"))
+    put = cli("put", "-", socket_path=sock, stdin=document)
+    assert put.returncode == 0, put.stderr
+    create_only = cli("put", "--create-only", "-", socket_path=sock, stdin=document)
+    assert create_only.returncode == 5
+    assert "already exists (create-only)" in create_only.stderr
+    assert "expect does not match" not in create_only.stderr
+    cli("put", "-", socket_path=sock, stdin=json.dumps(snapshot("c/2")))
+    fork = cli("fork", "c/1", "c/2", "/ws", socket_path=sock)
+    assert fork.returncode == 5 and "cannot fork onto 'c/2'" in fork.stderr
+    stale = cli("rm", "c/1", "--expect", "xxh3-128:" + "0" * 32, socket_path=sock)
+    assert stale.returncode == 5 and "no longer at the expected digest" in stale.stderr
+
+
+def test_a_fence_is_6_and_names_the_flag_to_pass(running: DaemonProcess) -> None:
+    sock = running.socket_path
+    acquired = cli("lease", "acquire", "--holder", "ops", socket_path=sock)
+    epoch = json.loads(acquired.stdout)["epoch"]
+    assert f"--lease ops:{epoch}" in acquired.stderr
+    fenced = cli("put", "-", socket_path=sock, stdin=json.dumps(snapshot("f")))
+    assert fenced.returncode == 6
+    assert f"pass --lease ops:{epoch}" in fenced.stderr
+    bad = cli("put", "--lease", "ops", "-", socket_path=sock, stdin="{}")
+    assert bad.returncode == 2 and "HOLDER:EPOCH" in bad.stderr
+    allowed = cli(
+        "put", "--lease", f"ops:{epoch}", "-", socket_path=sock, stdin=json.dumps(snapshot("f"))
+    )
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_usage_errors_are_2_and_name_the_input(running: DaemonProcess, tmp_path: Path) -> None:
+    sock = running.socket_path
+    broken = tmp_path / "snapshot.json"
+    broken.write_text('{"schema_version": 1,')
+    result = cli("put", str(broken), socket_path=sock)
+    assert result.returncode == 2
+    assert str(broken) in result.stderr and "not valid JSON" in result.stderr
+    missing = cli("put", str(tmp_path / "absent.json"), socket_path=sock)
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    invalid = cli("put", "-", socket_path=sock, stdin='{"schema_version": 2}')
+    assert invalid.returncode == 2 and "invalid_snapshot" in invalid.stderr
+    assert cli("frobnicate", socket_path=sock).returncode == 2
+    out, code, err = run_on_a_terminal("put", socket_path=sock)  # no file, stdin a terminal
+    assert (out, code) == ("", 2) and "give a JSON file" in err
+
+
+def test_no_daemon_is_7_with_a_hint_to_start_one(tmp_path: Path) -> None:
+    result = cli("stats", socket_path=str(tmp_path / "nobody.sock"))
+    assert result.returncode == 7
+    assert "no daemon is listening on" in result.stderr and "make run" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_json_under_a_pipe_and_readable_on_a_terminal(running: DaemonProcess) -> None:
+    sock = running.socket_path
+    for name in ("b", "a", "c"):
+        cli("put", "-", socket_path=sock, stdin=json.dumps(snapshot(name)))
+    assert json.loads(cli("ls", socket_path=sock).stdout) == ["a", "b", "c"]
+    assert len(cli("stats", socket_path=sock).stdout.strip().splitlines()) == 1
+    assert on_a_terminal("ls", socket_path=sock).split() == ["a", "b", "c"]
+    assert json.loads(on_a_terminal("ls", "--json", socket_path=sock)) == ["a", "b", "c"]
+    stats = on_a_terminal("stats", socket_path=sock)
+    assert len(stats.splitlines()) > 5 and json.loads(stats)["sessions"] == 3
+    assert on_a_terminal("exists", "a", socket_path=sock).strip() == "yes"
+
+
+def test_where_says_which_socket_and_state_dir_and_why(
+    running: DaemonProcess, tmp_path: Path
+) -> None:
+    bare = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(
+            ("XDG_", "SESSIONSTORE", "RUNTIME_DIRECTORY", "STATE_DIRECTORY", "SESSIONSTORED")
+        )
+    }
+    env_run = subprocess.run(
+        [sys.executable, "-m", "sessionstore.cli", "--json", "where"],
+        capture_output=True,
+        text=True,
+        env={**bare, "HOME": str(tmp_path)},
+        check=True,
+    )
+    report = json.loads(env_run.stdout)
+    assert report["socket"] == f"/tmp/sessionstored-{os.getuid()}/sessionstored.sock"
+    assert report["state_dir"] == f"{tmp_path}/.local/state/sessionstored"
+    pointed = cli("--json", "where", env={"SESSIONSTORE_SOCKET": running.socket_path})
+    report = json.loads(pointed.stdout)
+    assert report["socket"] == running.socket_path
+    assert report["socket_reason"] == "$SESSIONSTORE_SOCKET"
+    assert report["socket_status"] == "a daemon is listening"
+
+
+def test_the_client_falls_back_to_the_systemd_socket(
+    running: DaemonProcess, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(paths, "SYSTEMD_SOCKET", running.socket_path)
+    env = {"XDG_RUNTIME_DIR": str(tmp_path)}  # nothing listens there
+    choice = paths.client_socket(None, env, os.getuid())
+    assert choice.path == running.socket_path and "systemd" in choice.reason
+    (tmp_path / "sessionstored.sock").touch()  # not a socket: still the fallback
+    assert paths.client_socket(None, env, os.getuid()).path == running.socket_path
+    assert paths.client_socket("/x.sock", env, os.getuid()).path == "/x.sock"
+
+
+def test_watch_says_where_it_starts_and_stops_cleanly_on_ctrl_c(running: DaemonProcess) -> None:
+    sock = running.socket_path
+    cli("put", "-", socket_path=sock, stdin=json.dumps(snapshot("w")))
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "sessionstore.cli", "--socket", sock, "watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.5)
+    cli("put", "-", socket_path=sock, stdin=json.dumps(snapshot("w2")))
+    time.sleep(1.0)
+    watcher.send_signal(signal.SIGINT)
+    out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 130
+    assert "watching changes after seq 1" in err and "Traceback" not in err
+    assert [json.loads(line)["session_id"] for line in out.splitlines()] == ["w2"]
+
+
+def test_json_lines_mode_tolerates_leading_whitespace(running: DaemonProcess) -> None:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(10)
+        sock.connect(running.socket_path)
+        sock.sendall(b' \n\t {"op":"ping","rid":1}\n')
+        sock.shutdown(socket.SHUT_WR)
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+    assert json.loads(reply) == {"ok": True, "rid": 1}
+
+
+def test_a_second_daemon_on_the_same_socket_says_so_plainly(
+    running: DaemonProcess, tmp_path: Path
+) -> None:
+    second = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sessionstored",
+            "--state-dir",
+            str(tmp_path / "other"),
+            "--socket",
+            running.socket_path,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert second.returncode == 1
+    assert "another daemon is already listening" in second.stderr
+    assert "recovery runs" not in second.stderr
