@@ -73,7 +73,10 @@ def main() -> None:
         result = graph.invoke(None, config)
         print(",".join(result["steps"]))
     elif mode == "crash-at-c":
-        graph.invoke({"steps": []}, config)
+        # "sync": each step's checkpoint is durable before the next step starts, which is
+        # what makes "resume from the last checkpoint" exact (with LangGraph's default,
+        # "async", the newest checkpoints may still be on their way when the process dies)
+        graph.invoke({"steps": []}, config, durability="sync")
     else:
         for number in range(int(sys.argv[4])):
             run_config = {"configurable": {"thread_id": f"{thread}-{number}"}}
