@@ -331,6 +331,9 @@ def _where(args: argparse.Namespace) -> int:
     import os
 
     socket = client_socket(args.socket)
+    if args.path_only:
+        print(socket.path)
+        return EXIT_OK
     daemon_socket = default_socket(os.environ, os.getuid())
     state = state_dir(None, os.environ)
     listening = "a daemon is listening" if _answers(socket.path) else "no daemon answers there"
@@ -425,8 +428,11 @@ def _parser() -> argparse.ArgumentParser:
     command("ping", _simple("ping"), "check that the daemon answers")
     command("hello", _simple("hello"), "protocol version, capabilities and limits")
     command("stats", _simple("stats"), "counters, including what the last recovery repaired")
-    command(
+    where = command(
         "where", _where, "the socket and state directory this machine uses, and why", local=True
+    )
+    where.add_argument(
+        "--path-only", action="store_true", help="print only the socket's path (for scripts)"
     )
     command("verify", _verify, "full integrity check (exit 4 when it finds problems)")
     command("compact", _compact, "rewrite the log without dead records, checkpoint the index")
