@@ -43,6 +43,8 @@ def test_hello_reports_capabilities(running: DaemonProcess) -> None:
         "lease_fencing": True,
         "encrypted_at_rest": False,
         "watch": True,
+        "keyed_documents": True,
+        "txn": True,
     }
 
 

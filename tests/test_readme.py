@@ -122,3 +122,16 @@ def test_the_readme_runs_as_written(kind: str, tmp_path: Path) -> None:
     if sys.platform == "linux":
         state = env.get("XDG_STATE_HOME", str(tmp_path / ".local" / "state"))
         assert (Path(state) / "sessionstored" / "FORMAT").exists()
+
+
+def test_the_protocol_page_documents_every_op_and_error_code() -> None:
+    from sessionstore.codes import ErrorCode
+    from sessionstored.ops import REGISTRY
+
+    page = (ROOT / "docs" / "protocol.md").read_text()
+    table = page[page.index("## Ops") :]
+    documented = set(re.findall(r"^\| `(\w+)`", table, re.M))
+    assert set(REGISTRY) <= documented, set(REGISTRY) - documented
+    for code in ErrorCode:
+        assert f"| `{code.value}` |" in page, code
+    assert "docs/protocol.md" in README.read_text()

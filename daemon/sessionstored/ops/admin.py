@@ -37,6 +37,8 @@ def hello(ops: Ops, request: Request) -> Step:
                 "lease_fencing": True,
                 "encrypted_at_rest": ops.store.encrypted,
                 "watch": True,
+                "keyed_documents": True,  # ours: kind kv and checkpoint_scan
+                "txn": True,  # ours
             },
             limits={
                 "max_request_bytes": ops.max_request_bytes,
