@@ -4,14 +4,17 @@
 # `where`, watch's start line and Ctrl-C.
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -42,6 +45,28 @@ def cli(
     )
 
 
+def terminal() -> tuple[int, int]:
+    """A pty (master, slave) the size of a real terminal (a new one is 0 by 0 columns)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    return master, slave
+
+
+def drain(master: int, idle_s: float = 1.0) -> bytes:
+    """Everything written to a pty until it has been quiet for idle_s; closes it."""
+    chunks = []
+    while select.select([master], [], [], idle_s)[0]:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the other side is closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    return b"".join(chunks)
+
+
 def on_a_terminal(*args: str, socket_path: str) -> str:
     """What the CLI prints with a pty as its stdin and stdout."""
     return run_on_a_terminal(*args, socket_path=socket_path)[0]
@@ -49,7 +74,7 @@ def on_a_terminal(*args: str, socket_path: str) -> str:
 
 def run_on_a_terminal(*args: str, socket_path: str) -> tuple[str, int, str]:
     """stdout, exit status and stderr of the CLI with a pty as its stdin and stdout."""
-    master, slave = pty.openpty()
+    master, slave = terminal()
     proc = subprocess.Popen(
         [sys.executable, "-m", "sessionstore.cli", "--socket", socket_path, *args],
         stdin=slave,
@@ -57,23 +82,11 @@ def run_on_a_terminal(*args: str, socket_path: str) -> tuple[str, int, str]:
         stderr=subprocess.PIPE,
     )
     os.close(slave)
-    chunks = []
-    while True:
-        ready, _, _ = select.select([master], [], [], 30)
-        if not ready:
-            break
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # the child closed its side
-            break
-        if not data:
-            break
-        chunks.append(data)
+    shown = drain(master, idle_s=30)
     proc.wait(30)
-    os.close(master)
     assert proc.stderr is not None
     err = proc.stderr.read().decode()
-    return b"".join(chunks).decode().replace("\r\n", "\n"), proc.returncode, err
+    return shown.decode().replace("\r\n", "\n"), proc.returncode, err
 
 
 def test_version_and_help_show_defaults_and_the_exit_codes() -> None:
@@ -264,3 +277,50 @@ def test_a_second_daemon_on_the_same_socket_says_so_plainly(
     assert second.returncode == 1
     assert "another daemon is already listening" in second.stderr
     assert "recovery runs" not in second.stderr
+
+
+def test_rekey_shows_a_progress_bar_on_a_terminal(daemon: DaemonProcess, tmp_path: Path) -> None:
+    daemon.start()
+    with daemon.client() as client:
+        for n in range(20):
+            client.save(snapshot(f"k{n}"))
+    daemon.stop()
+    key = tmp_path / "new.key"
+    key.write_bytes(os.urandom(32))
+    master, slave = terminal()
+    rekey = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sessionstored",
+            "rekey",
+            "--state-dir",
+            str(daemon.state_dir),
+            "--new-key-file",
+            str(key),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        text=True,
+        timeout=120,
+    )
+    os.close(slave)
+    shown = drain(master)
+    assert rekey.returncode == 0, shown
+    assert "resealed" in rekey.stdout
+    assert b"resealing" in shown and b"documents" in shown
+
+
+def test_verify_shows_its_elapsed_time_on_a_terminal(running: DaemonProcess) -> None:
+    master, slave = terminal()
+    result = subprocess.run(
+        [sys.executable, "-m", "sessionstore.cli", "--socket", running.socket_path, "verify"],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        text=True,
+        timeout=60,
+    )
+    os.close(slave)
+    shown = drain(master)
+    assert result.returncode == 0 and json.loads(result.stdout)["problems"] == []
+    assert b"verify: 00:0" in shown

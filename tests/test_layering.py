@@ -48,16 +48,22 @@ def test_only_the_seam_calls_os_for_data_files() -> None:
         assert "os" not in _imports(path), path
 
 
-def test_every_package_directory_is_packaged() -> None:
-    import tomllib
+def test_every_package_is_in_the_wheel(tmp_path: Path) -> None:
+    """The wheel `pip install .` makes holds every package directory and py.typed."""
+    import zipfile
 
-    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    mapped = {name: ROOT / path for name, path in tool["package-dir"].items()}
-    assert set(tool["packages"]) == set(mapped)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("sessionstore-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
     for top, base in (("sessionstore", ROOT / "client"), ("sessionstored", ROOT / "daemon")):
-        for init in (base / top).rglob("__init__.py"):
-            name = ".".join(init.parent.relative_to(base).parts)
-            assert mapped.get(name) == init.parent, f"{name} is missing from pyproject.toml"
+        for source in (base / top).rglob("*.py"):
+            assert str(source.relative_to(base)) in names, f"{source} is not in the wheel"
+        assert f"{top}/py.typed" in names
+    assert not any("__pycache__" in name or name.startswith(("tests/", "bench/")) for name in names)
 
 
 def test_the_adapters_are_optional() -> None:

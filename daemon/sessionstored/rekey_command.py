@@ -6,12 +6,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+
+from sessionstore.helpformat import DefaultsShown
 
 from .config import resolve_state_dir
 from .keyfile import read_key_file
+from .storage.compaction import Progress
 from .storage.errors import StoreFormatError, StoreLocked
 from .storage.fs import RealFileSystem
 from .storage.metadata import read_metadata
@@ -27,11 +31,29 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sessionstored rekey",
         description="Reseal every document of a stopped store under a new key, crash-safely.",
+        formatter_class=DefaultsShown,
     )
     parser.add_argument("--state-dir", help="where the store lives")
     parser.add_argument("--old-key-file", help="the key the store is sealed with (none: plaintext)")
     parser.add_argument("--new-key-file", help="the key to seal it with (none: unseal it)")
     return parser
+
+
+@contextlib.contextmanager
+def _progress_bar() -> Iterator[Progress | None]:
+    """A bar of documents resealed, on a terminal only (tqdm)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from tqdm import tqdm
+
+    with tqdm(desc="resealing", unit=" documents", file=sys.stderr) as bar:
+
+        def update(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        yield update
 
 
 def _fail(message: str, code: int) -> int:
@@ -71,7 +93,8 @@ def rekey_main(argv: Sequence[str]) -> int:
         store, report = open_store(fs, state_dir, key=opener)
         try:
             if pending is None:
-                done = f"resealed {begin_rekey(store, new).resealed} documents"
+                with _progress_bar() as progress:
+                    done = f"resealed {begin_rekey(store, new, progress).resealed} documents"
             else:
                 done = f"finished the rotation ({report.rekey_finished})"
         finally:

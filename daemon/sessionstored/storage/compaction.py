@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -117,7 +118,12 @@ def plan(
     return result
 
 
-def copy(store: Store, work: Plan, *, reseal: bool = False) -> None:
+Progress = Callable[[int, int], None]  # (records copied, records to copy)
+
+
+def copy(
+    store: Store, work: Plan, *, reseal: bool = False, progress: Progress | None = None
+) -> None:
     """Write the new segment and rename it into log/. NoSpace on a full disk."""
     if not work.moves:
         return
@@ -135,6 +141,8 @@ def copy(store: Store, work: Plan, *, reseal: bool = False) -> None:
         chunks.append(record)
         work.offsets.append(offset)
         offset += len(record)
+        if progress is not None:
+            progress(len(work.offsets), len(work.moves))
     try:
         write_temp(fs, temp, chunks)
     except OSError as error:

@@ -28,23 +28,27 @@ class RekeyReport:
     resealed: int = 0
 
 
-def begin_rekey(store: Store, new: Key | None) -> RekeyReport:
+def begin_rekey(
+    store: Store, new: Key | None, progress: compaction.Progress | None = None
+) -> RekeyReport:
     """Rotate an open store (no rotation pending) from its key to `new`."""
     old = store.sealer.seal_with
     bridge = RekeyBridge.between(old, new)
     write_durably(store.fs, store.root, REKEY_FILE, bridge.encode())
     store.set_sealer(Sealer.for_rotation(old, new))
-    return finish_rekey(store, bridge)
+    return finish_rekey(store, bridge, progress)
 
 
-def finish_rekey(store: Store, bridge: RekeyBridge) -> RekeyReport:
+def finish_rekey(
+    store: Store, bridge: RekeyBridge, progress: compaction.Progress | None = None
+) -> RekeyReport:
     """Steps 2-4, from wherever an earlier attempt stopped. The store is open and idle."""
     report = RekeyReport(bridge.describe())
     if store.log.offset != SEGMENT_HEADER_BYTES:
         store.log.rotate(0)  # nothing after this point is written under the old key
     work = compaction.plan(store, all_segments=True)
     if work is not None:
-        compaction.copy(store, work, reseal=True)
+        compaction.copy(store, work, reseal=True, progress=progress)
         report.resealed = compaction.switch(store, work)
     store.checkpoint()
     store.log.close_retired()
