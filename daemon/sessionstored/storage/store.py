@@ -37,14 +37,14 @@ from .cache import DEFAULT_CAPACITY_BYTES, DocumentCache
 from .check import check
 from .checkpoint import Checkpoints, CheckpointState, DamageRow
 from .compaction import CompactResult
+from .decide import Accepted, decide_all
 from .durable import Failpoint, no_failpoint
-from .errors import CorruptRecord, FatalStorageError, InjectedFault, NoSpace, Refused
+from .errors import CorruptRecord, FatalStorageError, InjectedFault, NoSpace
 from .fs import ENOSPC_ERRNOS, FileSystem
 from .history import History
 from .index import Entry, Index
 from .log import DEFAULT_SEGMENT_BYTES, Log
 from .mutations import (
-    ANY,
     LEASE,
     LEASE_ID,
     SESSION,
@@ -53,13 +53,10 @@ from .mutations import (
     Outcome,
     Put,
     Remove,
-    Rewrite,
-    Txn,
     split_batches,
 )
 from .records import Commit, Document, encode_commit, encode_data, encode_removal, read_document
 from .sealing import Key, Sealer
-from .txn import decide as decide_txn
 
 DEFAULT_MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
 DEFAULT_HISTORY_CHANGES = 100_000
@@ -91,19 +88,35 @@ class Recovered:
     retiring: list[int]  # named only by an older checkpoint: removed after the next one
 
 
-Accepted = tuple[int, Put | Remove, int]  # (position in the batch, the change, its seq)
-TxnResults = dict[int, list[dict[str, Any]]]  # position of a txn -> its ops' results
+class _IndexState:
+    """The committed state as the decisions see it (decide.py), from the index."""
 
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.lease = store.lease
+        self.max_document_bytes = store.max_document_bytes
 
-def _conflict_message(mutation: Put | Remove | Rewrite, current: bytes | None) -> str:
-    what = "session" if mutation.kind == SESSION else "document"
-    if isinstance(mutation, Rewrite) and mutation.source is not None:
-        return f"cannot fork onto {mutation.id!r}: a {what} with that id exists"
-    if mutation.expect is None:
-        return f"{what} {mutation.id!r} already exists (create-only)"
-    if current is None:
-        return f"{what} {mutation.id!r} does not exist, so it is not at the expected digest"
-    return f"{what} {mutation.id!r} changed: it is no longer at the expected digest"
+    def get(self, kind: str, doc_id: str) -> Entry | None:
+        return self.store.index.get(kind, doc_id)
+
+    def damaged(self, kind: str, doc_id: str) -> bool:
+        return self.store.damage_of(kind, doc_id) is not None
+
+    def body(self, kind: str, doc_id: str) -> bytes | None:
+        doc = self.store.read(kind, doc_id, cached=False)  # the writer's thread: no cache
+        return doc.body if doc is not None else None
+
+    def scan(
+        self,
+        kind: str,
+        prefix: str,
+        after: str | None,
+        before: str | None,
+        limit: int,
+        *,
+        reverse: bool,
+    ) -> tuple[list[tuple[str, Entry]], bool]:
+        return self.store.index.scan(kind, prefix, after, before, limit, reverse=reverse)
 
 
 def _now_ms() -> int:
@@ -242,139 +255,25 @@ class Store:
             outcomes.extend(result.outcomes)
         return outcomes
 
-    def _fence_refusal(self, fence: Any) -> Outcome | None:
-        lease = self.lease
-        holder = lease.get("holder") if lease else None
-        epoch = lease.get("epoch") if lease else None
-        if fence is ANY:
-            if holder is None:
-                return None
-            message = (
-                f"the lease is held by {holder!r} (epoch {epoch}); pass"
-                f' lease {{"holder": {holder!r}, "epoch": {epoch}}} with the write'
-            )
-        elif holder is not None and fence == (holder, epoch):
-            return None
-        else:
-            message = f"lease {fence!r} is not the current one (epoch {epoch})"
-        return Outcome(
-            False,
-            code=ErrorCode.FENCED,
-            message=message,
-            details={"epoch": epoch, "holder": holder},
-        )
-
     def _read_committed(self, kind: str, doc_id: str) -> bytes | None:
         doc = self.read(kind, doc_id, cached=False)  # the writer's thread: no cache
         return doc.body if doc is not None else None
-
-    def _decide(
-        self, mutation: Put | Remove | Rewrite, next_seq: int, *, full: bool
-    ) -> Put | Remove | Outcome:
-        """The concrete change a mutation makes now, or the outcome that refuses it.
-        full: the disk has no room for a new generation, only for removals."""
-        fenced = not isinstance(mutation, Rewrite) or mutation.fenced
-        refusal = self._fence_refusal(mutation.fence) if fenced else None
-        if refusal is not None:
-            return refusal
-        entry = self.index.get(mutation.kind, mutation.id)
-        current = entry.digest if entry else None
-        if mutation.expect is not ANY and mutation.expect != current:
-            return Outcome(
-                False,
-                code=ErrorCode.CONFLICT,
-                message=_conflict_message(mutation, current),
-                current=current,
-            )
-        if isinstance(mutation, Remove):
-            if entry is None and self.damage_of(mutation.kind, mutation.id) is None:
-                return Outcome(True, seq=next_seq - 1, existed=False, changed=False)
-            return mutation
-        if full:
-            return Outcome(False, code=ErrorCode.NO_SPACE, message="disk full: only removals fit")
-        if isinstance(mutation, Put):
-            return mutation
-        try:
-            source = self._read_committed(*mutation.source) if mutation.source else None
-            body = mutation.apply(self._read_committed(mutation.kind, mutation.id), source)
-        except Refused as refused:
-            return Outcome(
-                False, code=refused.code, message=refused.message, details=refused.details
-            )
-        except (CorruptRecord, OSError) as error:
-            return Outcome(False, code=ErrorCode.IO_ERROR, message=str(error))
-        if body is None:
-            return Outcome(True, seq=next_seq - 1, existed=entry is not None, changed=False)
-        if len(body) > self.max_document_bytes:
-            return Outcome(False, code=ErrorCode.TOO_LARGE, message=f"result is {len(body)} bytes")
-        return Put(mutation.kind, mutation.id, body, digest_bytes_of_canonical(body))
-
-    def _decide_txn(
-        self, txn: Txn, next_seq: int, *, full: bool
-    ) -> tuple[list[Put | Remove], list[dict[str, Any]]] | Outcome:
-        refusal = self._fence_refusal(txn.fence)
-        if refusal is not None:
-            return refusal
-        try:
-            changes, results = decide_txn(txn.requires, txn.ops, self.index, next_seq)
-        except Refused as refused:
-            return Outcome(
-                False, code=refused.code, message=refused.message, details=refused.details
-            )
-        if full and any(change.body is not None for change in changes):
-            return Outcome(False, code=ErrorCode.NO_SPACE, message="disk full: only removals fit")
-        concrete: list[Put | Remove] = [
-            Remove(c.kind, c.id)
-            if c.body is None or c.digest is None
-            else Put(c.kind, c.id, c.body, c.digest)
-            for c in changes
-        ]
-        return concrete, results
-
-    def _decide_all(
-        self, mutations: Sequence[Mutation], *, full: bool
-    ) -> tuple[list[Outcome | None], list[Accepted], TxnResults]:
-        outcomes: list[Outcome | None] = [None] * len(mutations)
-        accepted: list[Accepted] = []
-        txn_results: TxnResults = {}
-        next_seq = self.seq + 1
-        for position, mutation in enumerate(mutations):
-            if isinstance(mutation, Txn):
-                planned = self._decide_txn(mutation, next_seq, full=full)
-                if isinstance(planned, Outcome):
-                    outcomes[position] = planned
-                    continue
-                changes, results = planned
-                if not changes:
-                    outcomes[position] = Outcome(
-                        True, seq=next_seq - 1, changed=False, details={"results": results}
-                    )
-                    continue
-                txn_results[position] = results
-                for change in changes:
-                    accepted.append((position, change, next_seq))
-                    next_seq += 1
-                continue
-            decided = self._decide(mutation, next_seq, full=full)
-            if isinstance(decided, Outcome):
-                outcomes[position] = decided
-                continue
-            accepted.append((position, decided, next_seq))
-            next_seq += 1
-        return outcomes, accepted, txn_results
 
     def commit_durably(self, mutations: Sequence[Mutation]) -> Batch:
         """Make one batch durable (see split_batches for what may share one). Then publish()."""
         if self._failed:
             raise FatalStorageError("the store failed earlier and must be reopened")
-        outcomes, accepted, txn_results = self._decide_all(mutations, full=False)
+        state = _IndexState(self)
+        outcomes, accepted, txn_results = decide_all(state, mutations, self.seq + 1, full=False)
         batch = Batch([], last_seq=self.seq)
         try:
             if accepted:
                 try:
                     self._write_batch(accepted, outcomes, batch)
                 except NoSpace:
-                    outcomes, accepted, txn_results = self._decide_all(mutations, full=True)
+                    outcomes, accepted, txn_results = decide_all(
+                        state, mutations, self.seq + 1, full=True
+                    )
                     if accepted:
                         self._write_batch(accepted, outcomes, batch)
         except NoSpace:

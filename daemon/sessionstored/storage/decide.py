@@ -1,0 +1,168 @@
+# Deciding a batch against the committed state, for every backend: the lease
+# fence, CAS (`expect`), Rewrites (update, fork, lease changes) and txns, in
+# commit order; the accepted changes take consecutive seqs from first_seq.
+# Nothing is applied here. A backend hands in its committed state through
+# CommittedState: the log engine from its index, PostgreSQL from the rows it
+# reads inside the batch's transaction.
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from sessionstore.canonical import digest_bytes_of_canonical
+from sessionstore.codes import ErrorCode
+
+from .errors import CorruptRecord, Refused
+from .index import Entry
+from .mutations import ANY, SESSION, Mutation, Outcome, Put, Remove, Rewrite, Txn
+from .txn import decide as decide_txn
+
+Accepted = tuple[int, Put | Remove, int]  # (position in the batch, the change, its seq)
+TxnResults = dict[int, list[dict[str, Any]]]  # position of a txn -> its ops' results
+
+
+class CommittedState(Protocol):
+    lease: dict[str, Any] | None
+    max_document_bytes: int
+
+    def get(self, kind: str, doc_id: str) -> Entry | None: ...
+    def damaged(self, kind: str, doc_id: str) -> bool: ...
+    def body(self, kind: str, doc_id: str) -> bytes | None: ...
+    def scan(
+        self,
+        kind: str,
+        prefix: str,
+        after: str | None,
+        before: str | None,
+        limit: int,
+        *,
+        reverse: bool,
+    ) -> tuple[list[tuple[str, Entry]], bool]: ...
+
+
+def conflict_message(mutation: Put | Remove | Rewrite, current: bytes | None) -> str:
+    what = "session" if mutation.kind == SESSION else "document"
+    if isinstance(mutation, Rewrite) and mutation.source is not None:
+        return f"cannot fork onto {mutation.id!r}: a {what} with that id exists"
+    if mutation.expect is None:
+        return f"{what} {mutation.id!r} already exists (create-only)"
+    if current is None:
+        return f"{what} {mutation.id!r} does not exist, so it is not at the expected digest"
+    return f"{what} {mutation.id!r} changed: it is no longer at the expected digest"
+
+
+def fence_refusal(lease: dict[str, Any] | None, fence: Any) -> Outcome | None:
+    holder = lease.get("holder") if lease else None
+    epoch = lease.get("epoch") if lease else None
+    if fence is ANY:
+        if holder is None:
+            return None
+        message = (
+            f"the lease is held by {holder!r} (epoch {epoch}); pass"
+            f' lease {{"holder": {holder!r}, "epoch": {epoch}}} with the write'
+        )
+    elif holder is not None and fence == (holder, epoch):
+        return None
+    else:
+        message = f"lease {fence!r} is not the current one (epoch {epoch})"
+    return Outcome(
+        False,
+        code=ErrorCode.FENCED,
+        message=message,
+        details={"epoch": epoch, "holder": holder},
+    )
+
+
+def _decide(
+    state: CommittedState, mutation: Put | Remove | Rewrite, next_seq: int, *, full: bool
+) -> Put | Remove | Outcome:
+    """The concrete change a mutation makes now, or the outcome that refuses it.
+    full: the disk has no room for a new generation, only for removals."""
+    fenced = not isinstance(mutation, Rewrite) or mutation.fenced
+    refusal = fence_refusal(state.lease, mutation.fence) if fenced else None
+    if refusal is not None:
+        return refusal
+    entry = state.get(mutation.kind, mutation.id)
+    current = entry.digest if entry else None
+    if mutation.expect is not ANY and mutation.expect != current:
+        return Outcome(
+            False,
+            code=ErrorCode.CONFLICT,
+            message=conflict_message(mutation, current),
+            current=current,
+        )
+    if isinstance(mutation, Remove):
+        if entry is None and not state.damaged(mutation.kind, mutation.id):
+            return Outcome(True, seq=next_seq - 1, existed=False, changed=False)
+        return mutation
+    if full:
+        return Outcome(False, code=ErrorCode.NO_SPACE, message="disk full: only removals fit")
+    if isinstance(mutation, Put):
+        return mutation
+    try:
+        source = state.body(*mutation.source) if mutation.source else None
+        body = mutation.apply(state.body(mutation.kind, mutation.id), source)
+    except Refused as refused:
+        return Outcome(False, code=refused.code, message=refused.message, details=refused.details)
+    except (CorruptRecord, OSError) as error:
+        return Outcome(False, code=ErrorCode.IO_ERROR, message=str(error))
+    if body is None:
+        return Outcome(True, seq=next_seq - 1, existed=entry is not None, changed=False)
+    if len(body) > state.max_document_bytes:
+        return Outcome(False, code=ErrorCode.TOO_LARGE, message=f"result is {len(body)} bytes")
+    return Put(mutation.kind, mutation.id, body, digest_bytes_of_canonical(body))
+
+
+def _decide_txn(
+    state: CommittedState, txn: Txn, next_seq: int, *, full: bool
+) -> tuple[list[Put | Remove], list[dict[str, Any]]] | Outcome:
+    refusal = fence_refusal(state.lease, txn.fence)
+    if refusal is not None:
+        return refusal
+    try:
+        changes, results = decide_txn(txn.requires, txn.ops, state, next_seq)
+    except Refused as refused:
+        return Outcome(False, code=refused.code, message=refused.message, details=refused.details)
+    if full and any(change.body is not None for change in changes):
+        return Outcome(False, code=ErrorCode.NO_SPACE, message="disk full: only removals fit")
+    concrete: list[Put | Remove] = [
+        Remove(c.kind, c.id)
+        if c.body is None or c.digest is None
+        else Put(c.kind, c.id, c.body, c.digest)
+        for c in changes
+    ]
+    return concrete, results
+
+
+def decide_all(
+    state: CommittedState, mutations: Sequence[Mutation], first_seq: int, *, full: bool
+) -> tuple[list[Outcome | None], list[Accepted], TxnResults]:
+    """Each mutation's refusal (in outcomes) or its concrete changes (in accepted)."""
+    outcomes: list[Outcome | None] = [None] * len(mutations)
+    accepted: list[Accepted] = []
+    txn_results: TxnResults = {}
+    next_seq = first_seq
+    for position, mutation in enumerate(mutations):
+        if isinstance(mutation, Txn):
+            planned = _decide_txn(state, mutation, next_seq, full=full)
+            if isinstance(planned, Outcome):
+                outcomes[position] = planned
+                continue
+            changes, results = planned
+            if not changes:
+                outcomes[position] = Outcome(
+                    True, seq=next_seq - 1, changed=False, details={"results": results}
+                )
+                continue
+            txn_results[position] = results
+            for change in changes:
+                accepted.append((position, change, next_seq))
+                next_seq += 1
+            continue
+        decided = _decide(state, mutation, next_seq, full=full)
+        if isinstance(decided, Outcome):
+            outcomes[position] = decided
+            continue
+        accepted.append((position, decided, next_seq))
+        next_seq += 1
+    return outcomes, accepted, txn_results
