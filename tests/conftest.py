@@ -16,6 +16,8 @@ import pytest
 
 from sessionstore.client import Client
 
+from .postgres_server import PostgresServer, start_server
+
 READY_TIMEOUT_S = 30.0
 
 
@@ -24,10 +26,12 @@ def snapshot(session_id: str, **extra: Any) -> dict[str, Any]:
 
 
 class DaemonProcess:
-    """A real sessionstored process on a real socket, readiness via a fake NOTIFY_SOCKET."""
+    """A real sessionstored process on a real socket, readiness via a fake NOTIFY_SOCKET;
+    on the embedded log, or on PostgreSQL when given a database URL."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, database_url: str | None = None) -> None:
         self.workdir = workdir
+        self.database_url = database_url
         self.state_dir = workdir / "state"
         self.socket_path = str(workdir / "sock")
         self.notify_path = str(workdir / "notify")
@@ -45,6 +49,7 @@ class DaemonProcess:
             str(self.state_dir),
             "--socket",
             self.socket_path,
+            *(["--database", self.database_url] if self.database_url else []),
             *extra,
         ]
 
@@ -128,9 +133,31 @@ def short_tmp() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer | None]:
+    yield from start_server()
+
+
+@pytest.fixture(params=["log", "postgresql"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Every end-to-end test runs on both backends, except those about the log's files
+    (marked log_only), which run on the log alone."""
+    if request.param == "postgresql" and request.node.get_closest_marker("log_only"):
+        pytest.skip("about the embedded log's files")
+    return str(request.param)
+
+
 @pytest.fixture
-def daemon(short_tmp: Path) -> Iterator[DaemonProcess]:
-    process = DaemonProcess(short_tmp)
+def daemon(
+    short_tmp: Path, backend: str, request: pytest.FixtureRequest
+) -> Iterator[DaemonProcess]:
+    database_url = None
+    if backend == "postgresql":
+        server: PostgresServer | None = request.getfixturevalue("postgres")
+        if server is None:
+            pytest.fail("PostgreSQL is not installed here (.ci/run installs it)")
+        database_url = server.url(server.create_database())
+    process = DaemonProcess(short_tmp, database_url)
     yield process
     try:
         if process.proc is not None and process.proc.poll() is None:

@@ -279,6 +279,7 @@ def test_a_second_daemon_on_the_same_socket_says_so_plainly(
     assert "recovery runs" not in second.stderr
 
 
+@pytest.mark.log_only  # rekey reseals the log
 def test_rekey_shows_a_progress_bar_on_a_terminal(daemon: DaemonProcess, tmp_path: Path) -> None:
     daemon.start()
     with daemon.client() as client:

@@ -321,6 +321,7 @@ def test_oversized_request_refused_while_others_are_served(short_tmp: Path) -> N
         daemon.cleanup()
 
 
+@pytest.mark.log_only  # the state directory's lock
 def test_second_daemon_on_same_state_dir_refused(running: DaemonProcess, short_tmp: Path) -> None:
     other_socket = str(short_tmp / "other.sock")
     result = subprocess.run(

@@ -16,6 +16,8 @@ from sessionstore.errors import ConnectionLost, IOFailure, SessionStoreError
 
 from .conftest import DaemonProcess, snapshot
 
+pytestmark = pytest.mark.log_only  # the log's failpoints and kill -9 recovery
+
 COMMIT_POINTS = ("before-intent", "after-intent", "before-commit-record", "after-commit-record")
 RENAME_POINTS = ("before-rename", "after-rename")
 # Crashed at or before this one, a batch is rolled back; at it, it is durable.

@@ -215,6 +215,7 @@ def test_a_txn_is_fenced_and_watched_like_any_write(running: DaemonProcess) -> N
     ]
 
 
+@pytest.mark.log_only  # the log's failpoints
 def test_a_txn_cut_by_a_crash_before_its_commit_record_is_gone_whole(
     daemon: DaemonProcess,
 ) -> None:

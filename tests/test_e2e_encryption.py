@@ -19,6 +19,8 @@ from sessionstored.storage.sealing import PLAINTEXT, parse_key
 from .conftest import DaemonProcess, snapshot
 from .storage_helpers import locate_record
 
+pytestmark = pytest.mark.log_only  # what the log's files reveal
+
 SECRET = "sk-live-PROMPT-SECRET-5f1e"
 SECRET_ID = "alice-session-8841"
 SECRET_RUN = "alice-run-77"

@@ -244,6 +244,7 @@ def small_tmpfs(short_tmp: Path):  # type: ignore[no-untyped-def]
 
 
 @needs_root
+@pytest.mark.log_only  # about the embedded log's files
 def test_disk_full_fails_saves_keeps_reads_and_recovers(small_tmpfs: Path, short_tmp: Path) -> None:
     filler = small_tmpfs / "filler"
     daemon = DaemonProcess(short_tmp)
@@ -293,6 +294,7 @@ def _one_line_refusal(daemon: DaemonProcess) -> str:
     return lines[-1]
 
 
+@pytest.mark.log_only  # about the embedded log's files
 def test_bit_rot_in_documents_is_reported_never_served(daemon: DaemonProcess) -> None:
     daemon.start()
     with daemon.client() as client:
@@ -320,6 +322,7 @@ def test_bit_rot_in_documents_is_reported_never_served(daemon: DaemonProcess) ->
         assert client.verify()["problems"] == []
 
 
+@pytest.mark.log_only  # about the embedded log's files
 def test_bit_rot_in_the_lease_refuses_the_start(daemon: DaemonProcess) -> None:
     daemon.start()
     with daemon.client() as client:
@@ -333,6 +336,7 @@ def test_bit_rot_in_the_lease_refuses_the_start(daemon: DaemonProcess) -> None:
     assert "lease document is unreadable" in line and path in line
 
 
+@pytest.mark.log_only  # about the embedded log's files
 def test_bit_rot_in_format_refuses_the_start(daemon: DaemonProcess) -> None:
     daemon.start()
     assert daemon.stop() == 0
@@ -340,6 +344,7 @@ def test_bit_rot_in_format_refuses_the_start(daemon: DaemonProcess) -> None:
     assert "FORMAT" in _one_line_refusal(daemon)
 
 
+@pytest.mark.log_only  # about the embedded log's files
 def test_bit_rot_in_the_middle_of_the_log_hides_one_document_and_the_daemon_starts(
     daemon: DaemonProcess,
 ) -> None:
@@ -366,6 +371,7 @@ def test_bit_rot_in_the_middle_of_the_log_hides_one_document_and_the_daemon_star
         assert client.verify()["problems"] == []
 
 
+@pytest.mark.log_only  # about the embedded log's files
 def test_bit_rot_in_an_index_checkpoint_falls_back(short_tmp: Path) -> None:
     daemon = DaemonProcess(short_tmp)
     try:
@@ -394,6 +400,7 @@ def test_bit_rot_in_an_index_checkpoint_falls_back(short_tmp: Path) -> None:
         daemon.cleanup()
 
 
+@pytest.mark.log_only  # about the embedded log's files
 def test_symlinks_out_of_the_store_are_refused(daemon: DaemonProcess, short_tmp: Path) -> None:
     daemon.start()
     with daemon.client() as client:

@@ -26,6 +26,8 @@ from .conftest import DaemonProcess
 from .simfs import SimFileSystem, SimulatedCrash
 from .storage_helpers import ROOT, all_documents, assert_clean, new_fs, open_with_report, put
 
+pytestmark = pytest.mark.log_only  # the log's format 1
+
 FIXTURES = Path(__file__).parent / "fixtures"
 KEYS = {"plain": None, "sealed": Key.from_material(b"\x42" * 32)}
 

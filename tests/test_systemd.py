@@ -21,6 +21,8 @@ from sessionstore.errors import SessionStoreError
 
 from .conftest import DaemonProcess, snapshot
 
+pytestmark = pytest.mark.log_only  # the unit runs the embedded default
+
 ROOT = Path(__file__).resolve().parent.parent
 UNITS = ROOT / "systemd"
 needs_analyze = pytest.mark.skipif(

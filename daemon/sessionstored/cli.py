@@ -8,7 +8,9 @@ import os
 import resource
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import trio
 
@@ -21,7 +23,7 @@ from .server import Server, StartupError, open_listener
 from .storage.errors import StoreFormatError, StoreLocked
 from .storage.fs import RealFileSystem
 from .storage.recovery import open_store
-from .storage.sealing import KeyFileError
+from .storage.sealing import Key, KeyFileError
 
 log = logging.getLogger("sessionstored")
 
@@ -96,6 +98,36 @@ def _return_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
+DATABASE_RETRY_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+
+
+def _open_database(config: Config, key: Key | None) -> tuple[Any, Any] | int:
+    """The PostgreSQL store, open; while the database does not answer, say so in STATUS=
+    and retry with backoff; a refusal (bad URL, credentials, key) exits at once."""
+    from .storage.postgres import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
+
+    assert config.database_url is not None
+    store = PgStore(
+        config.database_url,
+        key=key,
+        password=config.database_password,
+        history_changes=config.history_changes,
+        max_document_bytes=config.max_snapshot_bytes,
+    )
+    attempt = 0
+    while True:
+        try:
+            return store, store.open()
+        except DatabaseRefused as error:
+            return _fail(str(error), EXIT_BAD_CONFIG)
+        except DatabaseUnreachable as error:
+            wait_s = DATABASE_RETRY_S[min(attempt, len(DATABASE_RETRY_S) - 1)]
+            attempt += 1
+            notify(f"STATUS=waiting for PostgreSQL at {redacted(config.database_url)}: {error}")
+            log.warning("PostgreSQL does not answer (%s); retrying in %.0f s", error, wait_s)
+            time.sleep(wait_s)
+
+
 def run(config: Config) -> int:
     _setup_logging(config.log_level)
     _raise_open_files_limit()
@@ -103,6 +135,13 @@ def run(config: Config) -> int:
         key = load_key(config.key_file, os.environ)
     except KeyFileError as error:
         return _fail(str(error), EXIT_BAD_CONFIG)
+    if config.database_url is not None:
+        opened = _open_database(config, key)
+        if isinstance(opened, int):
+            return opened
+        store, report = opened
+        log.info("connected to %s", report.summary())
+        return _serve(config, store, report)
     try:
         os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
     except OSError as error:
@@ -137,6 +176,10 @@ def run(config: Config) -> int:
                 store.sealer.key_id_hex,
             )
 
+    return _serve(config, store, report)
+
+
+def _serve(config: Config, store: Any, report: Any) -> int:
     served = False
 
     async def serve() -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ class Config:
     max_connections: int
     request_timeout_s: float
     key_file: str | None
+    database_url: str | None = None  # PostgreSQL instead of the embedded log
+    database_password: str | None = None
 
 
 EPILOG = (
@@ -68,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=DefaultsShown,
     )
     parser.add_argument("--version", action="version", version=f"sessionstored {__version__}")
+    parser.add_argument(
+        "--database",
+        metavar="URL",
+        help="serve from PostgreSQL (postgresql://...) instead of the embedded log; also "
+        "SESSIONSTORED_DATABASE_URL; the password may come from the systemd credential "
+        "sessionstored.dbpassword",
+    )
     parser.add_argument(
         "--state-dir", help="where the store lives (default: the search order below)"
     )
@@ -159,6 +169,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+DATABASE_PASSWORD_CREDENTIAL = "sessionstored.dbpassword"
+
+
+def _database_password(env: Mapping[str, str]) -> str | None:
+    """The systemd credential holding the database password, if the unit passes one."""
+    directory = env.get("CREDENTIALS_DIRECTORY")
+    if not directory:
+        return None
+    path = os.path.join(directory, DATABASE_PASSWORD_CREDENTIAL)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise ConfigError(f"cannot read the credential {path}: {error.strerror}") from None
+
+
 def resolve_state_dir(explicit: str | None, env: Mapping[str, str]) -> str:
     return state_dir(explicit, env).path
 
@@ -208,6 +236,9 @@ def build_config(
     socket_path = explicit_socket
     if socket_path is None and inherited is None:
         socket_path = default_socket_path(env, uid)
+    database_url = args.database or env.get("SESSIONSTORED_DATABASE_URL") or None
+    if database_url is not None and not database_url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f"--database must be a postgresql:// URL, not {database_url[:40]!r}")
     try:
         failpoints = parse_failpoints(env.get("SESSIONSTORED_FAILPOINTS", ""))
     except ValueError as error:
@@ -239,4 +270,6 @@ def build_config(
         max_connections=args.max_connections,
         request_timeout_s=args.request_timeout_seconds,
         key_file=args.key_file,
+        database_url=database_url,
+        database_password=_database_password(env),
     )

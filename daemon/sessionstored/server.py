@@ -24,6 +24,7 @@ import os
 import signal
 import socket as stdlib_socket
 import stat
+import threading
 from typing import Any
 
 import trio
@@ -69,6 +70,29 @@ SCAN_BUDGET_BYTES = 32 * 1024
 MAX_PIPELINED_REQUESTS = 128
 LISTEN_BACKLOG = 512
 EXIT_STORAGE_FAILURE = 3
+
+
+FOLLOW_POLL_S = 0.5
+
+
+class _Wakeup:
+    """An event that any thread may set, and that resets when waited for."""
+
+    def __init__(self, token: trio.lowlevel.TrioToken) -> None:
+        self._token = token
+        self._event = trio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def set_from_thread(self) -> None:
+        with contextlib.suppress(trio.RunFinishedError):
+            self._token.run_sync_soon(self._event.set)
+
+    async def wait(self, timeout_s: float) -> None:
+        with trio.move_on_after(timeout_s):
+            await self._event.wait()
+        self._event = trio.Event()
 
 
 class StartupError(Exception):
@@ -167,6 +191,9 @@ class Server:
         signal_scope = trio.CancelScope()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.writer.run, watchdog_interval_s())
+            follow_scope = trio.CancelScope()
+            if hasattr(self.store, "follow"):
+                nursery.start_soon(self._follow_database, follow_scope)
             await nursery.start(self._watch_signals, signal_scope)  # before READY=1
             async with trio.open_nursery() as connections:
                 accept_scope = trio.CancelScope()
@@ -186,6 +213,7 @@ class Server:
                     self.config.shutdown_grace_s
                 )
             self.writer.close()
+            follow_scope.cancel()
             self.ops.offload.close()
             signal_scope.cancel()
         if socket_path is not None:
@@ -194,6 +222,38 @@ class Server:
         if self.exit_code == 0:
             await trio.to_thread.run_sync(self.store.close)
         return self.exit_code
+
+    async def _follow_database(self, scope: trio.CancelScope) -> None:
+        """Every host's commits into the watch history, in seq order: woken by NOTIFY, by
+        this daemon's own batches, and every FOLLOW_POLL_S regardless (the table is the
+        truth, a notification only a hint)."""
+        store: Any = self.store
+        wakeup = _Wakeup(trio.lowlevel.current_trio_token())
+        previous = self.writer.on_publish
+
+        def published() -> None:
+            wakeup.set()
+            if previous is not None:
+                previous()
+
+        self.writer.on_publish = published
+        stop = threading.Event()
+        listener = threading.Thread(target=store.listen, args=(stop, wakeup.set_from_thread))
+        listener.daemon = True
+        listener.start()
+        try:
+            with scope:
+                while True:
+                    await wakeup.wait(FOLLOW_POLL_S)
+                    try:
+                        moved = await trio.to_thread.run_sync(store.follow)
+                    except Exception as error:  # the database is away: the next round retries
+                        log.warning("following the database's changes: %s", error)
+                        continue
+                    if moved:
+                        self.broadcaster.published()
+        finally:
+            stop.set()
 
     async def _watch_signals(
         self,

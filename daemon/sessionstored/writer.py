@@ -153,11 +153,15 @@ class Writer:
             self._fatal(str(error), [job])
             return
         except Exception as error:  # reported to the one client that asked
-            self.store.log.close_retired()
+            self._close_retired()
             job.finish(error=error)
             return
-        self.store.log.close_retired()
+        self._close_retired()
         job.finish(result)
+
+    def _close_retired(self) -> None:
+        if self.store.has_log:
+            self.store.log.close_retired()
 
     async def _commit(self, jobs: list[MutationJob]) -> None:
         if not jobs:
@@ -194,6 +198,8 @@ class Writer:
 
     async def _maintain(self) -> None:
         store = self.store
+        if not store.has_log:  # PostgreSQL keeps its own files
+            return
         if self._spare is None and store.log.want_spare():
             self._spare = self._background.submit(store.log.prepare_spare)
         elif self._spare is not None and self._spare.done():
@@ -213,7 +219,7 @@ class Writer:
     async def _settle_compaction(self, *, wait: bool) -> None:
         """Finish a background compaction whose copy is done (or wait for it)."""
         running = self._compaction
-        if running is None or not (wait or running.copying.done()):
+        if running is None or not self.store.has_log or not (wait or running.copying.done()):
             return
         if not running.copying.done():
             await trio.to_thread.run_sync(running.copying.exception)

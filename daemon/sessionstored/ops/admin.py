@@ -75,9 +75,10 @@ def watch(ops: Ops, request: Request) -> Step:
 
 def stats(ops: Ops, request: Request) -> Step:
     async def read() -> Response:
+        store_stats = await ops.query(ops.store.stats)
         return ok_response(
             request,
-            sessions=ops.store.session_count(),
+            sessions=await ops.query(ops.store.session_count),
             seq=ops.store.seq,
             uptime_s=round(time.monotonic() - ops.started, 3),
             watchers=ops.broadcaster.watchers,
@@ -85,11 +86,11 @@ def stats(ops: Ops, request: Request) -> Step:
             watchers_dropped=ops.broadcaster.dropped,
             internal_errors=ops.internal_errors,
             lease_epoch=(ops.store.lease or {}).get("epoch"),
-            **ops.store.stats(),
+            **store_stats,
             **ops.stats_extra(),
         )
 
-    return Read(request, read)
+    return Read(request, lambda: ops.guarded_read(request, read))
 
 
 def verify(ops: Ops, request: Request) -> Step:

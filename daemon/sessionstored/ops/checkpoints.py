@@ -86,7 +86,10 @@ def checkpoint_scan(ops: Ops, request: Request) -> Step:
         ]
 
     async def read() -> Response:
-        found, more = ops.store.scan(kind, prefix, after, before, limit, reverse=reverse)
+        scan = ops.store.scan
+        found, more = await ops.query(
+            lambda: scan(kind, prefix, after, before, limit, reverse=reverse)
+        )
         if values:
             total = 0
             for count, (_, entry) in enumerate(found):
@@ -94,7 +97,7 @@ def checkpoint_scan(ops: Ops, request: Request) -> Step:
                 if total > SCAN_REPLY_BYTES and count > 0:
                     found, more = found[:count], True
                     break
-            if total > OFFLOAD_ABOVE_BYTES:
+            if total > OFFLOAD_ABOVE_BYTES or getattr(ops.store, "blocking_reads", False):
                 items = await trio.to_thread.run_sync(read_values, found)
             else:
                 items = read_values(found)

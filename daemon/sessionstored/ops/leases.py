@@ -38,13 +38,13 @@ def lease_acquire(ops: Ops, request: Request) -> Step:
 
 def lease_get(ops: Ops, request: Request) -> Step:
     async def read() -> Response:
-        lease = ops.store.lease
+        lease = await ops.current_lease()
         if not lease or lease.get("holder") is None:
             return ok_response(request, lease=None)
         fields = ("holder", "epoch", "acquired_at_ms")
         return ok_response(request, lease={k: lease.get(k) for k in fields})
 
-    return Read(request, read)
+    return Read(request, lambda: ops.guarded_read(request, read))
 
 
 def lease_release(ops: Ops, request: Request) -> Step:

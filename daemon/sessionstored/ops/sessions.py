@@ -56,7 +56,7 @@ def head(ops: Ops, request: Request) -> Step:
     session_id = id_arg(request.args, "session_id")
 
     async def read() -> Response:
-        entry = ops.store.head(SESSION, session_id)
+        entry = await ops.query(ops.store.head, SESSION, session_id)
         if entry is None:
             return ok_response(request, found=False, digest=None, seq=None, size=None)
         return ok_response(
@@ -74,7 +74,8 @@ def exists(ops: Ops, request: Request) -> Step:
     session_id = id_arg(request.args, "session_id")
 
     async def read() -> Response:
-        return ok_response(request, exists=ops.store.head(SESSION, session_id) is not None)
+        found = await ops.query(ops.store.head, SESSION, session_id)
+        return ok_response(request, exists=found is not None)
 
     return Read(request, lambda: ops.guarded_read(request, read))
 
@@ -92,10 +93,10 @@ def list_sessions(ops: Ops, request: Request) -> Step:
         raise Refused(ErrorCode.BAD_REQUEST, f"limit must be an integer from 1 to {LIST_MAX_LIMIT}")
 
     async def read() -> Response:
-        ids, cursor = ops.store.list_sessions(prefix, after, limit)
+        ids, cursor = await ops.query(ops.store.list_sessions, prefix, after, limit)
         return ok_response(request, ids=ids, next=cursor)
 
-    return Read(request, read)
+    return Read(request, lambda: ops.guarded_read(request, read))
 
 
 def delete(ops: Ops, request: Request) -> Step:

@@ -124,6 +124,9 @@ def _now_ms() -> int:
 
 
 class Store:
+    has_log = True  # the writer keeps its segments, spares, checkpoints and compaction
+    blocking_reads = False  # reads come from the in-memory index and the page cache
+
     def __init__(
         self,
         fs: FileSystem,

@@ -1,0 +1,643 @@
+# The PostgreSQL backend: the same ops, with one database shared by the
+# daemons of several hosts instead of the log.
+#
+# Theory of operation. A batch is one transaction, with synchronous_commit on,
+# and a reply of ok means it committed. The transaction first locks the one
+# row of ss_counter. That serialises every daemon's batches. It then reads
+# what it decides on (documents, the lease) inside the transaction, so CAS,
+# create-only, the fence, update, fork and txn hold across hosts. It takes its
+# seqs from the counter, so seq order is commit order for the whole database:
+# a reader that sees seq N committed sees every seq below N too. Each change is
+# written to ss_documents and appended to ss_changes. ss_changes is the watch
+# history and the truth; NOTIFY is only a wake-up. Every daemon follows
+# ss_changes in seq order into its watch history (follow()), so a watcher on
+# any host sees every host's commits, none skipped. Retention keeps the last
+# history_changes rows.
+#
+# With a key, ids, bodies and digests are sealed here before they reach the
+# database. A document is found by a keyed hash of its id. Ranges are then
+# read by decrypting the kind's names, O(n) in the kind's documents. Without a
+# key, ids are stored as their UTF-8 bytes, and bytea order is UTF-8 order.
+#
+# Failure rules. A lost connection or a failed statement fails the batch with
+# io_error, never a false ok, and the next batch reconnects. When the COMMIT
+# itself fails, the outcome is unknown; the batch is answered io_error, as
+# when a daemon dies before its reply.
+from __future__ import annotations
+
+import hashlib
+import hmac
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import cbor2
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+from sessionstore.canonical import digest_bytes_of_canonical
+from sessionstore.codes import ErrorCode
+
+from .compaction import CompactResult
+from .decide import CommittedState, decide_all
+from .errors import CorruptRecord
+from .history import History
+from .index import Entry
+from .mutations import LEASE, LEASE_ID, SESSION, Committed, Mutation, Outcome, Put
+from .records import Document
+from .sealing import Key, Sealer, SealError
+from .store import Batch
+
+SCHEMA_VERSION = 1
+NOTIFY_CHANNEL = "sessionstore_changes"
+FOLLOW_PAGE = 1000
+RETENTION_EVERY_BATCHES = 500
+READ_POOL_CONNECTIONS = 4
+CONNECT_TIMEOUT_S = 10
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS ss_meta (name text PRIMARY KEY, value text NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS ss_counter"
+    " (one int PRIMARY KEY CHECK (one = 1), seq bigint NOT NULL)",
+    "INSERT INTO ss_counter VALUES (1, 0) ON CONFLICT DO NOTHING",
+    "CREATE TABLE IF NOT EXISTS ss_documents (kind text NOT NULL, key bytea NOT NULL,"
+    " name bytea NOT NULL, body bytea NOT NULL, digest bytea NOT NULL, seq bigint NOT NULL,"
+    " size int NOT NULL, PRIMARY KEY (kind, key))",
+    "CREATE TABLE IF NOT EXISTS ss_changes (seq bigint PRIMARY KEY, kind text NOT NULL,"
+    " name bytea NOT NULL, digest bytea, committed_at_ms bigint NOT NULL, size int NOT NULL)",
+)
+SCHEMA_LOCK = 0x5E55_1057  # pg_advisory_xact_lock key: one daemon creates the schema
+
+
+class DatabaseUnreachable(Exception):
+    """PostgreSQL does not answer (yet): the daemon waits and retries."""
+
+
+class DatabaseRefused(Exception):
+    """A bad URL, bad credentials, a missing database, a key mismatch: exit with this."""
+
+
+FATAL_SQLSTATES = {"28P01", "28000", "3D000", "42501"}  # password, authorization, no db, privilege
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def redacted(url: str) -> str:
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "(unparsable URL)"
+    host = info.get("host", "local socket")
+    user, port, name = info.get("user", ""), info.get("port", 5432), info.get("dbname", "")
+    return f"postgresql://{user}@{host}:{port}/{name}"
+
+
+@dataclass
+class PgReport:
+    """What a start found, in the shape of the log engine's recovery report."""
+
+    seq: int = 0
+    documents: int = 0
+    created_schema: bool = False
+    database: str = ""
+    duration_ms: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "backend": "postgresql",
+            "database": self.database,
+            "created_schema": self.created_schema,
+            "documents": self.documents,
+            "seq": self.seq,
+            "duration_ms": round(self.duration_ms, 1),
+        }
+
+    def summary(self) -> str:
+        made = "created the schema; " if self.created_schema else ""
+        return f"{self.database}: {made}{self.documents} documents, seq {self.seq}"
+
+
+class PgStore:
+    has_log = False  # no segments, checkpoints or spares to keep: the writer skips them
+    blocking_reads = True  # reads are network round trips: the ops run them in threads
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        key: Key | None = None,
+        password: str | None = None,
+        history_changes: int = 100_000,
+        max_document_bytes: int = 256 * 1024 * 1024,
+    ) -> None:
+        self.url = url
+        self.password = password
+        self.sealer = Sealer(key)
+        self.history = History(history_changes)
+        self.history_changes = history_changes
+        self.max_document_bytes = max_document_bytes
+        self.seq = 0
+        self.lease: dict[str, Any] | None = None
+        self.checkpoint_seq = 0
+        self.batches = 0
+        self._writer: psycopg.Connection[Any] | None = None
+        self._follow_lock = threading.Lock()
+        self._pool: ConnectionPool[Any] | None = None
+
+    # -- connections ---------------------------------------------------------------
+
+    def _connect(self, **options: Any) -> psycopg.Connection[Any]:
+        kwargs: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S, **options}
+        if self.password is not None:
+            kwargs["password"] = self.password
+        try:
+            conn = psycopg.connect(self.url, **kwargs)
+        except psycopg.ProgrammingError as error:  # the URL itself
+            raise DatabaseRefused(f"bad database URL: {error}") from None
+        except psycopg.OperationalError as error:
+            text = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            if any(
+                state in text
+                for state in ("password authentication", "does not exist", "no password")
+            ):
+                raise DatabaseRefused(f"{redacted(self.url)}: {text}") from None
+            raise DatabaseUnreachable(f"{redacted(self.url)}: {text}") from None
+        conn.execute("SET synchronous_commit TO on")
+        conn.commit()
+        return conn
+
+    def _writer_conn(self) -> psycopg.Connection[Any]:
+        if self._writer is None or self._writer.closed or self._writer.broken:
+            self._writer = self._connect()
+        return self._writer
+
+    @contextmanager
+    def _reader(self) -> Iterator[psycopg.Connection[Any]]:
+        assert self._pool is not None, "open() first"
+        with self._pool.connection() as conn:
+            yield conn
+
+    def open(self) -> PgReport:
+        """Connect, create or check the schema, load seq, the lease and the recent history.
+        DatabaseUnreachable: retry later; DatabaseRefused: give up."""
+        started = time.monotonic()
+        report = PgReport(database=redacted(self.url))
+        conn = self._writer_conn()
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+            exists = conn.execute("SELECT to_regclass('ss_meta') IS NOT NULL").fetchone()
+            if not exists or not exists[0]:
+                report.created_schema = True
+            for statement in SCHEMA:
+                conn.execute(statement)
+            meta = dict(conn.execute("SELECT name, value FROM ss_meta").fetchall())
+            if not meta:
+                conn.execute(
+                    "INSERT INTO ss_meta VALUES ('schema_version', %s), ('sealed_with', %s)",
+                    (str(SCHEMA_VERSION), self.sealer.key_id_hex or ""),
+                )
+                meta = {
+                    "schema_version": str(SCHEMA_VERSION),
+                    "sealed_with": self.sealer.key_id_hex or "",
+                }
+        self._check_meta(meta)
+        options: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
+        if self.password is not None:
+            options["password"] = self.password
+        self._pool = ConnectionPool(
+            self.url, min_size=1, max_size=READ_POOL_CONNECTIONS, kwargs=options, open=True
+        )
+        row = conn.execute("SELECT seq FROM ss_counter").fetchone()
+        conn.commit()
+        oldest = max(0, (row[0] if row else 0) - self.history_changes)
+        self.seq = oldest
+        self.follow()
+        self.lease = self._read_lease(conn)
+        conn.commit()
+        counted = conn.execute("SELECT count(*) FROM ss_documents").fetchone()
+        conn.commit()
+        report.documents = counted[0] if counted else 0
+        report.seq = self.seq
+        report.duration_ms = (time.monotonic() - started) * 1000
+        return report
+
+    def _check_meta(self, meta: dict[str, str]) -> None:
+        if meta.get("schema_version") != str(SCHEMA_VERSION):
+            raise DatabaseRefused(
+                f"the database holds schema version {meta.get('schema_version')}; this daemon "
+                f"knows version {SCHEMA_VERSION}"
+            )
+        stored, ours = meta.get("sealed_with", ""), self.sealer.key_id_hex or ""
+        if stored and not ours:
+            raise DatabaseRefused(
+                f"the database is sealed with key id {stored}: start with that key"
+            )
+        if ours and not stored:
+            raise DatabaseRefused("the database holds plaintext documents: start without a key")
+        if stored != ours:
+            raise DatabaseRefused(f"the database is sealed with key id {stored}, not {ours}")
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._pool is not None:
+            self._pool.close()
+
+    @property
+    def encrypted(self) -> bool:
+        return self.sealer.encrypted
+
+    # -- sealing ------------------------------------------------------------------
+
+    def _key(self, kind: str, doc_id: str) -> bytes:
+        key = self.sealer.seal_with
+        if key is None:
+            return doc_id.encode("utf-8")
+        return hmac.new(key.name_key, f"{kind}\0{doc_id}".encode(), hashlib.sha256).digest()
+
+    def _seal(self, data: bytes, what: bytes) -> bytes:
+        return self.sealer.seal(data, what) if self.sealer.encrypted else data
+
+    def _open(self, data: bytes, what: bytes, where: str) -> bytes:
+        try:
+            return self.sealer.open(data, what) if self.sealer.encrypted else data
+        except SealError as error:
+            raise CorruptRecord(f"postgresql {where}", 0, error.reason) from None
+
+    def _entry(self, kind: str, doc_id: str, seq: int, digest: bytes, size: int) -> Entry:
+        where = f"ss_documents ({kind}, {doc_id!r})"
+        return Entry(seq, self._open(digest, b"digest:" + kind.encode(), where), size, 0, 0, 0)
+
+    # -- reads (any thread; each takes a pooled connection) --------------------------
+
+    def head(self, kind: str, doc_id: str) -> Entry | None:
+        with self._reader() as conn:
+            row = conn.execute(
+                "SELECT seq, digest, size FROM ss_documents WHERE kind = %s AND key = %s",
+                (kind, self._key(kind, doc_id)),
+            ).fetchone()
+        return None if row is None else self._entry(kind, doc_id, row[0], row[1], row[2])
+
+    def read(self, kind: str, doc_id: str, *, cached: bool = True) -> Document | None:
+        with self._reader() as conn:
+            return self._read_with(conn, kind, doc_id)
+
+    def read_entry(self, kind: str, doc_id: str, entry: Entry) -> Document:
+        doc = self.read(kind, doc_id)
+        if doc is None:
+            raise CorruptRecord(f"postgresql ss_documents ({kind}, {doc_id!r})", 0, "gone")
+        return doc
+
+    def _read_with(self, conn: psycopg.Connection[Any], kind: str, doc_id: str) -> Document | None:
+        row = conn.execute(
+            "SELECT seq, digest, body FROM ss_documents WHERE kind = %s AND key = %s",
+            (kind, self._key(kind, doc_id)),
+        ).fetchone()
+        if row is None:
+            return None
+        where = f"ss_documents ({kind}, {doc_id!r})"
+        entry = self._entry(kind, doc_id, row[0], row[1], 0)
+        body = self._open(row[2], b"body:" + kind.encode(), where)
+        if digest_bytes_of_canonical(body) != entry.digest:
+            raise CorruptRecord(f"postgresql {where}", 0, "body digest mismatch")
+        return Document(kind, doc_id, entry.seq, entry.digest, body)
+
+    def scan(
+        self,
+        kind: str,
+        prefix: str,
+        after: str | None,
+        before: str | None,
+        limit: int,
+        *,
+        reverse: bool,
+    ) -> tuple[list[tuple[str, Entry]], bool]:
+        with self._reader() as conn:
+            return self._scan_with(conn, kind, prefix, after, before, limit, reverse=reverse)
+
+    def _scan_with(
+        self,
+        conn: psycopg.Connection[Any],
+        kind: str,
+        prefix: str,
+        after: str | None,
+        before: str | None,
+        limit: int,
+        *,
+        reverse: bool,
+    ) -> tuple[list[tuple[str, Entry]], bool]:
+        if self.sealer.encrypted:
+            return self._scan_sealed(conn, kind, prefix, after, before, limit, reverse=reverse)
+        low, high = prefix.encode(), prefix.encode() + b"\xff"
+        clauses = [sql.SQL("kind = %s AND key >= %s AND key < %s")]
+        params: list[Any] = [kind, low, high]
+        if after is not None:
+            clauses.append(sql.SQL("key > %s"))
+            params.append(after.encode())
+        if before is not None:
+            clauses.append(sql.SQL("key < %s"))
+            params.append(before.encode())
+        query = sql.SQL(
+            "SELECT key, seq, digest, size FROM ss_documents WHERE {} ORDER BY key {} LIMIT %s"
+        ).format(sql.SQL(" AND ").join(clauses), sql.SQL("DESC" if reverse else "ASC"))
+        rows = conn.execute(query, [*params, limit + 1]).fetchall()
+        found = [
+            (bytes(key).decode(), self._entry(kind, bytes(key).decode(), seq, digest, size))
+            for key, seq, digest, size in rows[:limit]
+        ]
+        return found, len(rows) > limit
+
+    def _scan_sealed(
+        self,
+        conn: psycopg.Connection[Any],
+        kind: str,
+        prefix: str,
+        after: str | None,
+        before: str | None,
+        limit: int,
+        *,
+        reverse: bool,
+    ) -> tuple[list[tuple[str, Entry]], bool]:
+        rows = conn.execute(
+            "SELECT name, seq, digest, size FROM ss_documents WHERE kind = %s", (kind,)
+        ).fetchall()
+        named = []
+        for name, seq, digest, size in rows:
+            doc_id = self._open(bytes(name), b"name:" + kind.encode(), "ss_documents").decode()
+            key = doc_id.encode()
+            if not key.startswith(prefix.encode()):
+                continue
+            if (after is not None and key <= after.encode()) or (
+                before is not None and key >= before.encode()
+            ):
+                continue
+            named.append((key, doc_id, seq, digest, size))
+        named.sort(reverse=reverse)
+        found = [(i, self._entry(kind, i, s, d, z)) for _, i, s, d, z in named[:limit]]
+        return found, len(named) > limit
+
+    def list_sessions(
+        self, prefix: str, after: str | None, limit: int
+    ) -> tuple[list[str], str | None]:
+        found, more = self.scan(SESSION, prefix, after, None, limit, reverse=False)
+        ids = [doc_id for doc_id, _ in found]
+        return ids, (ids[-1] if more and ids else None)
+
+    def session_count(self) -> int:
+        with self._reader() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM ss_documents WHERE kind = %s", (SESSION,)
+            ).fetchone()
+        return row[0] if row else 0
+
+    def current_lease(self) -> dict[str, Any] | None:
+        with self._reader() as conn:
+            return self._read_lease(conn)
+
+    def _read_lease(self, conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+        doc = self._read_with(conn, LEASE, LEASE_ID)
+        return cbor2.loads(doc.body) if doc is not None else None
+
+    # -- following every host's commits -------------------------------------------
+
+    def follow(self) -> bool:
+        """Append the commits after self.seq, in seq order, to the watch history."""
+        with self._follow_lock, self._reader() as conn:
+            moved = False
+            while True:
+                rows = conn.execute(
+                    "SELECT seq, kind, name, digest, committed_at_ms, size FROM ss_changes"
+                    " WHERE seq > %s ORDER BY seq LIMIT %s",
+                    (self.seq, FOLLOW_PAGE),
+                ).fetchall()
+                conn.commit()
+                if not rows:
+                    return moved
+                changes = []
+                for seq, kind, name, digest, at_ms, size in rows:
+                    what = kind.encode()
+                    doc_id = self._open(bytes(name), b"name:" + what, "ss_changes").decode()
+                    plain = (
+                        None
+                        if digest is None
+                        else self._open(bytes(digest), b"digest:" + what, "ss_changes")
+                    )
+                    changes.append(Committed(seq, kind, doc_id, plain, at_ms, size))
+                self.history.extend(changes)
+                self.seq = rows[-1][0]
+                moved = True
+                if len(rows) < FOLLOW_PAGE:
+                    return moved
+
+    def listen(self, stop: threading.Event, wake: Any) -> None:
+        """Call wake() whenever any host commits (NOTIFY), until stop is set. A thread's
+        loop; a lost connection is reopened after a second."""
+        while not stop.is_set():
+            try:
+                with self._connect(autocommit=True) as conn:
+                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    while not stop.is_set():
+                        for _ in conn.notifies(timeout=1.0, stop_after=1):
+                            wake()
+            except (psycopg.Error, DatabaseUnreachable, DatabaseRefused):
+                stop.wait(1.0)
+
+    # -- the writer ---------------------------------------------------------------
+
+    def commit_durably(self, mutations: Sequence[Mutation]) -> Batch:
+        try:
+            conn = self._writer_conn()
+            return self._commit(conn, mutations)
+        except (psycopg.Error, DatabaseUnreachable, DatabaseRefused, OSError) as error:
+            if self._writer is not None and not self._writer.closed:
+                self._writer.close()
+            self._writer = None
+            text = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            message = f"the database failed this batch, nothing is acknowledged: {text}"
+            failure = Outcome(False, code=ErrorCode.IO_ERROR, message=message)
+            return Batch([failure] * len(mutations), last_seq=self.seq)
+
+    def _commit(self, conn: psycopg.Connection[Any], mutations: Sequence[Mutation]) -> Batch:
+        committed_at_ms = _now_ms()
+        with conn.transaction():
+            row = conn.execute("SELECT seq FROM ss_counter WHERE one = 1 FOR UPDATE").fetchone()
+            assert row is not None
+            state = _TransactionState(self, conn)
+            outcomes, accepted, txn_results = decide_all(state, mutations, row[0] + 1, full=False)
+            batch = Batch([], last_seq=row[0])
+            if accepted:
+                self._write(conn, accepted, committed_at_ms, batch, outcomes)
+                conn.execute("UPDATE ss_counter SET seq = %s WHERE one = 1", (batch.last_seq,))
+                conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(batch.last_seq)))
+                self.batches += 1
+                if self.batches % RETENTION_EVERY_BATCHES == 0:
+                    self._trim(conn, batch.last_seq)
+        for position, results in txn_results.items():
+            written = outcomes[position]
+            if written is not None and written.ok:
+                outcomes[position] = Outcome(True, seq=written.seq, details={"results": results})
+        batch.outcomes = [o for o in outcomes if o is not None]
+        return batch
+
+    def _write(
+        self,
+        conn: psycopg.Connection[Any],
+        accepted: list[Any],
+        committed_at_ms: int,
+        batch: Batch,
+        outcomes: list[Outcome | None],
+    ) -> None:
+        documents: list[tuple[Any, ...]] = []
+        removals: list[tuple[Any, ...]] = []
+        changes: list[tuple[Any, ...]] = []
+        for position, change, seq in accepted:
+            what = change.kind.encode()
+            name = self._seal(change.id.encode(), b"name:" + what)
+            key = self._key(change.kind, change.id)
+            if isinstance(change, Put):
+                digest = self._seal(change.digest, b"digest:" + what)
+                body = self._seal(change.body, b"body:" + what)
+                documents.append((change.kind, key, name, body, digest, seq, len(change.body)))
+                changes.append((seq, change.kind, name, digest, committed_at_ms, len(change.body)))
+                outcomes[position] = Outcome(True, seq=seq, digest=change.digest)
+                batch.committed.append(
+                    Committed(
+                        seq,
+                        change.kind,
+                        change.id,
+                        change.digest,
+                        committed_at_ms,
+                        len(change.body),
+                    )
+                )
+                if change.kind == LEASE and change.id == LEASE_ID:
+                    batch.lease_body = change.body
+            else:
+                removals.append((change.kind, key))
+                changes.append((seq, change.kind, name, None, committed_at_ms, 0))
+                outcomes[position] = Outcome(True, seq=seq, existed=True)
+                batch.committed.append(
+                    Committed(seq, change.kind, change.id, None, committed_at_ms)
+                )
+            batch.last_seq = seq
+        with conn.cursor() as cursor:
+            if removals:
+                cursor.executemany(
+                    "DELETE FROM ss_documents WHERE kind = %s AND key = %s", removals
+                )
+            if documents:
+                cursor.executemany(
+                    "INSERT INTO ss_documents VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                    " ON CONFLICT (kind, key) DO UPDATE SET name = EXCLUDED.name,"
+                    " body = EXCLUDED.body, digest = EXCLUDED.digest, seq = EXCLUDED.seq,"
+                    " size = EXCLUDED.size",
+                    documents,
+                )
+            cursor.executemany("INSERT INTO ss_changes VALUES (%s, %s, %s, %s, %s, %s)", changes)
+
+    def _trim(self, conn: psycopg.Connection[Any], last_seq: int) -> int:
+        cursor = conn.execute(
+            "DELETE FROM ss_changes WHERE seq <= %s", (last_seq - self.history_changes,)
+        )
+        return cursor.rowcount
+
+    def publish(self, batch: Batch) -> None:
+        """The watch history comes from follow(), in global seq order; a local batch
+        only refreshes the lease this daemon shows."""
+        if batch.lease_body is not None:
+            self.lease = cbor2.loads(batch.lease_body)
+        elif any(c.kind == LEASE and c.digest is None for c in batch.committed):
+            self.lease = None
+
+    # -- between batches -------------------------------------------------------------
+
+    def verify(self) -> tuple[int, list[dict[str, Any]]]:
+        problems: list[dict[str, Any]] = []
+        checked = 0
+        with self._reader() as conn, conn.cursor(name="ss_verify") as cursor:
+            cursor.execute("SELECT kind, name, body, digest FROM ss_documents")
+            for kind, name, body, digest in cursor:
+                checked += 1
+                what = kind.encode()
+                try:
+                    doc_id = self._open(bytes(name), b"name:" + what, "ss_documents").decode()
+                    plain = self._open(bytes(body), b"body:" + what, f"ss_documents ({kind})")
+                    stored = self._open(bytes(digest), b"digest:" + what, f"ss_documents ({kind})")
+                except CorruptRecord as error:
+                    problems.append({"kind": kind, "problem": str(error)})
+                    continue
+                if digest_bytes_of_canonical(plain) != stored:
+                    problems.append({"kind": kind, "id": doc_id, "problem": "body digest mismatch"})
+            conn.commit()
+        return checked, problems
+
+    def compact(self) -> CompactResult:
+        before = self._bytes()
+        conn = self._writer_conn()
+        with conn.transaction():
+            row = conn.execute("SELECT seq FROM ss_counter").fetchone()
+            seq = row[0] if row else 0
+            removed = self._trim(conn, seq)
+        return CompactResult(seq, before, self._bytes(), 0, removed, "")
+
+    def _bytes(self) -> int:
+        with self._reader() as conn:
+            row = conn.execute(
+                "SELECT pg_total_relation_size('ss_documents')"
+                " + pg_total_relation_size('ss_changes')"
+            ).fetchone()
+            conn.commit()
+        return int(row[0]) if row else 0
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "backend": "postgresql",
+            "database": redacted(self.url),
+            "wal_bytes": self._bytes(),
+            "history_oldest_seq": self.history.oldest_seq(),
+            "sealed_with_key_id": self.sealer.key_id_hex,
+        }
+
+
+class _TransactionState(CommittedState):
+    """The committed state as a batch's transaction reads it (the counter row is locked,
+    so no other daemon commits meanwhile)."""
+
+    def __init__(self, store: PgStore, conn: psycopg.Connection[Any]) -> None:
+        self.store = store
+        self.conn = conn
+        self.lease = store._read_lease(conn)
+        self.max_document_bytes = store.max_document_bytes
+
+    def get(self, kind: str, doc_id: str) -> Entry | None:
+        row = self.conn.execute(
+            "SELECT seq, digest, size FROM ss_documents WHERE kind = %s AND key = %s",
+            (kind, self.store._key(kind, doc_id)),
+        ).fetchone()
+        return None if row is None else self.store._entry(kind, doc_id, row[0], row[1], row[2])
+
+    def damaged(self, kind: str, doc_id: str) -> bool:
+        return False
+
+    def body(self, kind: str, doc_id: str) -> bytes | None:
+        doc = self.store._read_with(self.conn, kind, doc_id)
+        return doc.body if doc is not None else None
+
+    def scan(
+        self,
+        kind: str,
+        prefix: str,
+        after: str | None,
+        before: str | None,
+        limit: int,
+        *,
+        reverse: bool,
+    ) -> tuple[list[tuple[str, Entry]], bool]:
+        return self.store._scan_with(self.conn, kind, prefix, after, before, limit, reverse=reverse)

@@ -1,0 +1,124 @@
+# A throwaway PostgreSQL cluster for the tests, started by the tests: initdb
+# and pg_ctl from the machine's PostgreSQL (Debian's postgresql package), run
+# as an unprivileged user when the tests run as root, listening on a Unix
+# socket and on 127.0.0.1 (password required over TCP). Each test gets a fresh
+# database of its own.
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+SUPERUSER = "sessionstore"
+PASSWORD = "throwaway-test-password"
+
+
+def _bin_dir() -> Path | None:
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4])
+    )
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class PostgresServer:
+    bin_dir: Path
+    data_dir: Path
+    socket_dir: Path
+    port: int
+    run_as: str | None
+
+    def _run(self, *command: str) -> subprocess.CompletedProcess[str]:
+        prefix = ["runuser", "-u", self.run_as, "--"] if self.run_as else []
+        return subprocess.run(
+            [*prefix, *command], check=True, capture_output=True, text=True, timeout=120
+        )
+
+    def start(self) -> None:
+        options = (
+            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.socket_dir}"
+            " -c fsync=on -c synchronous_commit=on -c max_connections=300"
+        )
+        self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-o", options, "-w",
+                  "-l", str(self.data_dir / "server.log"), "start")  # fmt: skip
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "stop")
+
+    def restart_immediately(self) -> None:
+        """-m immediate: no checkpoint, no goodbye to clients (a crash, for the server)."""
+        self.stop("immediate")
+        self.start()
+
+    def url(self, database: str, *, host: str = "127.0.0.1", password: str = PASSWORD) -> str:
+        return f"postgresql://{SUPERUSER}:{password}@{host}:{self.port}/{database}"
+
+    def local_url(self, database: str) -> str:
+        return f"postgresql://{SUPERUSER}@/{database}?host={self.socket_dir}&port={self.port}"
+
+    def create_database(self) -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        self._run(
+            str(self.bin_dir / "psql"), "-h", str(self.socket_dir), "-p", str(self.port),
+            "-U", SUPERUSER, "-d", "postgres", "-c", f"CREATE DATABASE {name}",
+        )  # fmt: skip
+        return name
+
+
+def start_server() -> Iterator[PostgresServer | None]:
+    bin_dir = _bin_dir()
+    if bin_dir is None:
+        yield None
+        return
+    base = Path(tempfile.mkdtemp(prefix="sspg-", dir="/tmp"))
+    run_as = None
+    if os.geteuid() == 0:  # initdb refuses root
+        run_as = "postgres" if _user_exists("postgres") else "nobody"
+        shutil.chown(base, user=run_as)
+    data, sockets = base / "data", base / "sock"
+    for path in (data, sockets):
+        path.mkdir()
+        if run_as:
+            shutil.chown(path, user=run_as)
+    password_file = base / "pw"
+    password_file.write_text(PASSWORD)
+    if run_as:
+        shutil.chown(password_file, user=run_as)
+    server = PostgresServer(bin_dir, data, sockets, _free_port(), run_as)
+    server._run(
+        str(bin_dir / "initdb"), "-D", str(data), "-U", SUPERUSER, "--pwfile", str(password_file),
+        "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync",
+    )  # fmt: skip
+    server.start()
+    try:
+        yield server
+    finally:
+        try:
+            server.stop("immediate")
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
