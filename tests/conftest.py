@@ -29,9 +29,12 @@ class DaemonProcess:
     """A real sessionstored process on a real socket, readiness via a fake NOTIFY_SOCKET;
     on the embedded log, or on PostgreSQL when given a database URL."""
 
-    def __init__(self, workdir: Path, database_url: str | None = None) -> None:
+    def __init__(
+        self, workdir: Path, database_url: str | None = None, prefix: tuple[str, ...] = ()
+    ) -> None:
         self.workdir = workdir
         self.database_url = database_url
+        self.prefix = prefix  # e.g. `ip netns exec NAME`: the daemon runs on another "host"
         self.state_dir = workdir / "state"
         self.socket_path = str(workdir / "sock")
         self.notify_path = str(workdir / "notify")
@@ -42,6 +45,7 @@ class DaemonProcess:
 
     def command(self, *extra: str) -> list[str]:
         return [
+            *self.prefix,
             sys.executable,
             "-m",
             "sessionstored",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SUPERUSER = "sessionstore"
+NAMESPACE_NETWORK = "10.77.0.0/16"  # tests/test_postgres_hosts.py's veth links
 PASSWORD = "throwaway-test-password"
 
 
@@ -53,7 +54,7 @@ class PostgresServer:
 
     def start(self) -> None:
         options = (
-            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.socket_dir}"
+            f"-c listen_addresses=* -p {self.port} -k {self.socket_dir}"
             " -c fsync=on -c synchronous_commit=on -c max_connections=300"
         )
         self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-o", options, "-w",
@@ -106,6 +107,8 @@ def start_server() -> Iterator[PostgresServer | None]:
         str(bin_dir / "initdb"), "-D", str(data), "-U", SUPERUSER, "--pwfile", str(password_file),
         "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync",
     )  # fmt: skip
+    with open(data / "pg_hba.conf", "a") as hba:  # the network namespaces' veth links
+        hba.write(f"host all all {NAMESPACE_NETWORK} scram-sha-256\n")
     server.start()
     try:
         yield server

@@ -1,0 +1,350 @@
+# Several hosts sharing one PostgreSQL: three daemons, each in a network
+# namespace of its own that the test creates, reach the database over a veth
+# link (the unix sockets clients use stay on this machine's file system). Then
+# what one daemon knows, the others know; CAS, leases and watch hold across
+# them; and neither a daemon's kill -9 nor PostgreSQL's immediate restart loses
+# an acknowledged write. Also: starting against a database that is down, or
+# with bad credentials or a bad URL.
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessionstore.client import Client
+from sessionstore.errors import Conflict, Fenced, SessionStoreError
+
+from .conftest import DaemonProcess, snapshot
+from .postgres_server import PostgresServer
+
+HOSTS = 3
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def namespaces() -> Iterator[list[tuple[str, str]]]:
+    """(namespace, the database host's address as seen from it), one per host."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.fail("network namespaces need root and iproute2 (.ci/run runs as root)")
+    tag = f"{os.getpid() % 10000}"
+    made: list[tuple[str, str]] = []
+    try:
+        for number in range(HOSTS):
+            name, outside, inside = f"ssh{tag}h{number}", f"ssv{tag}a{number}", f"ssv{tag}b{number}"
+            _ip("netns", "add", name)
+            _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+            _ip("link", "set", inside, "netns", name)
+            _ip("addr", "add", f"10.77.{number + 1}.1/24", "dev", outside)
+            _ip("link", "set", outside, "up")
+            _ip(
+                "netns",
+                "exec",
+                name,
+                "ip",
+                "addr",
+                "add",
+                f"10.77.{number + 1}.2/24",
+                "dev",
+                inside,
+            )
+            _ip("netns", "exec", name, "ip", "link", "set", inside, "up")
+            _ip("netns", "exec", name, "ip", "link", "set", "lo", "up")
+            made.append((name, f"10.77.{number + 1}.1"))
+        yield made
+    finally:
+        for number, (name, _) in enumerate(made):
+            subprocess.run(["ip", "link", "del", f"ssv{tag}a{number}"], capture_output=True)
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+class Cluster:
+    def __init__(self, server: PostgresServer, hosts: list[DaemonProcess]) -> None:
+        self.server = server
+        self.hosts = hosts
+
+    def client(self, host: int, timeout: float = 30.0) -> Client:
+        return self.hosts[host].client(timeout=timeout)
+
+
+@pytest.fixture
+def cluster(
+    postgres: PostgresServer | None, namespaces: list[tuple[str, str]], short_tmp: Path
+) -> Iterator[Cluster]:
+    if postgres is None:
+        pytest.fail("PostgreSQL is not installed here (.ci/run installs it)")
+    database = postgres.create_database()
+    hosts = []
+    for number, (name, address) in enumerate(namespaces):
+        workdir = short_tmp / f"h{number}"
+        workdir.mkdir()
+        url = postgres.url(database, host=address)
+        hosts.append(DaemonProcess(workdir, url, prefix=("ip", "netns", "exec", name)))
+    for host in hosts:
+        host.start()
+    try:
+        yield Cluster(postgres, hosts)
+        for host in hosts:
+            if host.proc is not None and host.proc.poll() is None:
+                with host.client() as client:
+                    assert client.verify()["problems"] == []
+                    assert client.stats()["internal_errors"] == 0
+                assert host.stop() == 0, host.log()
+    finally:
+        for host in hosts:
+            host.cleanup()
+
+
+def test_a_save_on_one_host_loads_on_the_others(cluster: Cluster) -> None:
+    with cluster.client(0) as first:
+        saved = first.save(snapshot("shared/1", note="from host 0"))
+    for host in (1, 2):
+        with cluster.client(host) as other:
+            loaded = other.load_with_meta("shared/1")
+            assert loaded["snapshot"] == snapshot("shared/1", note="from host 0")
+            assert loaded["digest"] == saved["digest"] and loaded["seq"] == saved["seq"]
+            assert other.list("shared/")["ids"] == ["shared/1"]
+
+
+def test_thirty_racing_create_only_saves_have_exactly_one_winner(cluster: Cluster) -> None:
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def attempt(number: int) -> None:
+        with cluster.client(number % HOSTS) as client:
+            try:
+                client.save(snapshot("race", by=number), expect=None)
+                result = f"won {number}"
+            except Conflict:
+                result = "conflict"
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=attempt, args=(n,)) for n in range(30)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    winners = [o for o in outcomes if o.startswith("won")]
+    assert len(outcomes) == 30 and len(winners) == 1, outcomes
+    winner = int(winners[0].split()[1])
+    for host in range(HOSTS):
+        with cluster.client(host) as client:
+            assert client.load("race") == snapshot("race", by=winner)
+
+
+def test_a_lease_taken_on_one_host_fences_a_stale_holder_on_another(cluster: Cluster) -> None:
+    with cluster.client(0) as a, cluster.client(1) as b:
+        old = b.lease_acquire("worker-old")
+        b.save(snapshot("fenced", v=1), lease=old)
+        new = a.lease_acquire("worker-new")  # a takeover, through host A
+        assert new["epoch"] == old["epoch"] + 1
+        with pytest.raises(Fenced):
+            b.save(snapshot("fenced", v=2), lease=old)  # the stale holder, through host B
+        with pytest.raises(Fenced):
+            b.save(snapshot("fenced", v=3))
+        b.save(snapshot("fenced", v=4), lease=new)
+        assert a.load("fenced") == snapshot("fenced", v=4)
+        assert b.lease_release("worker-new", new["epoch"])
+
+
+def test_a_watcher_on_one_host_sees_every_commit_in_order_across_a_restart(
+    cluster: Cluster,
+) -> None:
+    events: list[dict[str, Any]] = []
+    with cluster.client(2) as watcher_client:
+        start = watcher_client.stats()["seq"]
+
+    def watch() -> None:
+        with Client(cluster.hosts[2].socket_path, timeout=60) as watcher:
+            for event in watcher.watch(since=start):
+                events.append(event)
+                if len(events) == 40:
+                    return
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    for number in range(20):
+        with cluster.client(number % 2) as writer:
+            writer.save(snapshot(f"w/{number}"))
+    cluster.hosts[0].stop()  # host A's daemon restarts in the middle
+    cluster.hosts[0].start()
+    for number in range(20, 40):
+        with cluster.client(number % 2) as writer:
+            writer.save(snapshot(f"w/{number}"))
+    thread.join(60)
+    assert [e["session_id"] for e in events] == [f"w/{n}" for n in range(40)]
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(start + 1, start + 41))  # every host's commits, none skipped
+
+
+class Load:
+    """Clients saving for a while through some hosts: what was acknowledged (by id, the
+    last acknowledged snapshot) and how many requests failed."""
+
+    def __init__(self) -> None:
+        self.acknowledged: dict[str, dict[str, Any]] = {}
+        self.failures = 0
+        self.threads: list[threading.Thread] = []
+
+    def finish(self) -> None:
+        for thread in self.threads:
+            thread.join(60)
+
+
+def _writers(cluster: Cluster, hosts: list[int], seconds: float) -> Load:
+    load = Load()
+    lock = threading.Lock()
+    deadline = time.monotonic() + seconds
+
+    def write(worker: int) -> None:
+        host = hosts[worker % len(hosts)]
+        number = 0
+        client = Client(cluster.hosts[host].socket_path, timeout=10)
+        while time.monotonic() < deadline:
+            document = snapshot(f"load/{worker}", n=number)
+            try:
+                client.save(document)
+            except SessionStoreError:
+                with lock:
+                    load.failures += 1
+                client.close()
+                time.sleep(0.05)
+                continue
+            with lock:
+                load.acknowledged[f"load/{worker}"] = document
+            number += 1
+        client.close()
+
+    load.threads = [threading.Thread(target=write, args=(n,)) for n in range(12)]
+    for thread in load.threads:
+        thread.start()
+    return load
+
+
+def _assert_kept(cluster: Cluster, host: int, acknowledged: dict[str, dict[str, Any]]) -> None:
+    with cluster.client(host) as client:
+        for session_id, document in acknowledged.items():
+            stored = client.load(session_id)
+            assert stored is not None, session_id
+            assert stored["session"]["n"] >= document["session"]["n"], session_id
+
+
+def test_kill_9_of_one_daemon_under_load_loses_nothing_acknowledged(cluster: Cluster) -> None:
+    load = _writers(cluster, [0, 1], seconds=4.0)
+    time.sleep(2.0)
+    cluster.hosts[0].kill9()
+    load.finish()  # host 1 served on meanwhile
+    assert len(load.acknowledged) == 12
+    _assert_kept(cluster, 2, load.acknowledged)
+    cluster.hosts[0].start()
+    _assert_kept(cluster, 0, load.acknowledged)
+
+
+def test_an_immediate_postgresql_restart_under_load_loses_nothing_acknowledged(
+    cluster: Cluster,
+) -> None:
+    load = _writers(cluster, [0, 1, 2], seconds=6.0)
+    time.sleep(2.0)
+    cluster.server.restart_immediately()
+    load.finish()
+    assert load.failures > 0  # in-flight requests got errors, not a false ok
+    for host in range(HOSTS):  # every daemon reconnected by itself
+        with cluster.client(host) as client:
+            client.save(snapshot(f"after-restart/{host}"))
+    _assert_kept(cluster, 1, load.acknowledged)
+
+
+def test_a_database_that_is_down_is_waited_for(
+    postgres: PostgresServer | None, short_tmp: Path
+) -> None:
+    assert postgres is not None
+    daemon = DaemonProcess(short_tmp, postgres.url("postgres").replace(str(postgres.port), "1"))
+    daemon.start(wait=False)
+    try:
+        assert daemon.wait_notification("READY=1", timeout=3.0) is False
+        assert any("waiting for PostgreSQL" in n for n in daemon.notifications), (
+            daemon.notifications
+        )
+        assert daemon.proc is not None and daemon.proc.poll() is None  # still trying
+    finally:
+        daemon.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("breakage", "needle"),
+    [("password", "password authentication failed"), ("database", "does not exist")],
+)
+def test_bad_credentials_or_a_missing_database_exit_with_one_line(
+    postgres: PostgresServer | None, short_tmp: Path, breakage: str, needle: str
+) -> None:
+    assert postgres is not None
+    url = (
+        postgres.url("postgres", password="wrong")
+        if breakage == "password"
+        else postgres.url("nope")
+    )
+    command = [sys.executable, "-m", "sessionstored", "--socket", str(short_tmp / "s")]
+    result = subprocess.run(
+        [*command, "--database", url], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2, result
+    assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "wrong" not in result.stderr  # the password is never printed
+
+
+def test_a_bad_url_is_refused_at_once(short_tmp: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sessionstored", "--socket", str(short_tmp / "s"), "--database", "mysql://x"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and "postgresql://" in result.stderr
+
+
+def test_with_a_key_the_database_never_sees_plaintext(
+    postgres: PostgresServer | None, short_tmp: Path
+) -> None:
+    import psycopg
+
+    assert postgres is not None
+    database = postgres.create_database()
+    key = short_tmp / "key"
+    key.write_bytes(os.urandom(32))
+    daemon = DaemonProcess(short_tmp, postgres.url(database))
+    daemon.start("--key-file", str(key))
+    try:
+        with daemon.client() as client:
+            client.save(snapshot("tenant/secret-id", note="SECRET-TEXT-4711"))
+            client.checkpoint_put("kv", "kv/secret-key", {"v": "SECRET-VALUE-0815"})
+            assert client.load("tenant/secret-id") == snapshot(
+                "tenant/secret-id", note="SECRET-TEXT-4711"
+            )
+            assert client.checkpoint_scan("kv", "kv/")["items"][0]["key"] == "kv/secret-key"
+            assert client.hello()["capabilities"]["encrypted_at_rest"] is True
+        assert daemon.stop() == 0
+        with psycopg.connect(postgres.url(database)) as conn:
+            rows = [
+                bytes(cell) if isinstance(cell, (bytes, memoryview)) else str(cell).encode()
+                for table in ("ss_documents", "ss_changes", "ss_meta")
+                for row in conn.execute(f"SELECT * FROM {table}").fetchall()
+                for cell in row
+                if cell is not None
+            ]
+        for secret in (b"SECRET-TEXT-4711", b"secret-id", b"SECRET-VALUE-0815", b"secret-key"):
+            assert not any(secret in cell for cell in rows), secret
+        refused = subprocess.run(
+            daemon.command(), capture_output=True, text=True, timeout=60
+        )  # the same database without the key
+        assert refused.returncode == 2 and "sealed with key id" in refused.stderr
+    finally:
+        daemon.cleanup()
