@@ -23,7 +23,7 @@ from typing import Any
 
 from sessionstore.client import Client
 
-from . import adapters, anchors, loop_stall, space
+from . import adapters, anchors, loop_stall, postgres, space
 from .frontend_cost import frontend_cost
 from .load import Sample, run_clients, run_in_processes
 from .sealing_cost import sealing_cost
@@ -352,6 +352,10 @@ def main() -> None:
         frameworks = adapters.main(Daemon, base / "adapters", args.seconds)
         for name, figures in frameworks.items():
             print(f"adapters: {name}: {json.dumps(figures)}", flush=True)
+        (base / "postgres").mkdir()
+        on_postgres = postgres.run(Daemon, base / "postgres", args.seconds)
+        for name, figures in on_postgres.items():
+            print(f"postgresql: {name}: {json.dumps(figures)}", flush=True)
         (base / "stall").mkdir()
         stall = loop_stall.run(Daemon, base / "stall", quick=args.quick)
         for name, figures in stall.items():
@@ -384,6 +388,7 @@ def main() -> None:
         "frontend_cpu_us": frontend,
         "loop_stall": stall,
         "adapters": frameworks,
+        "postgresql": on_postgres,
         "targets": targets(rows),
     }
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2))

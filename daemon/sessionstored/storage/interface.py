@@ -1,7 +1,9 @@
 # The storage interface the daemon's ops and writer use, whatever holds the
-# data: the embedded log (store.Store) or, later, PostgreSQL. Reads come from
-# the readers' thread and never wait for the writer; everything else comes from
-# the single writer, one call at a time.
+# data: the embedded log (store.Store) or PostgreSQL (postgres.PgStore). Reads
+# never wait for the writer: the log's come from the event loop (blocking_reads
+# False), PostgreSQL's from threads (True, network round trips). Everything
+# else comes from the single writer, one call at a time. Only the log has
+# segments, spares, index checkpoints and compaction to keep (has_log).
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -17,6 +19,8 @@ from .store import Batch
 
 
 class Backend(Protocol):
+    has_log: bool
+    blocking_reads: bool
     seq: int
     lease: dict[str, Any] | None
     history: History
@@ -26,6 +30,7 @@ class Backend(Protocol):
     # reads (the readers' thread)
     def head(self, kind: str, doc_id: str) -> Entry | None: ...
     def read(self, kind: str, doc_id: str, *, cached: bool = True) -> Document | None: ...
+    def read_entry(self, kind: str, doc_id: str, entry: Entry) -> Document: ...
     def list_sessions(
         self, prefix: str, after: str | None, limit: int
     ) -> tuple[list[str], str | None]: ...

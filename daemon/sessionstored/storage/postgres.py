@@ -47,7 +47,17 @@ from .decide import CommittedState, decide_all
 from .errors import CorruptRecord
 from .history import History
 from .index import Entry
-from .mutations import LEASE, LEASE_ID, SESSION, Committed, Mutation, Outcome, Put
+from .mutations import (
+    LEASE,
+    LEASE_ID,
+    SESSION,
+    Committed,
+    Mutation,
+    Outcome,
+    Put,
+    Txn,
+    mutation_keys,
+)
 from .records import Document
 from .sealing import Key, Sealer, SealError
 from .store import Batch
@@ -470,6 +480,7 @@ class PgStore:
             row = conn.execute("SELECT seq FROM ss_counter WHERE one = 1 FOR UPDATE").fetchone()
             assert row is not None
             state = _TransactionState(self, conn)
+            state.prefetch(mutations)
             outcomes, accepted, txn_results = decide_all(state, mutations, row[0] + 1, full=False)
             batch = Batch([], last_seq=row[0])
             if accepted:
@@ -615,8 +626,34 @@ class _TransactionState(CommittedState):
         self.conn = conn
         self.lease = store._read_lease(conn)
         self.max_document_bytes = store.max_document_bytes
+        self._entries: dict[tuple[str, str], Entry | None] = {}
+
+    def prefetch(self, mutations: Sequence[Mutation]) -> None:
+        """The entries a batch decides on, in one query instead of one per mutation."""
+        wanted: set[tuple[str, str]] = set()
+        for mutation in mutations:
+            wanted |= mutation_keys(mutation) or set()
+            if isinstance(mutation, Txn):
+                wanted |= {(r.kind, r.id) for r in mutation.requires}
+        if not wanted:
+            return
+        ordered = sorted(wanted)
+        by_key = {(kind, self.store._key(kind, doc_id)): (kind, doc_id) for kind, doc_id in ordered}
+        rows = self.conn.execute(
+            "SELECT d.kind, d.key, d.seq, d.digest, d.size FROM ss_documents d"
+            " JOIN unnest(%s::text[], %s::bytea[]) AS w(kind, key)"
+            " ON d.kind = w.kind AND d.key = w.key",
+            ([k for k, _ in by_key], [key for _, key in by_key]),
+        ).fetchall()
+        for name in ordered:
+            self._entries[name] = None
+        for kind, key, seq, digest, size in rows:
+            named = by_key[(kind, bytes(key))]
+            self._entries[named] = self.store._entry(kind, named[1], seq, digest, size)
 
     def get(self, kind: str, doc_id: str) -> Entry | None:
+        if (kind, doc_id) in self._entries:
+            return self._entries[(kind, doc_id)]
         row = self.conn.execute(
             "SELECT seq, digest, size FROM ss_documents WHERE kind = %s AND key = %s",
             (kind, self.store._key(kind, doc_id)),
