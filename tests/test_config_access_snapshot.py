@@ -2,6 +2,7 @@
 # systemd socket activation), the peer access policy and the snapshot rules.
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,23 @@ def test_a_socket_passed_by_systemd_is_used_only_when_it_is_ours() -> None:
     assert _config(LISTEN_PID="7", LISTEN_FDS="1").inherited_fd is None
     with pytest.raises(ConfigError, match="LISTEN_FDS"):
         _config(LISTEN_PID="42", LISTEN_FDS="x")
+
+
+def test_the_database_comes_from_the_flag_or_the_environment_and_its_password_from_a_credential(
+    tmp_path: Path,
+) -> None:
+    url = "postgresql://sessions@db/sessions"
+    assert _config().database_url is None
+    assert _config("--database", url).database_url == url
+    assert _config(SESSIONSTORED_DATABASE_URL=url).database_url == url
+    (tmp_path / "sessionstored.dbpassword").write_text("s3cret\n")
+    configured = _config("--database", url, CREDENTIALS_DIRECTORY=str(tmp_path))
+    assert configured.database_password == "s3cret"
+    assert (
+        _config("--database", url, CREDENTIALS_DIRECTORY="/nonexistent").database_password is None
+    )
+    with pytest.raises(ConfigError, match="postgresql://"):
+        _config("--database", "sqlite:///x")
 
 
 @pytest.mark.parametrize(

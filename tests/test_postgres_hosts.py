@@ -348,3 +348,32 @@ def test_with_a_key_the_database_never_sees_plaintext(
         assert refused.returncode == 2 and "sealed with key id" in refused.stderr
     finally:
         daemon.cleanup()
+
+
+def test_the_changes_table_stays_bounded(postgres: PostgresServer | None, short_tmp: Path) -> None:
+    import psycopg
+
+    from sessionstore.errors import Compacted
+
+    assert postgres is not None
+    database = postgres.create_database()
+    daemon = DaemonProcess(short_tmp, postgres.url(database))
+    daemon.start("--history-changes", "100")
+    try:
+        with daemon.client() as client:
+            for number in range(700):  # one client: a batch each, trimmed every 500 batches
+                client.save(snapshot(f"r/{number % 50}", n=number))
+            with psycopg.connect(postgres.url(database)) as conn:
+                trimmed = conn.execute("SELECT count(*) FROM ss_changes").fetchone()
+            assert trimmed is not None and trimmed[0] <= 300
+            compacted = client.compact()
+            with psycopg.connect(postgres.url(database)) as conn:
+                left = conn.execute("SELECT count(*), min(seq) FROM ss_changes").fetchone()
+            assert left is not None and left[0] == 100 and left[1] == 601
+            assert compacted["seq"] == 700
+            with pytest.raises(Compacted):
+                next(iter(client.watch(since=0, reconnect=False)))
+            assert client.stats()["sessions"] == 50
+        assert daemon.stop() == 0
+    finally:
+        daemon.cleanup()

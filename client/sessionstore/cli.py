@@ -297,6 +297,52 @@ def _call(client: Client, args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+def _import_a3s(client: Client, args: argparse.Namespace, out: Output) -> int:
+    from pathlib import Path
+
+    from . import a3s_import
+
+    try:
+        key = a3s_import.read_key(args.key_file) if args.key_file else None
+    except (OSError, ValueError) as error:
+        raise UsageError(str(error)) from None
+    try:
+        report = a3s_import.import_store(
+            client,
+            Path(args.dir),
+            key=key,
+            dry_run=args.dry_run,
+            overwrite=args.overwrite,
+            progress=a3s_import.tty_progress,
+        )
+    except a3s_import.ImportProblem as problem:
+        raise UsageError(str(problem)) from None
+    for what, why in report.refused:
+        print(f"sessionstore: import-a3s: refused {what}: {why}", file=sys.stderr)
+    for what in report.changed:
+        print(
+            f"sessionstore: import-a3s: {what} changed since it was imported; left alone "
+            "(--overwrite replaces it)",
+            file=sys.stderr,
+        )
+    summary = report.as_dict()
+    summary["dry_run"] = args.dry_run
+
+    def human(value: dict[str, Any]) -> str:
+        verb = "would import" if args.dry_run else "imported"
+        lines = [
+            f"{verb} {value['imported']}, skipped {value['skipped']} (already there), "
+            f"refused {len(value['refused'])}, changed and left alone "
+            f"{len(value['changed_not_overwritten'])}, temp files ignored "
+            f"{len(value['temp_files_ignored'])}",
+            *value["recovery"],
+        ]
+        return "\n".join(lines)
+
+    out.emit(summary, human)
+    return EXIT_OK if report.complete else EXIT_ERROR
+
+
 def _encode(args: argparse.Namespace) -> int:
     """JSON (one document, or JSON lines) on stdin -> a CBOR sequence on stdout."""
     text = sys.stdin.read()
@@ -486,6 +532,18 @@ def _parser() -> argparse.ArgumentParser:
     call = command("call", _call, "send any op with JSON arguments")
     call.add_argument("op")
     call.add_argument("args", nargs="?", help='a JSON object, e.g. \'{"session_id": "x"}\'')
+    migrate = command(
+        "import-a3s",
+        _import_a3s,
+        "bring an a3s-code-core FileSessionStore across (exit 0 when every document came "
+        "across, 1 when any was refused or left alone)",
+    )
+    migrate.add_argument("dir", help="the upstream store's directory")
+    migrate.add_argument("--key-file", help="the host key a sealed store was written with")
+    migrate.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    migrate.add_argument(
+        "--overwrite", action="store_true", help="replace documents that changed since"
+    )
     command("encode", _encode, "JSON on stdin -> CBOR on stdout (for socat)", local=True)
     command("decode", _decode, "a CBOR sequence on stdin -> JSON lines on stdout", local=True)
     return parser

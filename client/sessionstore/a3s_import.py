@@ -1,0 +1,356 @@
+# `sessionstore import-a3s DIR`: bring an a3s-code-core FileSessionStore
+# across, as that code lays it out (A3S-Lab/Code, core/src/store/):
+#
+#   DIR/v1/sessions/id_<base64url id>.json          session snapshots (pretty JSON)
+#   DIR/v1/loop_checkpoints/id_<base64url>.json      loop checkpoints
+#   DIR/v1/workflow_checkpoints/id_<base64url>.json  workflow checkpoints
+#   DIR/v1/wal/session-store.ndjson                  intents and commits (digests only)
+#   DIR/<legacy id>.json                             bare SessionData, before v1
+#   ...json.<nanos>.<pid>.<n>.tmp                    an atomic write in progress
+#
+# A document file may be sealed under the host key: "A3SE", version 1, a
+# 12-byte nonce, then AES-256-GCM ciphertext and tag, no associated data.
+#
+# Upstream's own recovery comes first. Files are replaced by rename, so a
+# durable file is always one whole generation, and a temp file is never
+# imported. An intent without a commit is sealed when the durable snapshot's
+# digest matches it. Otherwise the previous generation stands: the intent's
+# write never reached its rename. Either way the durable file is what is
+# imported, and the report says which rule applied. A digest is SHA-256 over a
+# domain string, a NUL and the compact JSON of the snapshot (serde's, in the
+# file's field order).
+#
+# Every document is checked by the daemon's rules on the way in. A file that
+# is not JSON or not a document, a sealed file without the key or with
+# another one, and an id that does not match its file name are reported by
+# name, and the rest is still imported. A rerun skips what is already there
+# unchanged, and reports what changed since instead of overwriting it (unless
+# told to). --dry-run writes nothing.
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .client import Client
+from .errors import Conflict, SessionStoreError
+
+ENVELOPE_MAGIC = b"A3SE"
+ENVELOPE_VERSION = 1
+NONCE_BYTES = 12
+ENVELOPE_HEAD_BYTES = len(ENVELOPE_MAGIC) + 1 + NONCE_BYTES
+MAX_DOCUMENT_BYTES = 256 * 1024 * 1024  # upstream's MAX_FILE_STORE_JSON_BYTES
+WAL_SCHEMA = "a3s.code.session-store-wal-entry.v1"
+WAL_ENTRY_DOMAIN = "a3s.code.session-store-wal-entry.identity.v1"
+SNAPSHOT_DOMAIN = "a3s.code.session-store-snapshot.identity.v1"
+CATEGORIES = (
+    ("sessions", "session"),
+    ("loop_checkpoints", "loop"),
+    ("workflow_checkpoints", "workflow"),
+)
+CHECKPOINT_ID_FIELD = {"loop": "run_id", "workflow": "workflow_id"}
+
+
+def upstream_digest(domain: str, value: Any) -> str:
+    """content_digest::digest_json: SHA-256 of domain, NUL, serde_json::to_vec(value)."""
+    compact = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    return "sha256:" + hashlib.sha256(domain.encode() + b"\0" + compact).hexdigest()
+
+
+def decode_name(file_name: str) -> str | None:
+    """`id_<base64url, no padding>.json` -> the id, or None for any other name."""
+    if not file_name.startswith("id_") or not file_name.endswith(".json"):
+        return None
+    encoded = file_name[3:-5]
+    try:
+        raw = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+        if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() != encoded:
+            return None
+        return raw.decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+
+
+def is_temp_file(name: str) -> bool:
+    return ".json." in name and name.endswith(".tmp")
+
+
+def read_key(path: str) -> bytes:
+    data = Path(path).read_bytes()
+    if len(data) == 32:
+        return data
+    text = data.strip()
+    if len(text) == 64:
+        try:
+            return binascii.unhexlify(text)
+        except binascii.Error:
+            pass
+    raise ValueError(f"{path}: the host key must be 32 raw bytes or 64 hex digits")
+
+
+def open_document(data: bytes, key: bytes | None, path: Path) -> bytes:
+    if not (data.startswith(ENVELOPE_MAGIC) and len(data) > ENVELOPE_HEAD_BYTES):
+        return data  # plaintext (upstream reads plaintext under a key too, for migration)
+    if data[4] != ENVELOPE_VERSION:
+        raise ImportProblem(path, f"sealed with envelope version {data[4]}, not 1")
+    if key is None:
+        raise ImportProblem(path, "sealed under a host key: give it with --key-file")
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    nonce = data[5:ENVELOPE_HEAD_BYTES]
+    try:
+        return AESGCM(key).decrypt(nonce, data[ENVELOPE_HEAD_BYTES:], None)
+    except InvalidTag:
+        raise ImportProblem(path, "does not open with this key (another key, or damaged)") from None
+
+
+class ImportProblem(Exception):
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+@dataclass
+class Document:
+    kind: str  # session, loop, workflow
+    id: str
+    path: Path
+    value: dict[str, Any]
+    legacy: bool = False
+
+
+@dataclass
+class Report:
+    imported: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # already there, unchanged
+    changed: list[str] = field(default_factory=list)  # there, different, left alone
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
+    ignored: list[str] = field(default_factory=list)  # temp files
+    recovery: list[str] = field(default_factory=list)  # what upstream's rules decided
+
+    @property
+    def complete(self) -> bool:
+        return not self.refused and not self.changed
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "imported": len(self.imported),
+            "skipped": len(self.skipped),
+            "changed_not_overwritten": self.changed,
+            "refused": [{"what": what, "why": why} for what, why in self.refused],
+            "temp_files_ignored": self.ignored,
+            "recovery": self.recovery,
+            "complete": self.complete,
+        }
+
+
+def _read_json(path: Path, key: bytes | None) -> Any:
+    size = path.stat().st_size
+    if size > MAX_DOCUMENT_BYTES:
+        raise ImportProblem(path, f"{size} bytes, over upstream's {MAX_DOCUMENT_BYTES}-byte limit")
+    data = open_document(path.read_bytes(), key, path)
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ImportProblem(path, f"not JSON: {error}") from None
+
+
+def _session_document(path: Path, file_id: str | None, value: Any) -> Document:
+    if not isinstance(value, dict):
+        raise ImportProblem(path, "not a JSON object")
+    if "schema_version" in value or "session" in value:  # a SessionSnapshotV1 envelope
+        session = value.get("session")
+        stored_id = session.get("id") if isinstance(session, dict) else None
+        legacy = False
+        document = value
+    else:  # a bare SessionData of before v1
+        stored_id = value.get("id")
+        legacy = True
+        document = {"schema_version": 1, "session": value}
+    if not isinstance(stored_id, str):
+        raise ImportProblem(path, "holds no session id")
+    if file_id is not None and stored_id != file_id:
+        raise ImportProblem(
+            path, f"key collision: the file is named for {file_id!r} but holds {stored_id!r}"
+        )
+    return Document("session", stored_id, path, document, legacy)
+
+
+def find_documents(root: Path, key: bytes | None, report: Report) -> list[Document]:
+    found: list[Document] = []
+    v1 = root / "v1"
+    for category, kind in CATEGORIES:
+        directory = v1 / category
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.iterdir()):
+            if is_temp_file(path.name):
+                report.ignored.append(str(path))
+                continue
+            if not path.is_file():
+                continue
+            file_id = decode_name(path.name)
+            if file_id is None:
+                report.refused.append(
+                    (str(path), "not an upstream document name (id_<base64url>.json)")
+                )
+                continue
+            try:
+                value = _read_json(path, key)
+                if kind == "session":
+                    found.append(_session_document(path, file_id, value))
+                else:
+                    if not isinstance(value, dict):
+                        raise ImportProblem(path, "not a JSON object")
+                    stored = value.get(CHECKPOINT_ID_FIELD[kind])
+                    if stored is not None and stored != file_id:
+                        raise ImportProblem(
+                            path, f"key collision: named {file_id!r}, holds {stored!r}"
+                        )
+                    found.append(Document(kind, file_id, path, value))
+            except ImportProblem as problem:
+                report.refused.append((str(problem.path), problem.reason))
+            except OSError as error:
+                report.refused.append((str(path), f"cannot read: {error.strerror}"))
+    known = {doc.id for doc in found if doc.kind == "session"}
+    for path in sorted(root.glob("*.json")):  # sessions from before v1, where v1 has none
+        try:
+            document = _session_document(path, None, _read_json(path, key))
+        except ImportProblem as problem:
+            report.refused.append((str(problem.path), problem.reason))
+            continue
+        if document.id not in known:
+            found.append(document)
+    for path in sorted(root.glob("*.tmp")):
+        report.ignored.append(str(path))
+    return found
+
+
+def apply_wal_recovery(root: Path, documents: list[Document], report: Report) -> None:
+    """Upstream's reopen: an open intent is sealed when the durable snapshot matches it."""
+    wal = root / "v1" / "wal" / "session-store.ndjson"
+    if not wal.is_file():
+        return
+    open_intents: dict[int, dict[str, Any]] = {}
+    for number, line in enumerate(wal.read_text(errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            _check_wal_entry(entry)
+        except (ValueError, KeyError, TypeError) as error:
+            where = f"{wal} line {number}"
+            report.refused.append(
+                (where, f"not a WAL entry ({error}); the WAL is set aside, files stand")
+            )
+            return
+        if entry["phase"] == "intent":
+            open_intents[entry["sequence"]] = entry
+        else:
+            open_intents.pop(entry["sequence"], None)
+    durable = {doc.id: doc for doc in documents if doc.kind == "session"}
+    for sequence, intent in sorted(open_intents.items()):
+        session_id = intent["sessionId"]
+        doc = durable.get(session_id)
+        if (
+            doc is not None
+            and upstream_digest(SNAPSHOT_DOMAIN, doc.value) == intent["snapshotDigest"]
+        ):
+            report.recovery.append(
+                f"intent {sequence} for {session_id!r}: sealed (the durable file matches)"
+            )
+        else:
+            report.recovery.append(
+                f"intent {sequence} for {session_id!r}: not sealed; the previous generation stands"
+            )
+
+
+def _check_wal_entry(entry: Any) -> None:
+    if entry.get("schema") != WAL_SCHEMA:
+        raise ValueError("unknown schema")
+    if entry.get("phase") not in ("intent", "committed") or entry.get("sequence", 0) < 1:
+        raise ValueError("bad phase or sequence")
+    identity = {
+        "schema": entry["schema"],
+        "sequence": entry["sequence"],
+        "session_id": entry["sessionId"],
+        "snapshot_digest": entry["snapshotDigest"],
+        "phase": entry["phase"],
+        "recorded_at_ms": entry["recordedAtMs"],
+    }
+    if upstream_digest(WAL_ENTRY_DOMAIN, identity) != entry["entryDigest"]:
+        raise ValueError("entryDigest does not match its contents")
+
+
+def _stored(client: Client, doc: Document) -> Any:
+    if doc.kind == "session":
+        return client.load(doc.id)
+    return client.checkpoint_get(doc.kind, doc.id)
+
+
+def _write(client: Client, doc: Document, *, create_only: bool) -> None:
+    if doc.kind == "session":
+        if create_only:
+            client.save(doc.value, expect=None)
+        else:
+            client.save(doc.value)
+    else:
+        client.checkpoint_put(doc.kind, doc.id, doc.value)
+
+
+def import_store(
+    client: Client,
+    root: Path,
+    *,
+    key: bytes | None,
+    dry_run: bool,
+    overwrite: bool,
+    progress: Callable[[Iterator[Document], int], Iterator[Document]] = lambda items, _: items,
+) -> Report:
+    report = Report()
+    if not (root / "v1").is_dir() and not any(root.glob("*.json")):
+        raise ImportProblem(
+            root, "not an a3s-code-core session store (no v1/ and no session files)"
+        )
+    documents = find_documents(root, key, report)
+    apply_wal_recovery(root, documents, report)
+    for doc in progress(iter(documents), len(documents)):
+        what = f"{doc.kind} {doc.id!r} ({doc.path})"
+        try:
+            stored = _stored(client, doc)
+            if stored is not None and _same(stored, doc.value):
+                report.skipped.append(what)
+                continue
+            if stored is not None and not overwrite:
+                report.changed.append(what)
+                continue
+            if not dry_run:
+                _write(client, doc, create_only=stored is None)
+            report.imported.append(what)
+        except Conflict:
+            report.changed.append(what)  # written meanwhile by someone else
+        except SessionStoreError as error:
+            report.refused.append((what, f"{error.code}: {error.message}"))
+    return report
+
+
+def _same(stored: Any, value: Any) -> bool:
+    return json.dumps(stored, sort_keys=True, default=repr) == json.dumps(
+        value, sort_keys=True, default=repr
+    )
+
+
+def tty_progress(items: Iterator[Document], total: int) -> Iterator[Document]:
+    if not sys.stderr.isatty():
+        return items
+    from tqdm import tqdm
+
+    return iter(tqdm(items, total=total, desc="importing", unit=" documents", file=sys.stderr))
