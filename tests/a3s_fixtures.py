@@ -140,9 +140,25 @@ def build(root: Path, key: bytes | None = None, *, damaged: bool = True) -> dict
     expected["loop"]["run-1"] = {"run_id": "run-1", "step": 3, "messages": []}
     store.write("workflow_checkpoints", "wf/1", {"workflow_id": "wf/1", "state": "waiting"})
     expected["workflow"]["wf/1"] = {"workflow_id": "wf/1", "state": "waiting"}
-    legacy = {"id": "legacy-1", "config": {"name": "old"}, "messages": []}
-    (root / "legacy-1.json").write_bytes(store._bytes(legacy))
-    expected["sessions"]["legacy-1"] = {"schema_version": 1, "session": legacy}
+    legacy = {"id": "legacy/1", "config": {"name": "old"}, "messages": []}  # before v1
+    (root / "legacy_1.json").write_bytes(store._bytes(legacy))
+    traces = [{"kind": "old-trace", "at_ms": 5}]
+    (root / "traces").mkdir()
+    (root / "traces" / "legacy_1.json").write_bytes(store._bytes(traces))
+    (root / "artifacts" / "legacy_1").mkdir(parents=True)
+    manifest = {"artifacts": [{"uri": "file:///report.md", "kind": "file"}]}
+    (root / "artifacts" / "legacy_1" / "artifacts.json").write_bytes(store._bytes(manifest))
+    expected["sessions"]["legacy/1"] = {
+        "schema_version": 1,
+        "session": legacy,
+        "trace_events": traces,
+        "artifacts": manifest["artifacts"],
+    }
+    bare = {"id": "bare-in-v1", "config": {"name": "saved by a legacy caller"}}
+    store.write("sessions", "bare-in-v1", bare)
+    runs: list[Any] = []
+    store.write("runs", "bare-in-v1", runs)
+    expected["sessions"]["bare-in-v1"] = {"schema_version": 1, "session": bare, "run_records": runs}
     if damaged:
         corrupt = store.path("sessions", "corrupt")
         corrupt.write_bytes(b'{"schema_version": 1, "session": {"id": "corr')

@@ -49,7 +49,7 @@ def test_a_plain_store_comes_across_by_upstream_rules(
     expected = build(tmp_path / "a3s")
     code, summary, err = run_import(running, str(tmp_path / "a3s"))
     assert code == 1  # two documents were refused, so not everything came across
-    assert summary["imported"] == 7 and summary["skipped"] == 0
+    assert summary["imported"] == 8 and summary["skipped"] == 0
     refused = {item["what"]: item["why"] for item in summary["refused"]}
     assert any(
         str(expected["corrupt"]) in what and "not JSON" in why for what, why in refused.items()
@@ -68,7 +68,7 @@ def test_a_plain_store_comes_across_by_upstream_rules(
         seq = client.stats()["seq"]
     code, summary, _ = run_import(running, str(tmp_path / "a3s"))
     assert code == 1  # the refused two are still there
-    assert summary["imported"] == 0 and summary["skipped"] == 7
+    assert summary["imported"] == 0 and summary["skipped"] == 8
     with running.client() as client:
         assert client.stats()["seq"] == seq  # a rerun changes nothing
         client.save(snapshot("tenant_session", "edited here"))
@@ -86,7 +86,7 @@ def test_a_clean_store_exits_0_and_a_dry_run_writes_nothing(
 ) -> None:
     expected = build(tmp_path / "a3s", damaged=False)
     code, summary, _ = run_import(running, str(tmp_path / "a3s"), "--dry-run")
-    assert code == 0 and summary["dry_run"] is True and summary["imported"] == 7
+    assert code == 0 and summary["dry_run"] is True and summary["imported"] == 8
     with running.client() as client:
         assert client.stats()["seq"] == 0
     code, summary, _ = run_import(running, str(tmp_path / "a3s"))
@@ -109,7 +109,7 @@ def test_a_sealed_store_needs_its_key(running: DaemonProcess, tmp_path: Path) ->
     code, summary, _ = run_import(
         running, str(tmp_path / "a3s"), "--key-file", str(tmp_path / "key")
     )
-    assert code == 0 and summary["imported"] == 7, summary
+    assert code == 0 and summary["imported"] == 8, summary
     assert_imported(running, expected)
 
 
@@ -134,4 +134,4 @@ def test_a_progress_bar_shows_on_a_terminal(running: DaemonProcess, tmp_path: Pa
     os.close(slave)
     shown = drain(master)
     assert result.returncode == 0
-    assert b"importing" in shown and b"7/7" in shown
+    assert b"importing" in shown and b"8/8" in shown

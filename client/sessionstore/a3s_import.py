@@ -6,6 +6,7 @@
 #   DIR/v1/workflow_checkpoints/id_<base64url>.json  workflow checkpoints
 #   DIR/v1/wal/session-store.ndjson                  intents and commits (digests only)
 #   DIR/<legacy id>.json                             bare SessionData, before v1
+#   DIR/{v1/<cat>/id_<b64>,<cat>/<legacy id>}.json   its components: traces, runs, ...
 #   ...json.<nanos>.<pid>.<n>.tmp                    an atomic write in progress
 #
 # A document file may be sealed under the host key: "A3SE", version 1, a
@@ -55,6 +56,13 @@ CATEGORIES = (
     ("workflow_checkpoints", "workflow"),
 )
 CHECKPOINT_ID_FIELD = {"loop": "run_id", "workflow": "workflow_id"}
+# where a bare SessionData's components live (file_store.rs), and the snapshot field each fills
+FRAGMENTS = (
+    ("traces", "trace_events"),
+    ("runs", "run_records"),
+    ("verification", "verification_reports"),
+    ("subagent_tasks", "subagent_tasks"),
+)
 
 
 def upstream_digest(domain: str, value: Any) -> str:
@@ -184,6 +192,48 @@ def _session_document(path: Path, file_id: str | None, value: Any) -> Document:
     return Document("session", stored_id, path, document, legacy)
 
 
+def legacy_safe_id(doc_id: str) -> str:
+    return doc_id.replace("/", "_").replace("\\", "_").replace("..", "_")
+
+
+def storage_name(doc_id: str) -> str:
+    return "id_" + base64.urlsafe_b64encode(doc_id.encode()).rstrip(b"=").decode()
+
+
+def _fragment(root: Path, category: str, doc_id: str) -> Path | None:
+    current = root / "v1" / category / f"{storage_name(doc_id)}.json"
+    if current.is_file():
+        return current
+    legacy = root / category / f"{legacy_safe_id(doc_id)}.json"
+    return legacy if legacy.is_file() else None
+
+
+def merge_fragments(root: Path, doc: Document, key: bytes | None) -> None:
+    """A bare SessionData's components from their fragment files, as upstream's
+    load_snapshot assembles them (traces, runs, verification, subagent tasks, and the
+    artifact manifest's entries)."""
+    for category, field_name in FRAGMENTS:
+        path = _fragment(root, category, doc.id)
+        if path is None:
+            continue
+        value = _read_json(path, key)
+        if not isinstance(value, list):
+            raise ImportProblem(path, f"{category} must be a JSON array")
+        doc.value[field_name] = value
+    for directory in (
+        root / "v1" / "artifacts" / storage_name(doc.id),
+        root / "artifacts" / legacy_safe_id(doc.id),
+    ):
+        manifest = directory / "artifacts.json"
+        if manifest.is_file():
+            value = _read_json(manifest, key)
+            artifacts = value.get("artifacts") if isinstance(value, dict) else None
+            if not isinstance(artifacts, list):
+                raise ImportProblem(manifest, 'an artifact manifest holds {"artifacts": [...]}')
+            doc.value["artifacts"] = artifacts
+            break
+
+
 def find_documents(root: Path, key: bytes | None, report: Report) -> list[Document]:
     found: list[Document] = []
     v1 = root / "v1"
@@ -231,6 +281,12 @@ def find_documents(root: Path, key: bytes | None, report: Report) -> list[Docume
             found.append(document)
     for path in sorted(root.glob("*.tmp")):
         report.ignored.append(str(path))
+    for doc in [d for d in found if d.legacy]:
+        try:
+            merge_fragments(root, doc, key)
+        except ImportProblem as problem:
+            found.remove(doc)
+            report.refused.append((str(problem.path), problem.reason))
     return found
 
 
