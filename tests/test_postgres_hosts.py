@@ -377,3 +377,38 @@ def test_the_changes_table_stays_bounded(postgres: PostgresServer | None, short_
         assert daemon.stop() == 0
     finally:
         daemon.cleanup()
+
+
+def test_while_the_database_is_down_requests_get_io_error_then_it_serves_again(
+    postgres: PostgresServer | None, short_tmp: Path
+) -> None:
+    from sessionstore.errors import IOFailure
+
+    assert postgres is not None
+    daemon = DaemonProcess(short_tmp, postgres.url(postgres.create_database()))
+    daemon.start()
+    try:
+        with daemon.client() as client:
+            client.save(snapshot("before"))
+            postgres.stop("fast")
+            try:
+                with pytest.raises(IOFailure):
+                    client.load("before")
+                with pytest.raises(IOFailure):
+                    client.save(snapshot("while-down"))
+            finally:
+                postgres.start()
+            deadline = time.monotonic() + 30
+            while True:  # the next batch reconnects by itself
+                try:
+                    client.save(snapshot("after"))
+                    break
+                except IOFailure:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.5)
+            assert client.load("before") == snapshot("before")
+            assert client.load("while-down") is None  # refused, so not there
+            assert client.stats()["internal_errors"] == 0
+        assert daemon.stop() == 0
+    finally:
+        daemon.cleanup()

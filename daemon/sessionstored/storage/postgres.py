@@ -37,7 +37,7 @@ from typing import Any
 import cbor2
 import psycopg
 from psycopg import sql
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from sessionstore.canonical import digest_bytes_of_canonical
 from sessionstore.codes import ErrorCode
@@ -68,6 +68,7 @@ FOLLOW_PAGE = 1000
 RETENTION_EVERY_BATCHES = 500
 READ_POOL_CONNECTIONS = 4
 CONNECT_TIMEOUT_S = 10
+READ_TIMEOUT_S = 10.0  # a read waits this long for a pooled connection, then io_error
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS ss_meta (name text PRIMARY KEY, value text NOT NULL)",
@@ -85,6 +86,10 @@ SCHEMA_LOCK = 0x5E55_1057  # pg_advisory_xact_lock key: one daemon creates the s
 
 class DatabaseUnreachable(Exception):
     """PostgreSQL does not answer (yet): the daemon waits and retries."""
+
+
+class DatabaseUnavailable(OSError):
+    """A read that the database failed or did not answer in time (io_error)."""
 
 
 class DatabaseRefused(Exception):
@@ -190,9 +195,15 @@ class PgStore:
 
     @contextmanager
     def _reader(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; a database that fails or does not answer is an OSError
+        (DatabaseUnavailable), which a read answers as io_error."""
         assert self._pool is not None, "open() first"
-        with self._pool.connection() as conn:
-            yield conn
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.Error, PoolTimeout) as error:
+            text = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            raise DatabaseUnavailable(f"{redacted(self.url)}: {text}") from error
 
     def open(self) -> PgReport:
         """Connect, create or check the schema, load seq, the lease and the recent history.
@@ -222,7 +233,12 @@ class PgStore:
         if self.password is not None:
             options["password"] = self.password
         self._pool = ConnectionPool(
-            self.url, min_size=1, max_size=READ_POOL_CONNECTIONS, kwargs=options, open=True
+            self.url,
+            min_size=1,
+            max_size=READ_POOL_CONNECTIONS,
+            kwargs=options,
+            open=True,
+            timeout=READ_TIMEOUT_S,
         )
         row = conn.execute("SELECT seq FROM ss_counter").fetchone()
         conn.commit()
