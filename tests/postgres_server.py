@@ -74,12 +74,15 @@ class PostgresServer:
     def local_url(self, database: str) -> str:
         return f"postgresql://{SUPERUSER}@/{database}?host={self.socket_dir}&port={self.port}"
 
-    def create_database(self) -> str:
-        name = f"t_{uuid.uuid4().hex[:12]}"
+    def sql(self, database: str, statement: str) -> None:
         self._run(
             str(self.bin_dir / "psql"), "-h", str(self.socket_dir), "-p", str(self.port),
-            "-U", SUPERUSER, "-d", "postgres", "-c", f"CREATE DATABASE {name}",
+            "-U", SUPERUSER, "-d", database, "-v", "ON_ERROR_STOP=1", "-c", statement,
         )  # fmt: skip
+
+    def create_database(self) -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        self.sql("postgres", f"CREATE DATABASE {name}")
         return name
 
 

@@ -303,6 +303,22 @@ def test_bad_credentials_or_a_missing_database_exit_with_one_line(
     assert "wrong" not in result.stderr  # the password is never printed
 
 
+def test_a_role_that_may_not_create_the_schema_exits_with_one_line(
+    postgres: PostgresServer | None, short_tmp: Path
+) -> None:
+    assert postgres is not None
+    database = postgres.create_database()
+    role = f"limited_{database}"
+    postgres.sql(database, f"CREATE ROLE {role} LOGIN PASSWORD 'limited-pw'")
+    url = f"postgresql://{role}:limited-pw@127.0.0.1:{postgres.port}/{database}"
+    command = [sys.executable, "-m", "sessionstored", "--socket", str(short_tmp / "s")]
+    result = subprocess.run(
+        [*command, "--database", url], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2, result
+    assert "permission denied" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
 def test_a_bad_url_is_refused_at_once(short_tmp: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "sessionstored", "--socket", str(short_tmp / "s"), "--database", "mysql://x"],

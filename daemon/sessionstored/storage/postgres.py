@@ -99,6 +99,11 @@ class DatabaseRefused(Exception):
 FATAL_SQLSTATES = {"28P01", "28000", "3D000", "42501"}  # password, authorization, no db, privilege
 
 
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else repr(error)
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -177,7 +182,7 @@ class PgStore:
         except psycopg.ProgrammingError as error:  # the URL itself
             raise DatabaseRefused(f"bad database URL: {error}") from None
         except psycopg.OperationalError as error:
-            text = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            text = _first_line(error)
             if any(
                 state in text
                 for state in ("password authentication", "does not exist", "no password")
@@ -202,12 +207,21 @@ class PgStore:
             with self._pool.connection() as conn:
                 yield conn
         except (psycopg.Error, PoolTimeout) as error:
-            text = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-            raise DatabaseUnavailable(f"{redacted(self.url)}: {text}") from error
+            raise DatabaseUnavailable(f"{redacted(self.url)}: {_first_line(error)}") from error
 
     def open(self) -> PgReport:
         """Connect, create or check the schema, load seq, the lease and the recent history.
         DatabaseUnreachable: retry later; DatabaseRefused: give up."""
+        try:
+            return self._open_store()
+        except psycopg.OperationalError as error:  # the server went away meanwhile
+            self.close()
+            raise DatabaseUnreachable(f"{redacted(self.url)}: {_first_line(error)}") from None
+        except psycopg.Error as error:  # e.g. no right to create the tables
+            self.close()
+            raise DatabaseRefused(f"{redacted(self.url)}: {_first_line(error)}") from None
+
+    def _open_store(self) -> PgReport:
         started = time.monotonic()
         report = PgReport(database=redacted(self.url))
         conn = self._writer_conn()
@@ -273,8 +287,10 @@ class PgStore:
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
+            self._writer = None
         if self._pool is not None:
             self._pool.close()
+            self._pool = None
 
     @property
     def encrypted(self) -> bool:
@@ -485,8 +501,9 @@ class PgStore:
             if self._writer is not None and not self._writer.closed:
                 self._writer.close()
             self._writer = None
-            text = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-            message = f"the database failed this batch, nothing is acknowledged: {text}"
+            message = (
+                f"the database failed this batch, nothing is acknowledged: {_first_line(error)}"
+            )
             failure = Outcome(False, code=ErrorCode.IO_ERROR, message=message)
             return Batch([failure] * len(mutations), last_seq=self.seq)
 
