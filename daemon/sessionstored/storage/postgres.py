@@ -68,6 +68,18 @@ FOLLOW_PAGE = 1000
 RETENTION_EVERY_BATCHES = 500
 READ_POOL_CONNECTIONS = 4
 CONNECT_TIMEOUT_S = 10
+# a database host that vanishes (a partition, a dead machine) is noticed within about
+# KEEPALIVE_IDLE_S + KEEPALIVE_COUNT * KEEPALIVE_INTERVAL_S, and the batch fails
+KEEPALIVE_IDLE_S = 10
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_COUNT = 3
+CONNECTION_OPTIONS = {
+    "connect_timeout": CONNECT_TIMEOUT_S,
+    "keepalives": 1,
+    "keepalives_idle": KEEPALIVE_IDLE_S,
+    "keepalives_interval": KEEPALIVE_INTERVAL_S,
+    "keepalives_count": KEEPALIVE_COUNT,
+}
 READ_TIMEOUT_S = 10.0  # a read waits this long for a pooled connection, then io_error
 
 SCHEMA = (
@@ -174,7 +186,7 @@ class PgStore:
     # -- connections ---------------------------------------------------------------
 
     def _connect(self, **options: Any) -> psycopg.Connection[Any]:
-        kwargs: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S, **options}
+        kwargs: dict[str, Any] = {**CONNECTION_OPTIONS, **options}
         if self.password is not None:
             kwargs["password"] = self.password
         try:
@@ -243,7 +255,7 @@ class PgStore:
                     "sealed_with": self.sealer.key_id_hex or "",
                 }
         self._check_meta(meta)
-        options: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
+        options: dict[str, Any] = dict(CONNECTION_OPTIONS)
         if self.password is not None:
             options["password"] = self.password
         self._pool = ConnectionPool(
