@@ -80,12 +80,32 @@ def _put_for(saver: Any, thread: str, deadline: float) -> tuple[list[float], int
     return latencies, errors
 
 
+def _postgres_saver(url: str) -> Any:
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    return PostgresSaver(psycopg.connect(url, autocommit=True, prepare_threshold=0))
+
+
+SAVERS = {"sqlite": _sqlite_saver, "postgres": _postgres_saver, "ours": _ours}
+
+
 def _put_process(args: tuple[str, str, str, float, float]) -> tuple[list[float], int]:
     """One of the 8: ready, it waits for the common start, then puts until the deadline."""
     which, where, thread, start, deadline = args
-    saver = _sqlite_saver(where) if which == "sqlite" else _ours(where)
+    saver = SAVERS[which](where)
     time.sleep(max(0.0, start - time.time()))
     return _put_for(saver, thread, time.perf_counter() + (deadline - time.time()))
+
+
+def puts_in_processes(which: str, where: str, seconds: float) -> dict[str, Any]:
+    """PROCESSES processes putting at once, each on its own thread, for `seconds`."""
+    start = time.time() + SPAWN_SLACK_S  # every process imports and connects before it
+    jobs = [(which, where, f"p{n}", start, start + seconds) for n in range(PROCESSES)]
+    with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
+        results = pool.map(_put_process, jobs)
+    latencies = [x for lats, _ in results for x in lats]
+    return _figures(latencies, seconds, sum(e for _, e in results))
 
 
 async def _aput_for(saver: Any, thread: str, seconds: float) -> list[float]:
@@ -164,18 +184,8 @@ def run(socket_path: str, workdir: Path, seconds: float) -> dict[str, Any]:
         _run(_async_ours(socket_path, seconds)), seconds
     )
 
-    context = multiprocessing.get_context("spawn")
-    for which, where, label in (
-        ("sqlite", db, "SqliteSaver.put 8 processes"),
-        ("ours", socket_path, "SessionStoreSaver.put 8 processes"),
-    ):
-        start = time.time() + SPAWN_SLACK_S  # every process imports and connects before it
-        jobs = [(which, where, f"p{n}", start, start + seconds) for n in range(PROCESSES)]
-        with context.Pool(PROCESSES) as pool:
-            results = pool.map(_put_process, jobs)
-        latencies = [x for lats, _ in results for x in lats]
-        errors = sum(e for _, e in results)
-        out[label] = _figures(latencies, seconds, errors)
+    out["SqliteSaver.put 8 processes"] = puts_in_processes("sqlite", db, seconds)
+    out["SessionStoreSaver.put 8 processes"] = puts_in_processes("ours", socket_path, seconds)
 
     async def sessions() -> None:
         sqlite_session = SQLiteSession("bench", str(workdir / "agents.db"))
@@ -239,21 +249,7 @@ def main(daemon_factory: Callable[[Path], Any], workdir: Path, seconds: float) -
         daemon.stop()
 
 
-if __name__ == "__main__":  # python -m bench.adapters [--dir DIR]: this part alone
-    import argparse
-    import shutil
-    import tempfile
+if __name__ == "__main__":  # python -m bench.adapters [--dir DIR] [--seconds S]: this part alone
+    from .standalone import run_alone
 
-    from .__main__ import Daemon
-
-    parser = argparse.ArgumentParser(prog="python -m bench.adapters")
-    parser.add_argument("--dir", default=None)
-    parser.add_argument("--seconds", type=float, default=3.0)
-    options = parser.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="ssbench-adapters-", dir=options.dir))
-    try:
-        result = main(Daemon, base, options.seconds)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    for name, figures in result.items():
-        print(f"{name}: {figures}")
+    run_alone("python -m bench.adapters", main, 3.0)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .adapters import PROCESSES, SPAWN_SLACK_S, _figures, _ours, _put_for
+from .adapters import _figures, puts_in_processes
 from .load import CLIENTS_PER_PROCESS, run_clients
 from .workload import snapshot_bytes
 
@@ -106,39 +106,18 @@ def _through(sockets: list[str], seconds: float) -> dict[str, Any]:
     return _save_figures(samples, seconds)
 
 
-def _langgraph_put_process(args: tuple[str, str, str, float, float]) -> tuple[list[float], int]:
-    which, where, thread, start, deadline = args
-    if which == "postgres":
-        import psycopg
-        from langgraph.checkpoint.postgres import PostgresSaver
-
-        conn = psycopg.connect(where, autocommit=True, prepare_threshold=0)
-        saver: Any = PostgresSaver(conn)
-    else:
-        saver = _ours(where)
-    time.sleep(max(0.0, start - time.time()))
-    return _put_for(saver, thread, time.perf_counter() + (deadline - time.time()))
-
-
 def _savers(url: str, socket_path: str, seconds: float) -> dict[str, Any]:
     import psycopg
     from langgraph.checkpoint.postgres import PostgresSaver
 
     with psycopg.connect(url, autocommit=True) as conn:
         PostgresSaver(conn).setup()
-    out = {}
-    context = multiprocessing.get_context("spawn")
-    for which, where, label in (
-        ("postgres", url, "PostgresSaver.put 8 processes"),
-        ("ours", socket_path, "SessionStoreSaver.put on PostgreSQL 8 processes"),
-    ):
-        start = time.time() + SPAWN_SLACK_S
-        jobs = [(which, where, f"p{n}", start, start + seconds) for n in range(PROCESSES)]
-        with context.Pool(PROCESSES) as pool:
-            results = pool.map(_langgraph_put_process, jobs)
-        latencies = [x for lats, _ in results for x in lats]
-        out[label] = _figures(latencies, seconds, sum(e for _, e in results))
-    return out
+    return {
+        "PostgresSaver.put 8 processes": puts_in_processes("postgres", url, seconds),
+        "SessionStoreSaver.put on PostgreSQL 8 processes": puts_in_processes(
+            "ours", socket_path, seconds
+        ),
+    }
 
 
 def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
@@ -184,22 +163,7 @@ def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
     return out
 
 
-if __name__ == "__main__":  # python -m bench.postgres [--dir DIR] [--seconds S]
-    import argparse
-    import json
-    import shutil
-    import tempfile
+if __name__ == "__main__":  # python -m bench.postgres [--dir DIR] [--seconds S]: this part alone
+    from .standalone import run_alone
 
-    from .__main__ import Daemon
-
-    parser = argparse.ArgumentParser(prog="python -m bench.postgres")
-    parser.add_argument("--dir", default=None)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    options = parser.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="ssbench-pg-", dir=options.dir))
-    try:
-        result = run(Daemon, base, options.seconds)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    for name, figures in result.items():
-        print(f"{name}: {json.dumps(figures)}")
+    run_alone("python -m bench.postgres", run, 5.0)

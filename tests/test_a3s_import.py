@@ -119,19 +119,10 @@ def test_not_a_store_is_a_usage_error(running: DaemonProcess, tmp_path: Path) ->
 
 
 def test_a_progress_bar_shows_on_a_terminal(running: DaemonProcess, tmp_path: Path) -> None:
-    from .test_cli import drain, terminal
+    from .test_cli import with_stderr_on_a_terminal
 
     build(tmp_path / "a3s", damaged=False)
-    master, slave = terminal()
     command = [sys.executable, "-m", "sessionstore.cli", "--socket", running.socket_path]
-    result = subprocess.run(
-        [*command, "import-a3s", str(tmp_path / "a3s")],
-        stdout=subprocess.PIPE,
-        stderr=slave,
-        text=True,
-        timeout=120,
-    )
-    os.close(slave)
-    shown = drain(master)
+    result, shown = with_stderr_on_a_terminal([*command, "import-a3s", str(tmp_path / "a3s")])
     assert result.returncode == 0
     assert b"importing" in shown and b"8/8" in shown

@@ -67,6 +67,15 @@ def drain(master: int, idle_s: float = 1.0) -> bytes:
     return b"".join(chunks)
 
 
+def with_stderr_on_a_terminal(command: list[str]) -> tuple[subprocess.CompletedProcess[str], bytes]:
+    """Run command with stdout piped and stderr on a pty (where progress bars go): the
+    result, and what the terminal showed."""
+    master, slave = terminal()
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=slave, text=True, timeout=120)
+    os.close(slave)
+    return result, drain(master)
+
+
 def on_a_terminal(*args: str, socket_path: str) -> str:
     """What the CLI prints with a pty as its stdin and stdout."""
     return run_on_a_terminal(*args, socket_path=socket_path)[0]
@@ -288,40 +297,18 @@ def test_rekey_shows_a_progress_bar_on_a_terminal(daemon: DaemonProcess, tmp_pat
     daemon.stop()
     key = tmp_path / "new.key"
     key.write_bytes(os.urandom(32))
-    master, slave = terminal()
-    rekey = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sessionstored",
-            "rekey",
-            "--state-dir",
-            str(daemon.state_dir),
-            "--new-key-file",
-            str(key),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=slave,
-        text=True,
-        timeout=120,
-    )
-    os.close(slave)
-    shown = drain(master)
+    rekey, shown = with_stderr_on_a_terminal(
+        [sys.executable, "-m", "sessionstored", "rekey", "--state-dir", str(daemon.state_dir),
+         "--new-key-file", str(key)]
+    )  # fmt: skip
     assert rekey.returncode == 0, shown
     assert "resealed" in rekey.stdout
     assert b"resealing" in shown and b"documents" in shown
 
 
 def test_verify_shows_its_elapsed_time_on_a_terminal(running: DaemonProcess) -> None:
-    master, slave = terminal()
-    result = subprocess.run(
-        [sys.executable, "-m", "sessionstore.cli", "--socket", running.socket_path, "verify"],
-        stdout=subprocess.PIPE,
-        stderr=slave,
-        text=True,
-        timeout=60,
+    result, shown = with_stderr_on_a_terminal(
+        [sys.executable, "-m", "sessionstore.cli", "--socket", running.socket_path, "verify"]
     )
-    os.close(slave)
-    shown = drain(master)
     assert result.returncode == 0 and json.loads(result.stdout)["problems"] == []
     assert b"verify: 00:0" in shown

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 from typing import Any
 
 import pytest
@@ -13,11 +12,12 @@ from hypothesis import given
 
 from sessionstore import jsonform
 from sessionstore.canonical import canonical_dumps, snapshot_digest
-from sessionstore.protocol import NEED_DATA, Connection, Mode
+from sessionstore.protocol import Mode
 
 from .cbor_reference import encode as reference_encode
 from .conftest import DaemonProcess
 from .test_canonical import values
+from .wire_helpers import exchange
 
 
 @given(values)
@@ -52,25 +52,6 @@ def test_bad_json_forms_are_refused(line: str) -> None:
         jsonform.from_json_value(jsonform.loads(line))
 
 
-def _json_exchange(running: DaemonProcess, requests: list[dict[str, Any]]) -> list[Any]:
-    conn = Connection(max_message_bytes=1 << 30, mode=Mode.JSON)
-    replies = []
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(30)
-        sock.connect(running.socket_path)
-        sock.sendall(b"".join(jsonform.dumps(r).encode() + b"\n" for r in requests))
-        sock.shutdown(socket.SHUT_WR)
-        while len(replies) < len(requests):
-            message = conn.next_message()
-            if message is NEED_DATA:
-                data = sock.recv(1 << 20)
-                assert data, f"connection closed after {replies}"
-                conn.receive_data(data)
-            else:
-                replies.append(message)
-    return replies
-
-
 def test_every_stored_value_loads_over_json_and_saves_back_with_the_same_digest(
     running: DaemonProcess,
 ) -> None:
@@ -83,10 +64,12 @@ def test_every_stored_value_loads_over_json_and_saves_back_with_the_same_digest(
     }
     with running.client() as client:
         saved = client.save(snap)
-    [loaded] = _json_exchange(running, [{"op": "load", "session_id": "odd"}])
+    [loaded] = exchange(running.socket_path, [{"op": "load", "session_id": "odd"}], Mode.JSON)
     assert loaded["ok"] and loaded["digest"] == saved["digest"] == snapshot_digest(snap)
     as_json = json.loads(jsonform.dumps(loaded["snapshot"]))
     assert as_json["lookalike"] == {"$map": [["$bytes", "AA=="]]}
     assert as_json["session"]["weights"][0] == {"$float": "NaN"}
-    [again] = _json_exchange(running, [{"op": "save", "snapshot": loaded["snapshot"]}])
+    [again] = exchange(
+        running.socket_path, [{"op": "save", "snapshot": loaded["snapshot"]}], Mode.JSON
+    )
     assert again["ok"] and again["digest"] == saved["digest"]

@@ -12,12 +12,11 @@
 # range delete.
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
-from .asyncio_client import AsyncioClient
+from .asyncio_client import AsyncioClient, ClientPerLoop
 from .errors import Conflict
 from .keyparts import key_part
 
@@ -43,22 +42,13 @@ class SessionStoreSession:
         self.socket_path = socket_path
         self.timeout = timeout
         self.items_prefix = f"{prefix}{key_part(session_id)}/"
-        self._clients: dict[asyncio.AbstractEventLoop, AsyncioClient] = {}
+        self._clients = ClientPerLoop(socket_path, timeout)
 
     def _client(self) -> AsyncioClient:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            for closed in [other for other in self._clients if other.is_closed()]:
-                del self._clients[closed]
-            client = AsyncioClient(self.socket_path, timeout=self.timeout)
-            self._clients[loop] = client
-        return client
+        return self._clients.current()
 
     async def close(self) -> None:
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
+        await self._clients.aclose()
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         wanted = resolve_session_limit(limit, self.session_settings)

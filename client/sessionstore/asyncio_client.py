@@ -75,3 +75,29 @@ class AsyncioClient(AsyncCore):
             except (OSError, ProtocolError, ConnectionLost) as error:
                 await self.aclose()
                 raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error
+
+
+class ClientPerLoop:
+    """One AsyncioClient for each event loop that uses an adapter: a client's streams
+    belong to the loop that opened them (asyncio.run in a loop makes a loop each time)."""
+
+    def __init__(self, socket_path: str | None, timeout: float | None) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._clients: dict[asyncio.AbstractEventLoop, AsyncioClient] = {}
+
+    def current(self) -> AsyncioClient:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            for closed in [other for other in self._clients if other.is_closed()]:
+                del self._clients[closed]
+            client = AsyncioClient(self.socket_path, timeout=self.timeout)
+            self._clients[loop] = client
+        return client
+
+    async def aclose(self) -> None:
+        """Close the running loop's client."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import cbor2
 
-from . import jsonform
+from . import a3s_import, jsonform
 from .client import UNSET, Client
 from .codes import ErrorCode
 from .errors import ConnectionLost, SessionStoreError
@@ -298,10 +300,6 @@ def _call(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def _import_a3s(client: Client, args: argparse.Namespace, out: Output) -> int:
-    from pathlib import Path
-
-    from . import a3s_import
-
     try:
         key = a3s_import.read_key(args.key_file) if args.key_file else None
     except (OSError, ValueError) as error:
@@ -374,8 +372,6 @@ def _decode(args: argparse.Namespace) -> int:
 
 
 def _where(args: argparse.Namespace) -> int:
-    import os
-
     socket = client_socket(args.socket)
     if args.path_only:
         print(socket.path)

@@ -31,7 +31,6 @@
 # them on the blocking client, the async ones on the asyncio client.
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from typing import Any, TypeVar
@@ -50,7 +49,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import requests as r
-from .asyncio_client import AsyncioClient
+from .asyncio_client import ClientPerLoop
 from .client import Client
 from .errors import Conflict, SessionStoreError
 from .keyparts import key_part
@@ -63,6 +62,7 @@ RunsByThread = dict[str, list[str]]
 
 KIND = "kv"
 PAGE = 100  # checkpoints per range read when listing
+SCAN_PAGE = 1000  # the daemon's largest range read
 
 
 class DeletedCheckpoint(SessionStoreError):
@@ -153,7 +153,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         self.keys = _Keys(prefix)
         self._client: Client | None = None
         self._client_lock = threading.Lock()
-        self._async_clients: dict[asyncio.AbstractEventLoop, AsyncioClient] = {}
+        self._async_clients = ClientPerLoop(socket_path, timeout)
 
     def close(self) -> None:
         if self._client is not None:
@@ -161,9 +161,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             self._client = None
 
     async def aclose(self) -> None:
-        client = self._async_clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
+        await self._async_clients.aclose()
 
     # -- running plans ------------------------------------------------------------
 
@@ -185,13 +183,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                 return stop.value  # type: ignore[no-any-return]
 
     async def _arun(self, plan: Plan[T]) -> T:
-        loop = asyncio.get_running_loop()
-        client = self._async_clients.get(loop)
-        if client is None:
-            for closed in [other for other in self._async_clients if other.is_closed()]:
-                del self._async_clients[closed]
-            client = AsyncioClient(self.socket_path, timeout=self.timeout)
-            self._async_clients[loop] = client
+        client = self._async_clients.current()
         try:
             calls = next(plan)
             while True:
@@ -309,7 +301,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         if checkpoint_id:
             key = self.keys.checkpoint(thread, ns, checkpoint_id)
             writes_prefix = self.keys.checkpoint_writes(thread, ns, checkpoint_id)
-            value, writes = yield [r.checkpoint_get(KIND, key), *_all_pages(writes_prefix)]
+            value, writes = yield [r.checkpoint_get(KIND, key), _first_page(writes_prefix)]
             if value is None:
                 return None
             return self._tuple(key, value, (yield from _whole(writes_prefix, writes)))
@@ -321,7 +313,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         item = newest[0]
         value = item["value"]
         writes_prefix = self.keys.checkpoint_writes(thread, ns, value["checkpoint_id"])
-        (writes,) = yield _all_pages(writes_prefix)
+        (writes,) = yield [_first_page(writes_prefix)]
         return self._tuple(item["key"], value, (yield from _whole(writes_prefix, writes)))
 
     def _put(
@@ -398,7 +390,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
     def _runs_of(self, threads: Sequence[str]) -> Plan[RunsByThread]:
         """The runs of each thread, as encoded key parts."""
         prefixes = [self.keys.thread_runs(thread) for thread in threads]
-        pages = yield [_scan(prefix, values=False, limit=1000) for prefix in prefixes]
+        pages = yield [_scan(prefix, values=False, limit=SCAN_PAGE) for prefix in prefixes]
         runs: RunsByThread = {}
         for thread, prefix, page in zip(threads, prefixes, pages, strict=True):
             items = yield from _whole(prefix, page)
@@ -424,19 +416,12 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         ops: list[dict[str, Any]] = []
         for run_id in run_ids:
             prefix = self.keys.run_checkpoints(run_id)
-            after: str | None = None
             threads: set[str] = set()
-            while True:
-                (page,) = yield [_scan(prefix, values=False, limit=1000, after=after)]
-                for item in page["items"]:
-                    thread, ns, checkpoint = item["key"][len(prefix) :].split("/")
-                    head = f"{self.keys.prefix}c/{thread}/{ns}/{checkpoint}"
-                    ops.append(_delete(head))
-                    ops.append(_delete_prefix(f"{self.keys.prefix}w/{thread}/{ns}/{checkpoint}/"))
-                    threads.add(thread)
-                after = page["next"]
-                if after is None:
-                    break
+            for item in (yield from _every_item(prefix, values=False)):
+                thread, ns, checkpoint = item["key"][len(prefix) :].split("/")
+                ops.append(_delete(f"{self.keys.prefix}c/{thread}/{ns}/{checkpoint}"))
+                ops.append(_delete_prefix(f"{self.keys.prefix}w/{thread}/{ns}/{checkpoint}/"))
+                threads.add(thread)
             ops.append(_delete_prefix(prefix))
             ops += [_delete(f"{self.keys.prefix}t/{t}/{key_part(run_id)}") for t in sorted(threads)]
         yield [r.txn(ops)]
@@ -561,9 +546,9 @@ def _address(value: dict[str, Any]) -> tuple[str, str, str]:
     return value["thread_id"], value["checkpoint_ns"], value["checkpoint_id"]
 
 
-def _all_pages(prefix: str) -> list[Call]:
+def _first_page(prefix: str) -> Call:
     """The first page of a range (most checkpoints' writes fit in it; _whole reads on)."""
-    return [_scan(prefix, limit=1000)]
+    return _scan(prefix, limit=SCAN_PAGE)
 
 
 def _whole(prefix: str, page: dict[str, Any]) -> Plan[list[dict[str, Any]]]:
@@ -577,7 +562,7 @@ def _every_item(
 ) -> Plan[list[dict[str, Any]]]:
     items: list[dict[str, Any]] = []
     while True:
-        (page,) = yield [_scan(prefix, limit=1000, after=after, values=values)]
+        (page,) = yield [_scan(prefix, limit=SCAN_PAGE, after=after, values=values)]
         items += page["items"]
         after = page["next"]
         if after is None:
@@ -638,7 +623,7 @@ class _Listing:
         prefixes = [self.saver.keys.checkpoint_writes(*_address(i["value"])) for i in candidates]
         pages: list[Any] = []
         if candidates:
-            pages = yield [_all_pages(prefix)[0] for prefix in prefixes]
+            pages = yield [_first_page(prefix) for prefix in prefixes]
         found = []
         for item, prefix, page in zip(candidates, prefixes, pages, strict=True):
             item_writes = yield from _whole(prefix, page)

@@ -192,7 +192,7 @@ class Server:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.writer.run, watchdog_interval_s())
             follow_scope = trio.CancelScope()
-            if hasattr(self.store, "follow"):
+            if self.store.shared:
                 nursery.start_soon(self._follow_database, follow_scope)
             await nursery.start(self._watch_signals, signal_scope)  # before READY=1
             async with trio.open_nursery() as connections:

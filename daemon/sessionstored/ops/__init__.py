@@ -93,13 +93,12 @@ class Ops:
     async def query(self, fn: Callable[..., Any], *args: Any) -> Any:
         """fn(*args), a read of the committed state: inline from the log engine's index,
         in a thread when the backend's reads are network round trips (PostgreSQL)."""
-        if getattr(self.store, "blocking_reads", False):
+        if self.store.blocking_reads:
             return await trio.to_thread.run_sync(fn, *args)
         return fn(*args)
 
     def current_lease(self) -> Awaitable[Any]:
-        reader = getattr(self.store, "current_lease", None)
-        return self.query(reader) if reader is not None else self.query(lambda: self.store.lease)
+        return self.query(self.store.current_lease)
 
     def read_document(self, kind: str, doc_id: str) -> Callable[[], Awaitable[Any]]:
         """A reader of the committed generation; returns the Document or None. A large
@@ -107,7 +106,7 @@ class Ops:
         event loop goes on meanwhile."""
 
         async def read() -> Any:
-            if getattr(self.store, "blocking_reads", False):
+            if self.store.blocking_reads:
                 return await trio.to_thread.run_sync(self.store.read, kind, doc_id)
             entry = self.store.head(kind, doc_id)
             if entry is not None and entry.size > OFFLOAD_ABOVE_BYTES:

@@ -9,20 +9,14 @@ from sessionstore.canonical import digest_text, parse_digest
 from sessionstore.codes import ErrorCode
 from sessionstore.protocol import Request, ok_response
 
-from ..snapshot import id_problem
 from ..steps import Response
 from ..storage.errors import Refused
 from ..storage.mutations import ANY, Outcome
-from ..txn_request import document_kind
+from ..txn_request import document_kind, key_text
 
 
 def id_arg(args: dict[str, Any], name: str) -> str:
-    value = args.get(name)
-    problem = id_problem(value)
-    if problem:
-        raise Refused(ErrorCode.BAD_REQUEST, f"{name} {problem}")
-    assert isinstance(value, str)
-    return value
+    return key_text(args.get(name), name)
 
 
 def expect_arg(args: dict[str, Any]) -> Any:

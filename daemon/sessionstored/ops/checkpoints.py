@@ -15,7 +15,7 @@ from ..offload import OFFLOAD_ABOVE_BYTES
 from ..prepare import checkpoint_document
 from ..steps import Read, Response, Step
 from ..storage.errors import Refused
-from ..storage.index import Entry
+from ..storage.index import Entry, KeyRange
 from ..storage.mutations import Put, Remove, Txn
 from ..txn_request import prepared_txn
 from .args import checkpoint_kind, id_arg, is_int, lease_arg
@@ -86,10 +86,8 @@ def checkpoint_scan(ops: Ops, request: Request) -> Step:
         ]
 
     async def read() -> Response:
-        scan = ops.store.scan
-        found, more = await ops.query(
-            lambda: scan(kind, prefix, after, before, limit, reverse=reverse)
-        )
+        wanted = KeyRange(kind, prefix, after, before, limit, reverse)
+        found, more = await ops.query(ops.store.scan, wanted)
         if values:
             total = 0
             for count, (_, entry) in enumerate(found):
@@ -97,7 +95,7 @@ def checkpoint_scan(ops: Ops, request: Request) -> Step:
                 if total > SCAN_REPLY_BYTES and count > 0:
                     found, more = found[:count], True
                     break
-            if total > OFFLOAD_ABOVE_BYTES or getattr(ops.store, "blocking_reads", False):
+            if total > OFFLOAD_ABOVE_BYTES or ops.store.blocking_reads:
                 items = await trio.to_thread.run_sync(read_values, found)
             else:
                 items = read_values(found)

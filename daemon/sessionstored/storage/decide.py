@@ -13,31 +13,33 @@ from sessionstore.canonical import digest_bytes_of_canonical
 from sessionstore.codes import ErrorCode
 
 from .errors import CorruptRecord, Refused
-from .index import Entry
-from .mutations import ANY, SESSION, Mutation, Outcome, Put, Remove, Rewrite, Txn
+from .index import RangeReader
+from .mutations import (
+    ANY,
+    LEASE,
+    LEASE_ID,
+    SESSION,
+    Batch,
+    Committed,
+    Mutation,
+    Outcome,
+    Put,
+    Remove,
+    Rewrite,
+    Txn,
+)
 from .txn import decide as decide_txn
 
 Accepted = tuple[int, Put | Remove, int]  # (position in the batch, the change, its seq)
 TxnResults = dict[int, list[dict[str, Any]]]  # position of a txn -> its ops' results
 
 
-class CommittedState(Protocol):
+class CommittedState(RangeReader, Protocol):
     lease: dict[str, Any] | None
     max_document_bytes: int
 
-    def get(self, kind: str, doc_id: str) -> Entry | None: ...
     def damaged(self, kind: str, doc_id: str) -> bool: ...
     def body(self, kind: str, doc_id: str) -> bytes | None: ...
-    def scan(
-        self,
-        kind: str,
-        prefix: str,
-        after: str | None,
-        before: str | None,
-        limit: int,
-        *,
-        reverse: bool,
-    ) -> tuple[list[tuple[str, Entry]], bool]: ...
 
 
 def conflict_message(mutation: Put | Remove | Rewrite, current: bytes | None) -> str:
@@ -166,3 +168,35 @@ def decide_all(
         accepted.append((position, decided, next_seq))
         next_seq += 1
     return outcomes, accepted, txn_results
+
+
+def record_applied(
+    batch: Batch,
+    outcomes: list[Outcome | None],
+    position: int,
+    change: Put | Remove,
+    seq: int,
+    committed_at_ms: int,
+) -> None:
+    """A durable change as its mutation's outcome and as the event watch reports."""
+    if isinstance(change, Put):
+        outcomes[position] = Outcome(True, seq=seq, digest=change.digest)
+        size = len(change.body)
+        batch.committed.append(
+            Committed(seq, change.kind, change.id, change.digest, committed_at_ms, size)
+        )
+        if change.kind == LEASE and change.id == LEASE_ID:
+            batch.lease_body = change.body
+    else:
+        outcomes[position] = Outcome(True, seq=seq, existed=True)
+        batch.committed.append(Committed(seq, change.kind, change.id, None, committed_at_ms))
+    batch.last_seq = seq
+
+
+def fold_txn_results(outcomes: list[Outcome | None], txn_results: TxnResults) -> list[Outcome]:
+    """Each written txn's outcome carries its ops' results; the batch's outcomes in order."""
+    for position, results in txn_results.items():
+        written = outcomes[position]
+        if written is not None and written.ok:  # the seq of its last change
+            outcomes[position] = Outcome(True, seq=written.seq, details={"results": results})
+    return [o for o in outcomes if o is not None]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
 
 SESSION = "s"
 
@@ -20,6 +21,37 @@ class Entry(NamedTuple):
     segment: int
     offset: int
     length: int
+
+
+class KeyRange(NamedTuple):
+    """The keys of one kind that start with prefix and lie strictly between after and
+    before: at most limit of them, in UTF-8 byte order (descending when reverse)."""
+
+    kind: str
+    prefix: str = ""
+    after: str | None = None
+    before: str | None = None
+    limit: int = 1000
+    reverse: bool = False
+
+
+Found = tuple[list[tuple[str, Entry]], bool]  # (id, entry) in range order; more beyond?
+
+
+class RangeReader(Protocol):
+    """What deciding a txn reads of the committed state: the index, or PostgreSQL."""
+
+    def get(self, kind: str, doc_id: str) -> Entry | None: ...
+    def scan(self, wanted: KeyRange) -> Found: ...
+
+
+def session_page(
+    scan: Callable[[KeyRange], Found], prefix: str, after: str | None, limit: int
+) -> tuple[list[str], str | None]:
+    """`list`'s page: the ids, and the cursor for the next page (None at the end)."""
+    found, more = scan(KeyRange(SESSION, prefix, after, limit=limit))
+    ids = [doc_id for doc_id, _ in found]
+    return ids, (ids[-1] if more and ids else None)
 
 
 class Index:
@@ -97,23 +129,11 @@ class Index:
     def list_sessions(
         self, prefix: str, after: str | None, limit: int
     ) -> tuple[list[str], str | None]:
-        found, more = self.scan(SESSION, prefix, after, None, limit, reverse=False)
-        ids = [doc_id for doc_id, _ in found]
-        return ids, (ids[-1] if more and ids else None)
+        return session_page(self.scan, prefix, after, limit)
 
-    def scan(
-        self,
-        kind: str,
-        prefix: str,
-        after: str | None,
-        before: str | None,
-        limit: int,
-        *,
-        reverse: bool,
-    ) -> tuple[list[tuple[str, Entry]], bool]:
-        """Up to `limit` (id, entry) of one kind whose id starts with prefix and lies
-        strictly between after and before, in UTF-8 byte order (descending when
-        reverse), and whether more lie beyond the last one."""
+    def scan(self, wanted: KeyRange) -> Found:
+        """The range's (id, entry), and whether more lie beyond the last one."""
+        kind, prefix, after, before, limit, reverse = wanted
         keys = self._sorted_keys.get(kind, [])
         table = self._entries.get(kind, {})
         prefix_bytes = prefix.encode("utf-8")

@@ -11,16 +11,16 @@ from typing import Any, Protocol
 
 from .compaction import CompactResult
 from .history import History
-from .index import Entry
-from .mutations import Mutation
+from .index import Entry, Found, KeyRange
+from .mutations import Batch, Mutation
 from .records import Document
 from .sealing import Sealer
-from .store import Batch
 
 
 class Backend(Protocol):
     has_log: bool
     blocking_reads: bool
+    shared: bool
     seq: int
     lease: dict[str, Any] | None
     history: History
@@ -34,17 +34,9 @@ class Backend(Protocol):
     def list_sessions(
         self, prefix: str, after: str | None, limit: int
     ) -> tuple[list[str], str | None]: ...
-    def scan(
-        self,
-        kind: str,
-        prefix: str,
-        after: str | None,
-        before: str | None,
-        limit: int,
-        *,
-        reverse: bool,
-    ) -> tuple[list[tuple[str, Entry]], bool]: ...
+    def scan(self, wanted: KeyRange) -> Found: ...
     def session_count(self) -> int: ...
+    def current_lease(self) -> dict[str, Any] | None: ...
     def stats(self) -> dict[str, Any]: ...
 
     @property

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from sessionstore.codes import ErrorCode
 
+from .index import Entry
 from .txn import Require, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut, txn_body_bytes
 
 
@@ -141,3 +142,15 @@ class Committed(NamedTuple):
     digest: bytes | None
     committed_at_ms: int
     size: int = 0
+
+
+@dataclass
+class Batch:
+    """A batch as committed: each mutation's outcome, the index changes, what watch
+    reports, the last seq, and the lease's new body if the batch changed it."""
+
+    outcomes: list[Outcome]
+    changes: list[tuple[str, str, Entry | None]] = field(default_factory=list)
+    committed: list[Committed] = field(default_factory=list)
+    last_seq: int = 0
+    lease_body: bytes | None = None

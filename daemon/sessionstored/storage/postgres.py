@@ -43,14 +43,15 @@ from sessionstore.canonical import digest_bytes_of_canonical
 from sessionstore.codes import ErrorCode
 
 from .compaction import CompactResult
-from .decide import CommittedState, decide_all
+from .decide import CommittedState, decide_all, fold_txn_results, record_applied
 from .errors import CorruptRecord
 from .history import History
-from .index import Entry
+from .index import Entry, Found, KeyRange, session_page
 from .mutations import (
     LEASE,
     LEASE_ID,
     SESSION,
+    Batch,
     Committed,
     Mutation,
     Outcome,
@@ -60,7 +61,6 @@ from .mutations import (
 )
 from .records import Document
 from .sealing import Key, Sealer, SealError
-from .store import Batch
 
 SCHEMA_VERSION = 1
 NOTIFY_CHANNEL = "sessionstore_changes"
@@ -159,6 +159,7 @@ class PgReport:
 class PgStore:
     has_log = False  # no segments, checkpoints or spares to keep: the writer skips them
     blocking_reads = True  # reads are network round trips: the ops run them in threads
+    shared = True  # other daemons commit too: the server follows ss_changes (follow())
 
     def __init__(
         self,
@@ -333,10 +334,13 @@ class PgStore:
 
     def head(self, kind: str, doc_id: str) -> Entry | None:
         with self._reader() as conn:
-            row = conn.execute(
-                "SELECT seq, digest, size FROM ss_documents WHERE kind = %s AND key = %s",
-                (kind, self._key(kind, doc_id)),
-            ).fetchone()
+            return self._head_with(conn, kind, doc_id)
+
+    def _head_with(self, conn: psycopg.Connection[Any], kind: str, doc_id: str) -> Entry | None:
+        row = conn.execute(
+            "SELECT seq, digest, size FROM ss_documents WHERE kind = %s AND key = %s",
+            (kind, self._key(kind, doc_id)),
+        ).fetchone()
         return None if row is None else self._entry(kind, doc_id, row[0], row[1], row[2])
 
     def read(self, kind: str, doc_id: str, *, cached: bool = True) -> Document | None:
@@ -363,32 +367,14 @@ class PgStore:
             raise CorruptRecord(f"postgresql {where}", 0, "body digest mismatch")
         return Document(kind, doc_id, entry.seq, entry.digest, body)
 
-    def scan(
-        self,
-        kind: str,
-        prefix: str,
-        after: str | None,
-        before: str | None,
-        limit: int,
-        *,
-        reverse: bool,
-    ) -> tuple[list[tuple[str, Entry]], bool]:
+    def scan(self, wanted: KeyRange) -> Found:
         with self._reader() as conn:
-            return self._scan_with(conn, kind, prefix, after, before, limit, reverse=reverse)
+            return self._scan_with(conn, wanted)
 
-    def _scan_with(
-        self,
-        conn: psycopg.Connection[Any],
-        kind: str,
-        prefix: str,
-        after: str | None,
-        before: str | None,
-        limit: int,
-        *,
-        reverse: bool,
-    ) -> tuple[list[tuple[str, Entry]], bool]:
+    def _scan_with(self, conn: psycopg.Connection[Any], wanted: KeyRange) -> Found:
         if self.sealer.encrypted:
-            return self._scan_sealed(conn, kind, prefix, after, before, limit, reverse=reverse)
+            return self._scan_sealed(conn, wanted)
+        kind, prefix, after, before, limit, reverse = wanted
         low, high = prefix.encode(), prefix.encode() + b"\xff"
         clauses = [sql.SQL("kind = %s AND key >= %s AND key < %s")]
         params: list[Any] = [kind, low, high]
@@ -408,17 +394,8 @@ class PgStore:
         ]
         return found, len(rows) > limit
 
-    def _scan_sealed(
-        self,
-        conn: psycopg.Connection[Any],
-        kind: str,
-        prefix: str,
-        after: str | None,
-        before: str | None,
-        limit: int,
-        *,
-        reverse: bool,
-    ) -> tuple[list[tuple[str, Entry]], bool]:
+    def _scan_sealed(self, conn: psycopg.Connection[Any], wanted: KeyRange) -> Found:
+        kind, prefix, after, before, limit, reverse = wanted
         rows = conn.execute(
             "SELECT name, seq, digest, size FROM ss_documents WHERE kind = %s", (kind,)
         ).fetchall()
@@ -440,9 +417,7 @@ class PgStore:
     def list_sessions(
         self, prefix: str, after: str | None, limit: int
     ) -> tuple[list[str], str | None]:
-        found, more = self.scan(SESSION, prefix, after, None, limit, reverse=False)
-        ids = [doc_id for doc_id, _ in found]
-        return ids, (ids[-1] if more and ids else None)
+        return session_page(self.scan, prefix, after, limit)
 
     def session_count(self) -> int:
         with self._reader() as conn:
@@ -535,11 +510,7 @@ class PgStore:
                 self.batches += 1
                 if self.batches % RETENTION_EVERY_BATCHES == 0:
                     self._trim(conn, batch.last_seq)
-        for position, results in txn_results.items():
-            written = outcomes[position]
-            if written is not None and written.ok:
-                outcomes[position] = Outcome(True, seq=written.seq, details={"results": results})
-        batch.outcomes = [o for o in outcomes if o is not None]
+        batch.outcomes = fold_txn_results(outcomes, txn_results)
         return batch
 
     def _write(
@@ -562,27 +533,10 @@ class PgStore:
                 body = self._seal(change.body, b"body:" + what)
                 documents.append((change.kind, key, name, body, digest, seq, len(change.body)))
                 changes.append((seq, change.kind, name, digest, committed_at_ms, len(change.body)))
-                outcomes[position] = Outcome(True, seq=seq, digest=change.digest)
-                batch.committed.append(
-                    Committed(
-                        seq,
-                        change.kind,
-                        change.id,
-                        change.digest,
-                        committed_at_ms,
-                        len(change.body),
-                    )
-                )
-                if change.kind == LEASE and change.id == LEASE_ID:
-                    batch.lease_body = change.body
             else:
                 removals.append((change.kind, key))
                 changes.append((seq, change.kind, name, None, committed_at_ms, 0))
-                outcomes[position] = Outcome(True, seq=seq, existed=True)
-                batch.committed.append(
-                    Committed(seq, change.kind, change.id, None, committed_at_ms)
-                )
-            batch.last_seq = seq
+            record_applied(batch, outcomes, position, change, seq, committed_at_ms)
         with conn.cursor() as cursor:
             if removals:
                 cursor.executemany(
@@ -699,11 +653,7 @@ class _TransactionState(CommittedState):
     def get(self, kind: str, doc_id: str) -> Entry | None:
         if (kind, doc_id) in self._entries:
             return self._entries[(kind, doc_id)]
-        row = self.conn.execute(
-            "SELECT seq, digest, size FROM ss_documents WHERE kind = %s AND key = %s",
-            (kind, self.store._key(kind, doc_id)),
-        ).fetchone()
-        return None if row is None else self.store._entry(kind, doc_id, row[0], row[1], row[2])
+        return self.store._head_with(self.conn, kind, doc_id)
 
     def damaged(self, kind: str, doc_id: str) -> bool:
         return False
@@ -712,14 +662,5 @@ class _TransactionState(CommittedState):
         doc = self.store._read_with(self.conn, kind, doc_id)
         return doc.body if doc is not None else None
 
-    def scan(
-        self,
-        kind: str,
-        prefix: str,
-        after: str | None,
-        before: str | None,
-        limit: int,
-        *,
-        reverse: bool,
-    ) -> tuple[list[tuple[str, Entry]], bool]:
-        return self.store._scan_with(self.conn, kind, prefix, after, before, limit, reverse=reverse)
+    def scan(self, wanted: KeyRange) -> Found:
+        return self.store._scan_with(self.conn, wanted)

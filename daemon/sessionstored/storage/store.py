@@ -24,7 +24,7 @@ from __future__ import annotations
 import errno
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import cbor2
@@ -37,17 +37,18 @@ from .cache import DEFAULT_CAPACITY_BYTES, DocumentCache
 from .check import check
 from .checkpoint import Checkpoints, CheckpointState, DamageRow
 from .compaction import CompactResult
-from .decide import Accepted, decide_all
+from .decide import Accepted, decide_all, fold_txn_results, record_applied
 from .durable import Failpoint, no_failpoint
 from .errors import CorruptRecord, FatalStorageError, InjectedFault, NoSpace
 from .fs import ENOSPC_ERRNOS, FileSystem
 from .history import History
-from .index import Entry, Index
+from .index import Entry, Found, Index, KeyRange
 from .log import DEFAULT_SEGMENT_BYTES, Log
 from .mutations import (
     LEASE,
     LEASE_ID,
     SESSION,
+    Batch,
     Committed,
     Mutation,
     Outcome,
@@ -63,15 +64,6 @@ DEFAULT_HISTORY_CHANGES = 100_000
 DEFAULT_CHECKPOINT_EVERY_CHANGES = 100_000
 DEFAULT_CHECKPOINT_EVERY_BYTES = 256 * 1024 * 1024
 DEFAULT_COMPACT_DEAD_SHARE = 0.4
-
-
-@dataclass
-class Batch:
-    outcomes: list[Outcome]
-    changes: list[tuple[str, str, Entry | None]] = field(default_factory=list)
-    committed: list[Committed] = field(default_factory=list)
-    last_seq: int = 0
-    lease_body: bytes | None = None
 
 
 @dataclass
@@ -106,17 +98,8 @@ class _IndexState:
         doc = self.store.read(kind, doc_id, cached=False)  # the writer's thread: no cache
         return doc.body if doc is not None else None
 
-    def scan(
-        self,
-        kind: str,
-        prefix: str,
-        after: str | None,
-        before: str | None,
-        limit: int,
-        *,
-        reverse: bool,
-    ) -> tuple[list[tuple[str, Entry]], bool]:
-        return self.store.index.scan(kind, prefix, after, before, limit, reverse=reverse)
+    def scan(self, wanted: KeyRange) -> Found:
+        return self.store.index.scan(wanted)
 
 
 def _now_ms() -> int:
@@ -126,6 +109,7 @@ def _now_ms() -> int:
 class Store:
     has_log = True  # the writer keeps its segments, spares, checkpoints and compaction
     blocking_reads = False  # reads come from the in-memory index and the page cache
+    shared = False  # this daemon is the only writer
 
     def __init__(
         self,
@@ -285,11 +269,7 @@ class Store:
         except FatalStorageError:
             self._failed = True
             raise
-        for position, results in txn_results.items():
-            written = outcomes[position]
-            if written is not None and written.ok:  # the seq of its last change
-                outcomes[position] = Outcome(True, seq=written.seq, details={"results": results})
-        batch.outcomes = [o for o in outcomes if o is not None]
+        batch.outcomes = fold_txn_results(outcomes, txn_results)
         assert len(batch.outcomes) == len(mutations)
         return batch
 
@@ -340,30 +320,12 @@ class Store:
 
         offset = start
         for (position, change, seq), record in zip(accepted, records, strict=True):
+            entry = None
             if isinstance(change, Put):
                 entry = Entry(seq, change.digest, len(change.body), segment, offset, len(record))
-                batch.changes.append((change.kind, change.id, entry))
-                batch.committed.append(
-                    Committed(
-                        seq,
-                        change.kind,
-                        change.id,
-                        change.digest,
-                        committed_at_ms,
-                        len(change.body),
-                    )
-                )
-                outcomes[position] = Outcome(True, seq=seq, digest=change.digest)
-                if change.kind == LEASE and change.id == LEASE_ID:
-                    batch.lease_body = change.body
-            else:
-                batch.changes.append((change.kind, change.id, None))
-                batch.committed.append(
-                    Committed(seq, change.kind, change.id, None, committed_at_ms)
-                )
-                outcomes[position] = Outcome(True, seq=seq, existed=True)
+            batch.changes.append((change.kind, change.id, entry))
+            record_applied(batch, outcomes, position, change, seq, committed_at_ms)
             offset += len(record)
-        batch.last_seq = last_seq
 
     def _undo(
         self,
@@ -475,22 +437,16 @@ class Store:
     def session_count(self) -> int:
         return self.index.count(SESSION)
 
+    def current_lease(self) -> dict[str, Any] | None:
+        return self.lease  # the writer publishes every lease change here
+
     def list_sessions(
         self, prefix: str, after: str | None, limit: int
     ) -> tuple[list[str], str | None]:
         return self.index.list_sessions(prefix, after, limit)
 
-    def scan(
-        self,
-        kind: str,
-        prefix: str,
-        after: str | None,
-        before: str | None,
-        limit: int,
-        *,
-        reverse: bool,
-    ) -> tuple[list[tuple[str, Entry]], bool]:
-        return self.index.scan(kind, prefix, after, before, limit, reverse=reverse)
+    def scan(self, wanted: KeyRange) -> Found:
+        return self.index.scan(wanted)
 
     def verify(self) -> tuple[int, list[dict[str, Any]]]:
         return check(self)

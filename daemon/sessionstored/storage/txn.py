@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from sessionstore.canonical import digest_text
 from sessionstore.codes import ErrorCode
 
 from .errors import Refused
-from .index import Entry
+from .index import Entry, KeyRange, RangeReader
 
 MAX_TXN_CHANGES = 100_000  # removals a delete_prefix may expand to, with the rest
 APPEND_SEQ_DIGITS = 20  # the width of a seq in an appended key: 2**64 has 20 digits
@@ -101,22 +101,8 @@ def check_requires(requires: tuple[Require, ...], get: Callable[[str, str], Entr
         )
 
 
-class _Range(Protocol):
-    def get(self, kind: str, doc_id: str) -> Entry | None: ...
-    def scan(
-        self,
-        kind: str,
-        prefix: str,
-        after: str | None,
-        before: str | None,
-        limit: int,
-        *,
-        reverse: bool,
-    ) -> tuple[list[tuple[str, Entry]], bool]: ...
-
-
 def decide(
-    requires: tuple[Require, ...], ops: tuple[TxnOp, ...], index: _Range, first_seq: int
+    requires: tuple[Require, ...], ops: tuple[TxnOp, ...], index: RangeReader, first_seq: int
 ) -> tuple[list[Change], list[dict[str, Any]]]:
     """The changes a transaction makes now (first_seq is the seq its first one
     takes) and each op's result, or Refused. Nothing is applied here."""
@@ -151,9 +137,7 @@ def decide(
                 change(op.kind, op.id, None, None)
             results.append({"deleted": present})
         elif isinstance(op, TxnDeletePrefix):
-            found, _ = index.scan(
-                op.kind, op.prefix, None, None, MAX_TXN_CHANGES + 1, reverse=False
-            )
+            found, _ = index.scan(KeyRange(op.kind, op.prefix, limit=MAX_TXN_CHANGES + 1))
             for doc_id, _entry in found:
                 change(op.kind, doc_id, None, None)
             results.append({"deleted": len(found)})
