@@ -92,6 +92,37 @@ def run_clients(
     return Sample(len(latencies), duration_s, latencies, sum(e for _, e in results))
 
 
+def _fixed_process(args: tuple[str, list[bytes], float, float]) -> tuple[list[float], int]:
+    socket_path, requests, start_at, deadline = args
+    results: list[Any] = []
+    threads = [
+        Thread(target=_client, args=(socket_path, request, start_at, deadline, results))
+        for request in requests
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    latencies = [lat for lats, _ in results for lat in lats]
+    return latencies, sum(e for _, e in results)
+
+
+def run_fixed(socket_path: str, requests: list[bytes], duration_s: float) -> Sample:
+    """One client per request, each sending its bytes over and over, for duration_s."""
+    groups = [
+        requests[i : i + CLIENTS_PER_PROCESS] for i in range(0, len(requests), CLIENTS_PER_PROCESS)
+    ]
+    start_at = time.time() + 0.5 + 0.05 * len(groups)
+    deadline = start_at + duration_s
+    context = multiprocessing.get_context("fork")
+    with context.Pool(len(groups)) as pool:
+        results = pool.map(
+            _fixed_process, [(socket_path, group, start_at, deadline) for group in groups]
+        )
+    latencies = [lat for lats, _ in results for lat in lats]
+    return Sample(len(latencies), duration_s, latencies, sum(e for _, e in results))
+
+
 def run_in_processes(target: Callable[..., Any], argument_sets: list[tuple[Any, ...]]) -> list[Any]:
     context = multiprocessing.get_context("fork")
     with context.Pool(len(argument_sets)) as pool:

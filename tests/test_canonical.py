@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessionstore.canonical import canonical_dumps, parse_digest, snapshot_digest
-from sessionstore.protocol import Connection
+from sessionstore.protocol import Connection, parse_request
+from sessionstored.prepare import checkpoint_document
 
 from . import cbor_reference as reference
 
@@ -106,3 +107,22 @@ def test_the_daemons_decode_path_gives_the_same_bytes(value: object, rng: random
     decoded = conn.next_message()
     assert canonical_dumps(decoded, hint=conn.last_hint) == reference.encode(value)
     assert canonical_dumps(decoded) == reference.encode(value)
+
+
+def _stored_value(request_bytes: bytes) -> bytes:
+    """What the daemon stores for a checkpoint_put's value, decoded as it decodes it."""
+    conn = Connection(order_maps=True, received="request")
+    conn.receive_data(request_bytes)
+    request = parse_request(conn.next_message(), canonical_hint=conn.last_hint)
+    return checkpoint_document(request.args, None, "k", 1 << 30, request.canonical_hint).body
+
+
+def _put(value: Any) -> dict[str, Any]:
+    return {"op": "checkpoint_put", "kind": "kv", "key": "k", "rid": 7, "value": {"v": value}}
+
+
+@given(values, st.randoms(use_true_random=False))
+def test_a_stored_value_is_canonical_however_it_was_sent(value: object, rng: random.Random) -> None:
+    expected = reference.encode({"v": value})
+    assert _stored_value(reference.encode(_put(value))) == expected  # sent canonical
+    assert _stored_value(reference.loose_encode(_put(value), rng)) == expected  # any other form

@@ -53,6 +53,8 @@ FAST_PATH_MAX_BYTES = 1024 * 1024
 # a normal request that arrives in two or three reads is framed by C alone.
 PARTIAL_SCAN_AFTER_READS = 4
 PARTIAL_SCAN_AFTER_BYTES = 256 * 1024
+
+
 # Byte classes for one translate() pass over an item: 2 = an initial byte of a
 # half/single/double float (never in UTF-8 text), 1 = one that may start a simple
 # value other than false/true/null (0xE0-0xF3 also lead multi-byte UTF-8, so
@@ -94,7 +96,7 @@ def _decoder(fp: io.BytesIO, max_depth: int, hook: OrderingHook | None) -> Any:
         fp,
         semantic_decoders=_REFUSE_TAGS,
         tag_hook=_refuse_tag,
-        object_hook=hook,
+        object_hook=hook.hook if hook is not None else None,
         max_depth=max_depth,
         allow_duplicate_keys=False,
     )
@@ -355,9 +357,10 @@ class CborReader:
 
     def next_message(self) -> Any:
         self.last_hint = Hint.NONE
-        self._hook = OrderingHook() if self.order_maps else None
         if not self.inbox.data:
+            self._hook = None
             return END_OF_STREAM if self.inbox.eof else NEED_DATA
+        self._hook = OrderingHook() if self.order_maps else None
         defer = self.defer_above_bytes
         if defer is not None and self._scanner is None and len(self.inbox.data) > defer:
             small = self._first_item_within(defer)

@@ -74,13 +74,17 @@ def snapshot_document(args: dict[str, Any], max_snapshot_bytes: int, hint: Hint)
 
 
 def checkpoint_document(
-    args: dict[str, Any], id_field: str | None, key: str, max_snapshot_bytes: int
+    args: dict[str, Any],
+    id_field: str | None,
+    key: str,
+    max_snapshot_bytes: int,
+    hint: Hint = Hint.NONE,
 ) -> Document:
     """The `value` argument of checkpoint_put, checked, canonical and hashed."""
     value = args.get("value")
     if isinstance(value, Document):
         return value
-    body, digest = document_body(value, id_field, key, max_snapshot_bytes)
+    body, digest = document_body(value, id_field, key, max_snapshot_bytes, hint)
     return Document(body, digest)
 
 
@@ -155,9 +159,11 @@ def prepare_large(
             _, id_field = DOCUMENT_KINDS[args["kind"]]
             key = args.get("key")
             if isinstance(key, str):
-                args["value"] = checkpoint_document(args, id_field, key, max_snapshot_bytes)
+                args["value"] = checkpoint_document(
+                    args, id_field, key, max_snapshot_bytes, request.canonical_hint
+                )
         elif request.op == "txn":
-            args["ops"] = prepared_txn(args, max_snapshot_bytes)
+            args["ops"] = prepared_txn(args, max_snapshot_bytes, request.canonical_hint)
             args.pop("require", None)  # inside the prepared ops
         elif request.op in ("update", "fork"):
             name = LARGE_VALUE_ARGUMENT[request.op]

@@ -1,7 +1,7 @@
 # Request -> Step: what a connection does with one request, in order. A Reply is
-# ready at once; a Read is evaluated when every earlier request on the
-# connection has been answered (so a pipelined load sees the save sent before
-# it), and a later write on the connection waits until it was; a Write commits
+# ready at once; a Read is evaluated when the connection reaches it (server.py:
+# after every earlier request on the connection was answered, before any later
+# one is started); a Write commits
 # a mutation through the writer and turns its outcome into the reply; an
 # Exclusive job runs in the writer with no batch in flight; a Stream (watch)
 # takes over the connection's replies.
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
-
-import trio
 
 from sessionstore.canonical import digest_text
 from sessionstore.codes import ErrorCode
@@ -54,13 +52,9 @@ class Read(Step):
     def __init__(self, request: Request, produce: Callable[[], Awaitable[Response]]) -> None:
         super().__init__(request)
         self.produce = produce
-        self.evaluated = trio.Event()
 
     async def resolve(self) -> Response:
-        try:
-            return await self.produce()
-        finally:
-            self.evaluated.set()
+        return await self.produce()
 
 
 class Write(Step):
@@ -72,7 +66,8 @@ class Write(Step):
         self.respond = respond
 
     async def resolve(self) -> Response:
-        await self.job.done.wait()
+        if not self.job.done.is_set():  # waiting on a set Event still costs a scheduler pass
+            await self.job.done.wait()
         outcome = self.job.outcome
         assert outcome is not None
         return self.respond(outcome) if outcome.ok else failure_reply(self.request, outcome)
@@ -84,7 +79,8 @@ class Exclusive(Step):
         self.job = job
 
     async def resolve(self) -> Response:
-        await self.job.done.wait()
+        if not self.job.done.is_set():
+            await self.job.done.wait()
         if self.job.failure is not None:
             return failure_reply(self.request, self.job.failure)
         if self.job.error is not None:

@@ -43,7 +43,7 @@ from .storage import compaction
 from .storage.errors import FatalStorageError, InjectedFault, NoSpace
 from .storage.mutations import split_batches
 from .storage.store import Store
-from .worker_thread import WorkerThread
+from .worker_thread import WorkerThread, name_os_thread
 
 log = logging.getLogger("sessionstored.writer")
 
@@ -65,7 +65,12 @@ class Writer:
         self.on_fatal = on_fatal
         self._send, self._receive = trio.open_memory_channel[Job](QUEUE_DEPTH)
         self._thread: WorkerThread | None = None
-        self._background = ThreadPoolExecutor(1, thread_name_prefix="log-background")
+        self._background = ThreadPoolExecutor(
+            1,
+            thread_name_prefix="log-background",
+            initializer=name_os_thread,
+            initargs=("log-background",),
+        )
         self._spare: Future[None] | None = None
         self._compaction: _BackgroundCompaction | None = None
         self.failed: str | None = None
@@ -78,6 +83,19 @@ class Writer:
             maxlen=RECENT_BATCHES
         )
         self.on_publish: Callable[[], None] | None = None
+
+    def submit(self, job: Job) -> bool:
+        """Hand a job over without waiting; False when the queue is full (then enqueue)."""
+        if self.failed is not None:
+            self._fail([job], self.failed)
+            return True
+        try:
+            self._send.send_nowait(job)
+        except trio.WouldBlock:
+            return False
+        except trio.ClosedResourceError:
+            job.fail(ErrorCode.SHUTTING_DOWN, "the daemon is stopping")
+        return True
 
     async def enqueue(self, job: Job) -> None:
         """Hand a job to the writer; job.done is set once its outcome is known."""

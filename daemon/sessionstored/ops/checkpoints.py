@@ -33,7 +33,9 @@ def checkpoint_put(ops: Ops, request: Request) -> Step:
     args = request.args
     kind, id_field = checkpoint_kind(args)
     key = id_arg(args, "key")
-    document = checkpoint_document(args, id_field, key, ops.max_snapshot_bytes)
+    document = checkpoint_document(
+        args, id_field, key, ops.max_snapshot_bytes, request.canonical_hint
+    )
     put = Put(kind, key, document.body, document.digest, fence=lease_arg(args))
     return ops.mutation(request, put, lambda o: ok_response(request, seq=o.seq))
 
@@ -112,7 +114,7 @@ def item_of(key: str, entry: Entry) -> dict[str, Any]:
 
 
 def txn(ops: Ops, request: Request) -> Step:
-    prepared = prepared_txn(request.args, ops.max_snapshot_bytes)
+    prepared = prepared_txn(request.args, ops.max_snapshot_bytes, request.canonical_hint)
     mutation = Txn(prepared.requires, prepared.ops, fence=lease_arg(request.args))
     return ops.mutation(
         request,
