@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import trio.testing
 
 from sessionstored.jobs import MutationJob
 from sessionstored.storage.mutations import Outcome
+from sessionstored.worker_thread import WorkerThread
 from sessionstored.writer import Writer
 
 from .storage_helpers import assert_clean, body_for, new_fs, open_store, put
@@ -114,3 +116,25 @@ async def test_the_watchdog_pings_on_trios_clock(
             pings.append(receiver.recv(100))
     receiver.close()
     assert pings.count(b"WATCHDOG=1") == 10  # at 0, 10, ..., 90
+
+
+async def test_a_call_handed_to_the_thread_is_delivered_though_its_caller_is_cancelled() -> None:
+    release = threading.Event()
+    worker = WorkerThread("test-worker")
+    delivered: list[str] = []
+
+    async def cancel_then_release(scope: trio.CancelScope) -> None:
+        await trio.sleep(0.05)
+        scope.cancel()
+        await trio.sleep(0.05)
+        release.set()  # the "disk" returns only after the cancellation
+
+    async with trio.open_nursery() as nursery:
+        with trio.CancelScope() as scope:
+            nursery.start_soon(cancel_then_release, scope)
+            delivered.append(await worker.call(lambda: release.wait() and "durable"))
+            await trio.lowlevel.checkpoint()  # the cancellation is delivered here instead
+            delivered.append("not reached")
+    worker.close()
+    assert scope.cancelled_caught
+    assert delivered == ["durable"]

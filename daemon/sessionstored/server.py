@@ -57,6 +57,7 @@ from .notify import notify, watchdog_interval_s
 from .offload import MAX_REQUEST_ITEMS, OFFLOAD_ABOVE_BYTES, WorkerLost
 from .ops import ARGUMENTS, Ops
 from .prepare import Failure, prepare_large
+from .socket_io import SocketIO
 from .steps import Exclusive, Read, Reply, Step, Stream, Write
 from .storage.recovery import RecoveryReport
 from .storage.store import Store
@@ -318,13 +319,15 @@ class Server:
             )
             return
         self._streams.add(stream)
+        sock = SocketIO(stream)
         try:
-            await self._serve(stream, conn, access)
+            await self._serve(stream, sock, conn, access)
         except* (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the peer went away (a watch's tasks report it in a group)
         except* Exception as group:  # our bug: it may cost this connection, never the daemon
             self.ops.internal_error(None, group, "serving a connection")
         finally:
+            sock.detach()
             self._streams.discard(stream)
             await self._closed(stream)
 
@@ -365,7 +368,9 @@ class Server:
         finally:
             await self._closed(stream)
 
-    async def _serve(self, stream: trio.SocketStream, conn: Connection, access: Access) -> None:
+    async def _serve(
+        self, stream: trio.SocketStream, sock: SocketIO, conn: Connection, access: Access
+    ) -> None:
         """Read requests, start each, answer them in order. Every complete request that
         has arrived is started before the first reply is awaited, so pipelined writes
         share a batch; the replies then go out together in one send."""
@@ -378,20 +383,20 @@ class Server:
                 except ProtocolError as error:
                     pending.append(Reply(None, error_response(None, error.code, error.message)))
                     if error.fatal:
-                        await self._flush(stream, conn, pending)
+                        await self._flush(sock, conn, pending)
                         return
                     continue
                 if message is NEED_DATA:
                     break
                 if message is MORE_WORK:  # a large item is being walked: let others run
-                    await self._flush(stream, conn, pending)
+                    await self._flush(sock, conn, pending)
                     await trio.sleep(0)
                     continue
                 if message is END_OF_STREAM:
-                    await self._flush(stream, conn, pending)
+                    await self._flush(sock, conn, pending)
                     return
                 if isinstance(message, Deferred):
-                    await self._flush(stream, conn, pending)  # earlier replies do not wait
+                    await self._flush(sock, conn, pending)  # earlier replies do not wait
                     prepared = await self._prepare_large(message)
                     if isinstance(prepared, Failure):
                         failure = error_response(
@@ -399,7 +404,7 @@ class Server:
                         )
                         pending.append(Reply(None, failure))
                         if prepared.fatal:
-                            await self._flush(stream, conn, pending)
+                            await self._flush(sock, conn, pending)
                             return
                         continue
                     request = prepared
@@ -414,36 +419,36 @@ class Server:
                     # it sees every earlier write of this connection, and none after it:
                     # those are started only once it has been evaluated
                     if pending:
-                        await self._flush(stream, conn, pending)
+                        await self._flush(sock, conn, pending)
                     pending.append(Reply(request, await self._resolve(step)))
                 elif isinstance(step, (Write, Exclusive)):
                     pending.append(step)
                     if not self.writer.submit(step.job):
                         await self._enqueue(step.job)
                 elif isinstance(step, Stream):
-                    await self._flush(stream, conn, pending)
+                    await self._flush(sock, conn, pending)
                     await self._stream(stream, conn, step)
                     return
                 else:
                     pending.append(step)
                 if len(pending) >= MAX_PIPELINED_REQUESTS:
-                    await self._flush(stream, conn, pending)
-            await self._flush(stream, conn, pending)
+                    await self._flush(sock, conn, pending)
+            await self._flush(sock, conn, pending)
             if not conn.buffered:
                 partial_since = None
             elif partial_since is None:
                 partial_since = trio.current_time()
             if partial_since is None:
-                data: bytes | None = await stream.receive_some(RECEIVE_BYTES)
+                data: bytes | None = await sock.receive(RECEIVE_BYTES)
             else:
                 data = None
                 with trio.move_on_at(partial_since + self.config.request_timeout_s):
-                    data = await stream.receive_some(RECEIVE_BYTES)
+                    data = await sock.receive(RECEIVE_BYTES)
                 if data is None:  # slowloris: a started request that never completes
                     self.timed_out_requests += 1
                     text = f"request not complete after {self.config.request_timeout_s:g} s"
                     pending.append(Reply(None, error_response(None, ErrorCode.BAD_REQUEST, text)))
-                    await self._flush(stream, conn, pending)
+                    await self._flush(sock, conn, pending)
                     return
             if data:
                 conn.receive_data(data)
@@ -464,9 +469,7 @@ class Server:
         except Exception as error:  # our bug, not the client's: report it, keep serving
             return self.ops.internal_error(step.request, error, "answering")
 
-    async def _flush(
-        self, stream: trio.SocketStream, conn: Connection, pending: list[Step]
-    ) -> None:
+    async def _flush(self, sock: SocketIO, conn: Connection, pending: list[Step]) -> None:
         """Answer every started request, in order, in one send."""
         if not pending:
             return
@@ -479,7 +482,7 @@ class Server:
                 failure = self.ops.internal_error(step.request, error, "encoding")
                 replies.append(conn.encode(failure))
         pending.clear()
-        await stream.send_all(replies[0] if len(replies) == 1 else b"".join(replies))
+        await sock.send_all(replies[0] if len(replies) == 1 else b"".join(replies))
 
     async def _stream(self, stream: trio.SocketStream, conn: Connection, step: Stream) -> None:
         """A watch: the connection is its event stream until either side ends it."""

@@ -1,14 +1,17 @@
 # One long-lived thread that runs the writer's blocking calls (a batch's write
-# and fdatasync, checkpoints, verify, compaction's last steps), and wakes the
-# writer task through trio's token when a call returns. Measured here: 46 us a
-# round trip, where trio.to_thread.run_sync takes about 100 us; a batch pays it
-# once. A call cannot be cancelled once handed over (the writer shields it):
-# what was handed to the disk completes, and its outcome is delivered.
+# and fdatasync, checkpoints, verify, compaction's last steps). A call's result
+# comes back through an eventfd that the writer task waits on with trio, so the
+# event loop wakes straight into the writer: no run_sync_soon, no pass of trio's
+# entry queue, no wakeup socket to drain (measured with callgrind: 6% of the
+# instructions of a small write at one client). A call cannot be cancelled
+# once handed over (the writer shields it): what was handed to the disk
+# completes, and its outcome is delivered.
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import ctypes.util
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -31,34 +34,48 @@ def name_os_thread(name: str) -> None:
 
 class WorkerThread:
     def __init__(self, name: str) -> None:
-        self._token = trio.lowlevel.current_trio_token()
-        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], trio.lowlevel.Task] | None] = (
-            queue.SimpleQueue()
-        )
+        self._calls: queue.SimpleQueue[Callable[[], Any] | None] = queue.SimpleQueue()
+        self._done = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._result: outcome.Outcome[Any] | None = None
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
         name_os_thread(self._thread.name)
         while True:
-            item = self._calls.get()
-            if item is None:
+            call = self._calls.get()
+            if call is None:
+                os.close(self._done)  # here, not in close(): a hung call must not see it reused
                 return
-            call, task = item
-            result = outcome.capture(call)
-            try:
-                self._token.run_sync_soon(trio.lowlevel.reschedule, task, result)
-            except trio.RunFinishedError:
-                return
+            self._result = outcome.capture(call)
+            os.eventfd_write(self._done, 1)
 
     async def call(self, fn: Callable[[], T]) -> T:
-        self._calls.put((fn, trio.lowlevel.current_task()))
-
-        def abort(_: Any) -> trio.lowlevel.Abort:
-            return trio.lowlevel.Abort.FAILED  # handed to the disk: it completes
-
-        value: T = await trio.lowlevel.wait_task_rescheduled(abort)
+        """fn() in the thread, one call at a time. Once handed over, the call is waited
+        for and its result returned even if the caller is cancelled meanwhile: the
+        cancellation is delivered at the caller's next checkpoint instead (trio's are
+        level-triggered), so a batch's outcome always reaches its clients. A shielded
+        scope around every call would do the same at 9% of a small write's cost."""
+        self._calls.put(fn)
+        try:
+            await self._returned()
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                await self._returned()
+        result, self._result = self._result, None
+        assert result is not None
+        value: T = result.unwrap()
         return value
 
+    async def _returned(self) -> None:
+        while True:
+            await trio.lowlevel.wait_readable(self._done)
+            try:
+                os.eventfd_read(self._done)
+            except BlockingIOError:
+                continue
+            return
+
     def close(self) -> None:
+        """Let the thread end once its call (if any) returns; never waits for a hung disk."""
         self._calls.put(None)

@@ -1,0 +1,55 @@
+# A connection's socket as the request loop uses it: the non-blocking call is
+# made first, and trio is asked to wait only when it would block. trio's
+# SocketStream passes a checkpoint (a pass of the scheduler) on every call,
+# even one that succeeds at once; a request costs a receive and a send, so
+# that is two passes per request of the six a small write took (bench/cpu.py
+# counts them with callgrind). Fairness is kept: a receive that finds data
+# without waiting still yields once, so a client that keeps its connection full
+# cannot hold the loop.
+from __future__ import annotations
+
+import socket
+
+import trio
+
+
+class SocketIO:
+    def __init__(self, stream: trio.SocketStream) -> None:
+        # a second handle on the stream's descriptor, detached (never closed) at the end
+        self._sock = socket.socket(fileno=stream.socket.fileno())
+        self._sock.setblocking(False)
+
+    async def receive(self, max_bytes: int) -> bytes:
+        """Bytes from the peer, b"" at its EOF; BrokenResourceError if it reset."""
+        try:
+            data = self._sock.recv(max_bytes)
+        except BlockingIOError:
+            pass
+        except OSError as error:
+            raise trio.BrokenResourceError(f"socket connection broken: {error}") from error
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()  # found without waiting: yield
+            return data
+        while True:
+            await trio.lowlevel.wait_readable(self._sock)
+            try:
+                return self._sock.recv(max_bytes)
+            except BlockingIOError:
+                continue
+            except OSError as error:
+                raise trio.BrokenResourceError(f"socket connection broken: {error}") from error
+
+    async def send_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                sent = self._sock.send(view)
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(self._sock)
+                continue
+            except OSError as error:
+                raise trio.BrokenResourceError(f"socket connection broken: {error}") from error
+            view = view[sent:]
+
+    def detach(self) -> None:
+        self._sock.detach()
