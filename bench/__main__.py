@@ -23,11 +23,11 @@ from typing import Any
 
 from sessionstore.client import Client
 
-from . import adapters, anchors, loop_stall, postgres, space
+from . import adapters, anchors, cpu, loop_stall, postgres, space
 from .frontend_cost import frontend_cost
 from .load import Sample, run_clients, run_in_processes
 from .sealing_cost import sealing_cost
-from .workload import snapshot_bytes
+from .workload import make_snapshot, snapshot_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KIB = 1024
@@ -315,7 +315,7 @@ def main() -> None:
         rows += _anchor_rows(
             "sqlite WAL sync=FULL save",
             anchors.sqlite_saves,
-            lambda size, n, deadline: (db, f"s{n}", snapshot_bytes(f"s{n}", size), deadline),
+            lambda size, n, deadline: (db, f"s{n}", make_snapshot(f"s{n}", size), deadline),
             args,
             sqlite_counts,
         )
@@ -342,12 +342,14 @@ def main() -> None:
             lambda size, n, deadline: (
                 str(naive_dir),
                 f"s{n}",
-                snapshot_bytes(f"s{n}", size),
+                make_snapshot(f"s{n}", size),
                 deadline,
             ),
             args,
             [1, 64] if args.quick else [1, 8, 64],
         )
+        (base / "cpu").mkdir()
+        cpu_per_request = cpu.run(Daemon, base / "cpu", args.seconds)
         (base / "adapters").mkdir()
         frameworks = adapters.main(Daemon, base / "adapters", args.seconds)
         for name, figures in frameworks.items():
@@ -389,12 +391,84 @@ def main() -> None:
         "loop_stall": stall,
         "adapters": frameworks,
         "postgresql": on_postgres,
+        "cpu_per_request": cpu_per_request,
         "targets": targets(rows),
+        "fast_path_targets": fast_path_targets(rows, cpu_per_request, frameworks, on_postgres),
     }
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2))
     for line, value in out["targets"].items():
         print(f"target: {line}: {value}")
+    print("fast path (issue 21), this run:")
+    for line, (value, verdict) in out["fast_path_targets"].items():
+        print(f"  {line:<70} {value:>8}  {verdict}")
     print(f"bench: wrote {RESULTS / 'latest.json'}")
+
+
+def fast_path_targets(
+    rows: list[Row], cpu_figures: dict[str, Any], frameworks: dict[str, Any], pg: dict[str, Any]
+) -> dict[str, tuple[Any, str]]:
+    """The fast path's targets (issue 21), each as (figure of this run, met or missed)."""
+
+    def verdict(value: float | None, bound: float, at_most: bool) -> tuple[Any, str]:
+        if value is None:
+            return "-", "not measured"
+        met = value <= bound if at_most else value >= bound
+        return value, ("met" if met else "missed") + f" ({'<=' if at_most else '>='} {bound:g})"
+
+    def ours(name: str, clients: int) -> dict[str, Any]:
+        figures: dict[str, Any] = cpu_figures.get(f"sessionstored: {name}, {clients} clients", {})
+        return figures
+
+    def find(name: str, clients: int) -> Row | None:
+        return next(
+            (r for r in rows if r.name == name and r.clients == clients and r.size == 4 * KIB),
+            None,
+        )
+
+    sqlite = [r for r in rows if r.name == "sqlite WAL sync=FULL save" and r.size == 4 * KIB]
+    best_sqlite = max(sqlite, key=lambda r: r.ops_per_s, default=None)
+    ours64, ours1 = find("sessionstored save", 64), find("sessionstored save", 1)
+    sqlite1 = find("sqlite WAL sync=FULL save", 1)
+    adapter = frameworks.get("targets", {})
+    on_pg = pg.get("targets", {})
+    out = {
+        "ping, 1 client: daemon CPU x the floor server's": verdict(
+            ours("ping", 1).get("x_floor_server"), 1.5, True
+        ),
+        "ping, 64 clients: daemon CPU x the floor server's": verdict(
+            ours("ping", 64).get("x_floor_server"), 1.5, True
+        ),
+        "1 KiB kv put, 64 clients: daemon CPU, us": verdict(
+            ours("kv put 1 KiB", 64).get("cpu_us"), 60, True
+        ),
+        "1 KiB kv put, 64 clients: daemon CPU x the floor server's": verdict(
+            ours("kv put 1 KiB", 64).get("x_floor_server"), 1.5, True
+        ),
+        "4 KiB save, 64 clients: daemon CPU x the floor server's": verdict(
+            ours("save 4 KiB", 64).get("x_floor_server"), 1.5, True
+        ),
+        "4 KiB save, 64 clients: saves/s x the best SQLite setup": verdict(
+            round(ours64.ops_per_s / best_sqlite.ops_per_s, 2) if ours64 and best_sqlite else None,
+            1,
+            False,
+        ),
+        "4 KiB save, 1 client: p50 x SQLite's one commit": verdict(
+            round(ours1.p50_ms / sqlite1.p50_ms, 2) if ours1 and sqlite1 else None, 2, True
+        ),
+        "LangGraph saver put p50 x SqliteSaver.put": verdict(
+            adapter.get("saver put p50: x SqliteSaver.put (<= 2)"), 2, True
+        ),
+        "LangGraph saver, 8 processes x SqliteSaver's total": verdict(
+            adapter.get("8 processes: x SqliteSaver puts/s (>= 2)"), 2, False
+        ),
+        "Agents add_items p50 x SQLiteSession's": verdict(
+            adapter.get("add_items p50: x SQLiteSession (<= 1)"), 1, True
+        ),
+        "PostgreSQL, 64 clients x one transaction per save (64 psycopg)": verdict(
+            on_pg.get("64 clients, one daemon: x one commit per save (>= 2)"), 2, False
+        ),
+    }
+    return out
 
 
 def targets(rows: list[Row]) -> dict[str, Any]:

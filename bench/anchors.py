@@ -6,9 +6,11 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import sqlite3
 import time
+from typing import Any
 
 import xxhash
 
@@ -76,12 +78,17 @@ def open_sqlite(path: str) -> sqlite3.Connection:
     return conn
 
 
-def sqlite_saves(path: str, session_id: str, body: bytes, deadline: float) -> list[float]:
+def sqlite_saves(
+    path: str, session_id: str, snapshot: dict[str, Any], deadline: float
+) -> list[float]:
+    """One transaction per save of the snapshot, serialised with json.dumps each time (as
+    LangGraph's and the Agents SDK's SQLite backends do)."""
     conn = open_sqlite(path)
     latencies = []
     try:
         while time.perf_counter() < deadline:
             started = time.perf_counter()
+            body = json.dumps(snapshot).encode()
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("INSERT OR REPLACE INTO sessions VALUES (?, ?)", (session_id, body))
             conn.execute("COMMIT")
@@ -104,7 +111,9 @@ def sqlite_loads(path: str, session_ids: list[str], deadline: float) -> int:
     return done
 
 
-def naive_saves(directory: str, session_id: str, body: bytes, deadline: float) -> list[float]:
+def naive_saves(
+    directory: str, session_id: str, snapshot: dict[str, Any], deadline: float
+) -> list[float]:
     """Upstream's per-save algorithm: lock; intent + fsync; temp + fsync + rename; commit + fsync.
 
     Upstream skips the directory fsync after the rename; so does this, which makes it
@@ -113,13 +122,14 @@ def naive_saves(directory: str, session_id: str, body: bytes, deadline: float) -
     wal_path = os.path.join(directory, "wal.jsonl")
     lock_path = os.path.join(directory, "wal.lock")
     target = os.path.join(directory, f"{session_id}.json")
-    digest = xxhash.xxh3_128_hexdigest(body)
     latencies = []
     lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         n = 0
         while time.perf_counter() < deadline:
             started = time.perf_counter()
+            body = json.dumps(snapshot).encode()
+            digest = xxhash.xxh3_128_hexdigest(body)
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
             try:
                 with open(wal_path, "ab") as wal:

@@ -24,7 +24,7 @@ import trio
 
 RECEIVE_BYTES = 256 * 1024
 QUEUE_DEPTH = 64
-FILE_BYTES = 64 * 1024 * 1024
+FILE_BYTES = 64 * 1024 * 1024  # preallocated at start; the writes wrap around
 PAGE_BYTES = 4096
 
 

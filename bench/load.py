@@ -1,7 +1,8 @@
 # Client load for the daemon: C clients spread over several processes (threads
-# inside each, blocking sockets) so the client side is not the bottleneck. Each
-# client pre-encodes its request once and sends the same canonical bytes every
-# time, then waits for the reply: one save in flight per client.
+# inside each, blocking sockets) so the client side is not the bottleneck. A
+# saving client encodes its snapshot at every save, as users' clients do (the
+# anchors encode theirs with json.dumps at every commit), then waits for the
+# reply: one save in flight per client.
 from __future__ import annotations
 
 import multiprocessing
@@ -16,7 +17,7 @@ import cbor2
 
 from sessionstore.protocol import NEED_DATA, Connection, Mode, RawCBOR
 
-from .workload import snapshot_bytes
+from .workload import make_snapshot, snapshot_bytes
 
 CLIENTS_PER_PROCESS = 8
 
@@ -30,8 +31,14 @@ class Sample:
 
 
 def _client(
-    socket_path: str, request: bytes, start_at: float, deadline: float, out: list[Any]
+    socket_path: str,
+    request: bytes | dict[str, Any],
+    start_at: float,
+    deadline: float,
+    out: list[Any],
 ) -> None:
+    """request: its bytes, sent as they are, or a map that is encoded for every send (as a
+    user's client does)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(socket_path)
     conn = Connection(max_message_bytes=1 << 30, mode=Mode.CBOR)
@@ -41,7 +48,7 @@ def _client(
         time.sleep(0.001)
     while time.time() < deadline:
         started = time.perf_counter()
-        sock.sendall(request)
+        sock.sendall(request if isinstance(request, bytes) else cbor2.dumps(request))
         while (message := conn.next_message()) is NEED_DATA:
             conn.receive_data(sock.recv(1 << 20))
         latencies.append(time.perf_counter() - started)
@@ -56,9 +63,9 @@ def _process(args: tuple[str, str, list[str], int, float, float]) -> tuple[list[
     results: list[Any] = []
     threads = []
     for session_id in session_ids:
-        if op == "save":
-            body = snapshot_bytes(session_id, size)
-            request = cbor2.dumps({"op": "save", "snapshot": RawCBOR(body)}, default=_raw)
+        request: bytes | dict[str, Any]
+        if op == "save":  # the snapshot encoded by the client at every save
+            request = {"op": "save", "snapshot": make_snapshot(session_id, size)}
         else:
             request = cbor2.dumps({"op": "load", "session_id": session_id})
         threads.append(

@@ -377,6 +377,7 @@ class Server:
         pending: list[Step] = []  # started, answered in this order by _flush
         partial_since: float | None = None
         while True:
+            handled = 0  # requests this round: just one, and the client waits for its reply
             while True:
                 try:
                     message = conn.next_message()
@@ -414,6 +415,7 @@ class Server:
                     except ProtocolError as error:
                         pending.append(Reply(None, error_response(None, error.code, error.message)))
                         continue
+                handled += 1
                 step = self.ops.dispatch(request, access)
                 if isinstance(step, Read):
                     # it sees every earlier write of this connection, and none after it:
@@ -439,7 +441,7 @@ class Server:
             elif partial_since is None:
                 partial_since = trio.current_time()
             if partial_since is None:
-                data: bytes | None = await sock.receive(RECEIVE_BYTES)
+                data: bytes | None = await sock.receive(RECEIVE_BYTES, try_first=handled != 1)
             else:
                 data = None
                 with trio.move_on_at(partial_since + self.config.request_timeout_s):
