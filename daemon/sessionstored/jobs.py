@@ -1,6 +1,7 @@
 # What a connection hands the writer: a mutation to commit in a batch, or an
 # exclusive job (verify, compact) that runs with no batch in flight. Either is
-# finished exactly once, by the writer or by fail(); `done` is set then.
+# finished exactly once, by the writer or by fail(); `done` is set then, and
+# on_done called (the connection's outbox sends the reply from there).
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -17,6 +18,12 @@ class Job:
     def __init__(self) -> None:
         self.done = trio.Event()
         self.failure: Outcome | None = None  # set when the job never ran
+        self.on_done: Callable[[Job], None] | None = None  # called once it is finished
+
+    def _finished(self) -> None:
+        self.done.set()
+        if self.on_done is not None:
+            self.on_done(self)
 
     def size(self) -> int:
         """Bytes it adds to a batch."""
@@ -25,7 +32,10 @@ class Job:
     def fail(self, code: ErrorCode, message: str) -> None:
         """Finish a job that will not run (a failed store, a stopping daemon)."""
         self.failure = Outcome(False, code=code, message=message)
-        self.done.set()
+        self._finish_failed()
+
+    def _finish_failed(self) -> None:
+        self._finished()
 
 
 class MutationJob(Job):
@@ -42,11 +52,11 @@ class MutationJob(Job):
 
     def finish(self, outcome: Outcome) -> None:
         self.outcome = outcome
-        self.done.set()
+        self._finished()
 
-    def fail(self, code: ErrorCode, message: str) -> None:
-        super().fail(code, message)
+    def _finish_failed(self) -> None:
         self.outcome = self.failure
+        self._finished()
 
 
 class ExclusiveJob(Job):
@@ -58,4 +68,4 @@ class ExclusiveJob(Job):
 
     def finish(self, result: Any = None, error: BaseException | None = None) -> None:
         self.result, self.error = result, error
-        self.done.set()
+        self._finished()

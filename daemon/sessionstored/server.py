@@ -56,9 +56,10 @@ from .jobs import Job
 from .notify import notify, watchdog_interval_s
 from .offload import MAX_REQUEST_ITEMS, OFFLOAD_ABOVE_BYTES, WorkerLost
 from .ops import ARGUMENTS, Ops
+from .outbox import Outbox
 from .prepare import Failure, prepare_large
 from .socket_io import SocketIO
-from .steps import Exclusive, Read, Reply, Step, Stream, Write
+from .steps import Exclusive, Read, Step, Stream, Write
 from .storage.recovery import RecoveryReport
 from .storage.store import Store
 from .watch import Broadcaster, SocketSink
@@ -371,10 +372,28 @@ class Server:
     async def _serve(
         self, stream: trio.SocketStream, sock: SocketIO, conn: Connection, access: Access
     ) -> None:
-        """Read requests, start each, answer them in order. Every complete request that
-        has arrived is started before the first reply is awaited, so pipelined writes
-        share a batch; the replies then go out together in one send."""
-        pending: list[Step] = []  # started, answered in this order by _flush
+        """Read requests and start each; every reply goes out through the outbox as soon
+        as it and the replies before it are ready. Every complete request that has
+        arrived is started before the connection waits again, so pipelined writes share a
+        batch."""
+        async with trio.open_nursery() as nursery:
+            outbox = Outbox(sock, conn.encode, self.ops.internal_error, nursery)
+            try:
+                await self._requests(stream, sock, conn, access, outbox)
+            finally:
+                outbox.closed = True  # before the socket is: a later job sends nothing
+
+    def _refusal(self, conn: Connection, code: ErrorCode, message: str) -> bytes:
+        return conn.encode(error_response(None, code, message))
+
+    async def _requests(
+        self,
+        stream: trio.SocketStream,
+        sock: SocketIO,
+        conn: Connection,
+        access: Access,
+        outbox: Outbox,
+    ) -> None:
         partial_since: float | None = None
         while True:
             handled = 0  # requests this round: just one, and the client waits for its reply
@@ -382,30 +401,28 @@ class Server:
                 try:
                     message = conn.next_message()
                 except ProtocolError as error:
-                    pending.append(Reply(None, error_response(None, error.code, error.message)))
+                    outbox.add_reply(self._refusal(conn, error.code, error.message))
                     if error.fatal:
-                        await self._flush(sock, conn, pending)
+                        await outbox.wait_sent()
                         return
                     continue
                 if message is NEED_DATA:
                     break
                 if message is MORE_WORK:  # a large item is being walked: let others run
-                    await self._flush(sock, conn, pending)
                     await trio.sleep(0)
                     continue
                 if message is END_OF_STREAM:
-                    await self._flush(sock, conn, pending)
+                    await outbox.wait_sent()
                     return
                 if isinstance(message, Deferred):
-                    await self._flush(sock, conn, pending)  # earlier replies do not wait
                     prepared = await self._prepare_large(message)
                     if isinstance(prepared, Failure):
                         failure = error_response(
                             None, prepared.code, prepared.message, **prepared.details
                         )
-                        pending.append(Reply(None, failure))
+                        outbox.add_reply(conn.encode(failure))
                         if prepared.fatal:
-                            await self._flush(sock, conn, pending)
+                            await outbox.wait_sent()
                             return
                         continue
                     request = prepared
@@ -413,29 +430,27 @@ class Server:
                     try:
                         request = parse_request(message, canonical_hint=conn.last_hint)
                     except ProtocolError as error:
-                        pending.append(Reply(None, error_response(None, error.code, error.message)))
+                        outbox.add_reply(self._refusal(conn, error.code, error.message))
                         continue
                 handled += 1
                 step = self.ops.dispatch(request, access)
-                if isinstance(step, Read):
-                    # it sees every earlier write of this connection, and none after it:
-                    # those are started only once it has been evaluated
-                    if pending:
-                        await self._flush(sock, conn, pending)
-                    pending.append(Reply(request, await self._resolve(step)))
-                elif isinstance(step, (Write, Exclusive)):
-                    pending.append(step)
+                if isinstance(step, (Write, Exclusive)):
+                    outbox.add_job(step)
                     if not self.writer.submit(step.job):
                         await self._enqueue(step.job)
+                elif isinstance(step, Read):
+                    # it sees every earlier write of this connection, and none after it:
+                    # those are started only once it has been evaluated
+                    await outbox.wait_jobs_done()
+                    outbox.add_reply(await self._answer(conn, step))
                 elif isinstance(step, Stream):
-                    await self._flush(sock, conn, pending)
+                    await outbox.wait_sent()
                     await self._stream(stream, conn, step)
                     return
                 else:
-                    pending.append(step)
-                if len(pending) >= MAX_PIPELINED_REQUESTS:
-                    await self._flush(sock, conn, pending)
-            await self._flush(sock, conn, pending)
+                    outbox.add_reply(await self._answer(conn, step))
+                if len(outbox) >= MAX_PIPELINED_REQUESTS:
+                    await outbox.wait_sent()
             if not conn.buffered:
                 partial_since = None
             elif partial_since is None:
@@ -449,8 +464,8 @@ class Server:
                 if data is None:  # slowloris: a started request that never completes
                     self.timed_out_requests += 1
                     text = f"request not complete after {self.config.request_timeout_s:g} s"
-                    pending.append(Reply(None, error_response(None, ErrorCode.BAD_REQUEST, text)))
-                    await self._flush(sock, conn, pending)
+                    outbox.add_reply(self._refusal(conn, ErrorCode.BAD_REQUEST, text))
+                    await outbox.wait_sent()
                     return
             if data:
                 conn.receive_data(data)
@@ -471,20 +486,13 @@ class Server:
         except Exception as error:  # our bug, not the client's: report it, keep serving
             return self.ops.internal_error(step.request, error, "answering")
 
-    async def _flush(self, sock: SocketIO, conn: Connection, pending: list[Step]) -> None:
-        """Answer every started request, in order, in one send."""
-        if not pending:
-            return
-        replies = []
-        for step in pending:
-            response = await self._resolve(step)
-            try:
-                replies.append(await self._encode(conn, response))
-            except Exception as error:  # a reply we cannot encode is our bug too
-                failure = self.ops.internal_error(step.request, error, "encoding")
-                replies.append(conn.encode(failure))
-        pending.clear()
-        await sock.send_all(replies[0] if len(replies) == 1 else b"".join(replies))
+    async def _answer(self, conn: Connection, step: Step) -> bytes:
+        """A read's (or a refusal's) reply, encoded."""
+        response = await self._resolve(step)
+        try:
+            return await self._encode(conn, response)
+        except Exception as error:  # a reply we cannot encode is our bug too
+            return conn.encode(self.ops.internal_error(step.request, error, "encoding"))
 
     async def _stream(self, stream: trio.SocketStream, conn: Connection, step: Stream) -> None:
         """A watch: the connection is its event stream until either side ends it."""

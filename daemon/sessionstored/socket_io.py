@@ -43,6 +43,15 @@ class SocketIO:
             except OSError as error:
                 raise trio.BrokenResourceError(f"socket connection broken: {error}") from error
 
+    def try_send(self, data: bytes) -> int:
+        """Send what the socket takes now, without waiting: the number of bytes sent."""
+        try:
+            return self._sock.send(data)
+        except BlockingIOError:
+            return 0
+        except OSError as error:
+            raise trio.BrokenResourceError(f"socket connection broken: {error}") from error
+
     async def send_all(self, data: bytes) -> None:
         view = memoryview(data)
         while view:

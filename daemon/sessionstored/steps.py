@@ -68,6 +68,10 @@ class Write(Step):
     async def resolve(self) -> Response:
         if not self.job.done.is_set():  # waiting on a set Event still costs a scheduler pass
             await self.job.done.wait()
+        return self.reply()
+
+    def reply(self) -> Response:
+        """The reply, once the job is done."""
         outcome = self.job.outcome
         assert outcome is not None
         return self.respond(outcome) if outcome.ok else failure_reply(self.request, outcome)
@@ -81,6 +85,10 @@ class Exclusive(Step):
     async def resolve(self) -> Response:
         if not self.job.done.is_set():
             await self.job.done.wait()
+        return self.reply()
+
+    def reply(self) -> Response:
+        """The reply, once the job is done."""
         if self.job.failure is not None:
             return failure_reply(self.request, self.job.failure)
         if self.job.error is not None:
