@@ -53,6 +53,9 @@ class Outbox:
         return len(self._entries)
 
     def add_reply(self, data: bytes) -> None:
+        if not self._entries and not self.closed:
+            self._send(data)  # nothing before it: straight out
+            return
         self._entries.append(data)
         self._pump()
 
