@@ -22,7 +22,7 @@ import cbor2
 import outcome
 import trio
 
-RECEIVE_BYTES = 256 * 1024
+RECEIVE_BYTES = 64 * 1024  # under glibc's mmap threshold: recv(n) allocates n first
 QUEUE_DEPTH = 64
 FILE_BYTES = 64 * 1024 * 1024  # preallocated at start; the writes wrap around
 PAGE_BYTES = 4096

@@ -63,7 +63,7 @@ def _instructions(workdir: Path, server: str, name: str, requests: int) -> int:
         for _ in range(requests):
             sock.sendall(request)
             while (reply := conn.next_message()) is NEED_DATA:
-                conn.receive_data(sock.recv(1 << 20))
+                conn.receive_data(sock.recv(64 * 1024))
             if not reply.get("ok"):
                 raise SystemExit(f"bench: {name} failed: {reply}")
     proc.send_signal(signal.SIGTERM)

@@ -50,7 +50,7 @@ def _client(
         started = time.perf_counter()
         sock.sendall(request if isinstance(request, bytes) else cbor2.dumps(request))
         while (message := conn.next_message()) is NEED_DATA:
-            conn.receive_data(sock.recv(1 << 20))
+            conn.receive_data(sock.recv(64 * 1024))
         latencies.append(time.perf_counter() - started)
         if not message.get("ok"):
             errors += 1
@@ -145,7 +145,7 @@ def _rewriter(socket_path: str, requests: list[bytes], rounds: int, out: list[in
         for request in requests:
             sock.sendall(request)
             while (message := conn.next_message()) is NEED_DATA:
-                conn.receive_data(sock.recv(1 << 20))
+                conn.receive_data(sock.recv(64 * 1024))
             failed += not message.get("ok")
     sock.close()
     out.append(failed)

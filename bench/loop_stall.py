@@ -47,7 +47,7 @@ def _send(socket_path: str, frame: bytes, out: list[tuple[float, str]]) -> None:
         sock.connect(socket_path)
         sock.sendall(frame)
         while (message := conn.next_message()) is NEED_DATA:
-            conn.receive_data(sock.recv(1 << 20))
+            conn.receive_data(sock.recv(64 * 1024))
     outcome = "ok" if message.get("ok") else message["error"]["code"]
     out.append((time.perf_counter() - started, outcome))
 

@@ -14,7 +14,9 @@ from .paths import client_socket_path
 from .protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, ProtocolError
 from .requests import UNSET, Call
 
-RECEIVE_BYTES = 256 * 1024
+# what one recv asks for: Python allocates that much before it knows how much
+# arrives, and above glibc's mmap threshold (128 KiB) that costs more than the call
+RECEIVE_BYTES = 64 * 1024
 DEFAULT_TIMEOUT_S = 60.0
 MAX_RESPONSE_BYTES = 1024 * 1024 * 1024
 WATCH_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)

@@ -12,6 +12,15 @@ import socket
 
 import trio
 
+# Python's recv(n) allocates n bytes before it knows how many arrive, and a 256
+# KiB allocation costs more than the call itself (measured here: 30 us per 4 KiB
+# received, against 6 with recv_into). So every connection receives into this one
+# buffer, and only what arrived is copied out, before anything else runs on the
+# event loop.
+RECEIVE_BUFFER_BYTES = 256 * 1024
+_buffer = bytearray(RECEIVE_BUFFER_BYTES)
+_view = memoryview(_buffer)
+
 
 class SocketIO:
     def __init__(self, stream: trio.SocketStream) -> None:
@@ -26,7 +35,7 @@ class SocketIO:
         fail costs a system call, 5-10 us here."""
         if try_first:
             try:
-                data = self._sock.recv(max_bytes)
+                data = self._recv(max_bytes)
             except BlockingIOError:
                 pass
             except OSError as error:
@@ -37,11 +46,15 @@ class SocketIO:
         while True:
             await trio.lowlevel.wait_readable(self._sock)
             try:
-                return self._sock.recv(max_bytes)
+                return self._recv(max_bytes)
             except BlockingIOError:
                 continue
             except OSError as error:
                 raise trio.BrokenResourceError(f"socket connection broken: {error}") from error
+
+    def _recv(self, max_bytes: int) -> bytes:
+        received = self._sock.recv_into(_buffer, min(max_bytes, RECEIVE_BUFFER_BYTES))
+        return bytes(_view[:received])
 
     def try_send(self, data: bytes) -> int:
         """Send what the socket takes now, without waiting: the number of bytes sent."""
