@@ -1,7 +1,7 @@
 # Request -> Step: what a connection does with one request, in order. A Reply is
 # ready at once; a Read is evaluated when the connection reaches it (server.py:
-# after every earlier request on the connection was answered, before any later
-# one is started); a Write commits
+# once every earlier write of the connection has finished, before any later
+# request is started); a Write commits
 # a mutation through the writer and turns its outcome into the reply; an
 # Exclusive job runs in the writer with no batch in flight; a Stream (watch)
 # takes over the connection's replies.
