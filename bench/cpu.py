@@ -134,6 +134,19 @@ def append_fdatasync_cpu(directory: str, body: bytes, count: int = FLOOR_COUNT) 
     return {"cpu_us": round(cpu / count * 1e6, 1), "wall_us": round(wall / count * 1e6, 1)}
 
 
+def _measure_all(
+    label: str, pid: int, socket_path: str, seconds: float, results: dict[str, Any]
+) -> None:
+    for name in REQUESTS:
+        for clients in CLIENT_COUNTS:
+            figures = measure(pid, socket_path, name, clients, seconds)
+            floor = results.get(f"floor server: {name}, {clients} clients")
+            if floor is not None:
+                figures["x_floor_server"] = round(figures["cpu_us"] / floor["cpu_us"], 2)
+            results[f"{label}: {name}, {clients} clients"] = figures
+            print(f"cpu: {label}: {name}, {clients} clients: {json.dumps(figures)}", flush=True)
+
+
 def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
     results: dict[str, Any] = {
         "append+fdatasync 4 KiB": append_fdatasync_cpu(str(workdir), snapshot_bytes("f", 4 * KIB))
@@ -142,24 +155,14 @@ def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
     floor_dir.mkdir()
     floor = FloorServer(floor_dir)
     try:
-        for name in REQUESTS:
-            for clients in CLIENT_COUNTS:
-                figures = measure(floor.proc.pid, floor.socket, name, clients, seconds)
-                results[f"floor server: {name}, {clients} clients"] = figures
-                print(f"cpu: floor server: {name}, {clients} clients: {json.dumps(figures)}")
+        _measure_all("floor server", floor.proc.pid, floor.socket, seconds, results)
     finally:
         floor.stop()
     daemon_dir = workdir / "daemon"
     daemon_dir.mkdir()
     daemon = daemon_factory(daemon_dir)
     try:
-        for name in REQUESTS:
-            for clients in CLIENT_COUNTS:
-                figures = measure(daemon.proc.pid, daemon.socket, name, clients, seconds)
-                floor_figures = results[f"floor server: {name}, {clients} clients"]
-                figures["x_floor_server"] = round(figures["cpu_us"] / floor_figures["cpu_us"], 2)
-                results[f"sessionstored: {name}, {clients} clients"] = figures
-                print(f"cpu: sessionstored: {name}, {clients} clients: {json.dumps(figures)}")
+        _measure_all("sessionstored", daemon.proc.pid, daemon.socket, seconds, results)
     finally:
         daemon.stop()
     return results

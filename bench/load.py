@@ -8,7 +8,7 @@ from __future__ import annotations
 import multiprocessing
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from threading import Thread
 from typing import Any
@@ -58,27 +58,6 @@ def _client(
     out.append((latencies, errors))
 
 
-def _process(args: tuple[str, str, list[str], int, float, float]) -> tuple[list[float], int]:
-    socket_path, op, session_ids, size, start_at, deadline = args
-    results: list[Any] = []
-    threads = []
-    for session_id in session_ids:
-        request: bytes | dict[str, Any]
-        if op == "save":  # the snapshot encoded by the client at every save
-            request = {"op": "save", "snapshot": make_snapshot(session_id, size)}
-        else:
-            request = cbor2.dumps({"op": "load", "session_id": session_id})
-        threads.append(
-            Thread(target=_client, args=(socket_path, request, start_at, deadline, results))
-        )
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    latencies = [lat for lats, _ in results for lat in lats]
-    return latencies, sum(e for _, e in results)
-
-
 def _raw(encoder: Any, value: Any) -> None:
     encoder.write(value.data)
 
@@ -86,20 +65,20 @@ def _raw(encoder: Any, value: Any) -> None:
 def run_clients(
     socket_path: str, op: str, clients: int, size: int, duration_s: float, tag: str
 ) -> Sample:
-    ids = [f"bench/{tag}/{n}" for n in range(clients)]
-    groups = [ids[i : i + CLIENTS_PER_PROCESS] for i in range(0, clients, CLIENTS_PER_PROCESS)]
-    start_at = time.time() + 1.0 + 0.05 * len(groups)
-    deadline = start_at + duration_s
-    context = multiprocessing.get_context("fork")
-    with context.Pool(len(groups)) as pool:
-        results = pool.map(
-            _process, [(socket_path, op, group, size, start_at, deadline) for group in groups]
-        )
-    latencies = [lat for lats, _ in results for lat in lats]
-    return Sample(len(latencies), duration_s, latencies, sum(e for _, e in results))
+    """`clients` clients saving (each its own session) or loading, for duration_s."""
+    requests: list[bytes | dict[str, Any]] = []
+    for n in range(clients):
+        session_id = f"bench/{tag}/{n}"
+        if op == "save":  # the snapshot encoded by the client at every save
+            requests.append({"op": "save", "snapshot": make_snapshot(session_id, size)})
+        else:
+            requests.append(cbor2.dumps({"op": "load", "session_id": session_id}))
+    return run_fixed(socket_path, requests, duration_s)
 
 
-def _fixed_process(args: tuple[str, list[bytes], float, float]) -> tuple[list[float], int]:
+def _fixed_process(
+    args: tuple[str, list[bytes | dict[str, Any]], float, float],
+) -> tuple[list[float], int]:
     socket_path, requests, start_at, deadline = args
     results: list[Any] = []
     threads = [
@@ -114,8 +93,11 @@ def _fixed_process(args: tuple[str, list[bytes], float, float]) -> tuple[list[fl
     return latencies, sum(e for _, e in results)
 
 
-def run_fixed(socket_path: str, requests: list[bytes], duration_s: float) -> Sample:
-    """One client per request, each sending its bytes over and over, for duration_s."""
+def run_fixed(
+    socket_path: str, requests: Sequence[bytes | dict[str, Any]], duration_s: float
+) -> Sample:
+    """One client per request, each sending it over and over, for duration_s (bytes as
+    they are, a map encoded at every send)."""
     groups = [
         requests[i : i + CLIENTS_PER_PROCESS] for i in range(0, len(requests), CLIENTS_PER_PROCESS)
     ]

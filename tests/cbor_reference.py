@@ -21,17 +21,23 @@ def head(major: int, argument: int) -> bytes:
     raise ValueError("argument does not fit in 64 bits")
 
 
-def _float(value: float) -> bytes:
+def _float_forms(value: float) -> list[bytes]:
+    """Every form that holds value exactly, shortest first (NaN: f97e00 only)."""
     if math.isnan(value):
-        return b"\xf9\x7e\x00"
+        return [b"\xf9\x7e\x00"]
+    forms = []
     for info, fmt in ((25, ">e"), (26, ">f")):
         try:
             packed = struct.pack(fmt, value)
         except (OverflowError, struct.error):
             continue
         if struct.unpack(fmt, packed)[0] == value:
-            return bytes([0xE0 | info]) + packed
-    return b"\xfb" + struct.pack(">d", value)
+            forms.append(bytes([0xE0 | info]) + packed)
+    return [*forms, b"\xfb" + struct.pack(">d", value)]
+
+
+def _float(value: float) -> bytes:
+    return _float_forms(value)[0]
 
 
 def encode(value: Any) -> bytes:
@@ -78,15 +84,9 @@ def _loose_head(major: int, argument: int, rng: Any) -> bytes:
 
 
 def _loose_float(value: float, rng: Any) -> bytes:
-    forms = [b"\xfb" + struct.pack(">d", value)]
-    if not math.isnan(value):
-        for info, fmt in ((25, ">e"), (26, ">f")):
-            try:
-                packed = struct.pack(fmt, value)
-            except (OverflowError, struct.error):
-                continue
-            if struct.unpack(fmt, packed)[0] == value:
-                forms.append(bytes([0xE0 | info]) + packed)
+    forms = _float_forms(value)
+    if math.isnan(value):  # any NaN is the same value; the canonical one is f97e00
+        forms.append(b"\xfb" + struct.pack(">d", value))
     return rng.choice(forms)
 
 
