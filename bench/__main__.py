@@ -419,16 +419,11 @@ def fast_path_targets(
         figures: dict[str, Any] = cpu_figures.get(f"sessionstored: {name}, {clients} clients", {})
         return figures
 
-    def find(name: str, clients: int) -> Row | None:
-        return next(
-            (r for r in rows if r.name == name and r.clients == clients and r.size == 4 * KIB),
-            None,
-        )
-
-    sqlite = [r for r in rows if r.name == "sqlite WAL sync=FULL save" and r.size == 4 * KIB]
-    best_sqlite = max(sqlite, key=lambda r: r.ops_per_s, default=None)
-    ours64, ours1 = find("sessionstored save", 64), find("sessionstored save", 1)
-    sqlite1 = find("sqlite WAL sync=FULL save", 1)
+    sqlite = "sqlite WAL sync=FULL save"
+    best_sqlite = _best(rows, sqlite, 4 * KIB)
+    ours64 = _find(rows, "sessionstored save", 64, 4 * KIB)
+    ours1 = _find(rows, "sessionstored save", 1, 4 * KIB)
+    sqlite1 = _find(rows, sqlite, 1, 4 * KIB)
     adapter = frameworks.get("targets", {})
     on_pg = pg.get("targets", {})
     out = {
@@ -471,23 +466,26 @@ def fast_path_targets(
     return out
 
 
+def _find(rows: list[Row], name: str, clients: int, size: int) -> Row | None:
+    return next((r for r in rows if (r.name, r.clients, r.size) == (name, clients, size)), None)
+
+
+def _best(rows: list[Row], name: str, size: int) -> Row | None:
+    """The row of `name` at `size` with the most operations a second."""
+    candidates = (r for r in rows if r.name == name and r.size == size)
+    return max(candidates, key=lambda r: r.ops_per_s, default=None)
+
+
 def targets(rows: list[Row]) -> dict[str, Any]:
     """The log engine's targets (issue 11), as ratios of figures measured in this run."""
 
     def find(name: str, clients: int, size: int) -> Row | None:
-        for row in rows:
-            if row.name == name and row.clients == clients and row.size == size:
-                return row
-        return None
+        return _find(rows, name, clients, size)
 
     out: dict[str, Any] = {}
     sqlite, naive = "sqlite WAL sync=FULL save", "naive upstream save"
     ours64 = find("sessionstored save", 64, 4 * KIB)
-    best_sqlite = max(
-        (r for r in rows if r.name == sqlite and r.size == 4 * KIB),
-        key=lambda r: r.ops_per_s,
-        default=None,
-    )
+    best_sqlite = _best(rows, sqlite, 4 * KIB)
     ratios = (  # label, ours, theirs, which figure; throughput up is better, latency down
         ("64 clients 4 KiB: x best SQLite commits/s (>= 1.5, aim 2)", ours64, best_sqlite, "ops"),
         (

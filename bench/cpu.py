@@ -151,20 +151,15 @@ def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
     results: dict[str, Any] = {
         "append+fdatasync 4 KiB": append_fdatasync_cpu(str(workdir), snapshot_bytes("f", 4 * KIB))
     }
-    floor_dir = workdir / "floor"
-    floor_dir.mkdir()
-    floor = FloorServer(floor_dir)
-    try:
-        _measure_all("floor server", floor.proc.pid, floor.socket, seconds, results)
-    finally:
-        floor.stop()
-    daemon_dir = workdir / "daemon"
-    daemon_dir.mkdir()
-    daemon = daemon_factory(daemon_dir)
-    try:
-        _measure_all("sessionstored", daemon.proc.pid, daemon.socket, seconds, results)
-    finally:
-        daemon.stop()
+    # the floor first: the daemon's figures are divided by its
+    for label, start in (("floor server", FloorServer), ("sessionstored", daemon_factory)):
+        server_dir = workdir / label.replace(" ", "-")
+        server_dir.mkdir()
+        server = start(server_dir)
+        try:
+            _measure_all(label, server.proc.pid, server.socket, seconds, results)
+        finally:
+            server.stop()
     return results
 
 

@@ -32,9 +32,6 @@ class Job:
     def fail(self, code: ErrorCode, message: str) -> None:
         """Finish a job that will not run (a failed store, a stopping daemon)."""
         self.failure = Outcome(False, code=code, message=message)
-        self._finish_failed()
-
-    def _finish_failed(self) -> None:
         self._finished()
 
 
@@ -42,7 +39,12 @@ class MutationJob(Job):
     def __init__(self, mutation: Mutation) -> None:
         super().__init__()
         self.mutation = mutation
-        self.outcome: Outcome | None = None
+        self._outcome: Outcome | None = None
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """What the writer decided, or the failure of a job that never ran."""
+        return self._outcome if self._outcome is not None else self.failure
 
     def size(self) -> int:
         if isinstance(self.mutation, Txn):
@@ -51,11 +53,7 @@ class MutationJob(Job):
         return len(body) if isinstance(body, bytes) else 0
 
     def finish(self, outcome: Outcome) -> None:
-        self.outcome = outcome
-        self._finished()
-
-    def _finish_failed(self) -> None:
-        self.outcome = self.failure
+        self._outcome = outcome
         self._finished()
 
 

@@ -1,4 +1,4 @@
-# The trio side of the daemon: bind (or inherit) the socket, one task pair per
+# The trio side of the daemon: bind (or inherit) the socket, one task per
 # connection, graceful drain on SIGTERM/SIGINT, fail-stop on a storage failure.
 #
 # Each connection is one task that reads requests and starts them. It starts
@@ -385,9 +385,6 @@ class Server:
             finally:
                 outbox.closed = True  # before the socket is: a later job sends nothing
 
-    def _refusal(self, conn: Connection, code: ErrorCode, message: str) -> bytes:
-        return conn.encode(error_response(None, code, message))
-
     async def _requests(
         self,
         stream: trio.SocketStream,
@@ -403,7 +400,7 @@ class Server:
                 try:
                     message = conn.next_message()
                 except ProtocolError as error:
-                    outbox.add_reply(self._refusal(conn, error.code, error.message))
+                    outbox.add_reply(_refusal(conn, error.code, error.message))
                     if error.fatal:
                         await outbox.wait_sent()
                         return
@@ -432,7 +429,7 @@ class Server:
                     try:
                         request = parse_request(message, canonical_hint=conn.last_hint)
                     except ProtocolError as error:
-                        outbox.add_reply(self._refusal(conn, error.code, error.message))
+                        outbox.add_reply(_refusal(conn, error.code, error.message))
                         continue
                 handled += 1
                 step = self.ops.dispatch(request, access)
@@ -466,7 +463,7 @@ class Server:
                 if data is None:  # slowloris: a started request that never completes
                     self.timed_out_requests += 1
                     text = f"request not complete after {self.config.request_timeout_s:g} s"
-                    outbox.add_reply(self._refusal(conn, ErrorCode.BAD_REQUEST, text))
+                    outbox.add_reply(_refusal(conn, ErrorCode.BAD_REQUEST, text))
                     await outbox.wait_sent()
                     return
             if data:
@@ -537,6 +534,10 @@ class Server:
     async def _wait_for_close(stream: trio.SocketStream) -> None:
         while await stream.receive_some(RECEIVE_BYTES):
             pass  # a watching connection takes no further requests
+
+
+def _refusal(conn: Connection, code: ErrorCode, message: str) -> bytes:
+    return conn.encode(error_response(None, code, message))
 
 
 def _raw_bytes(response: dict[str, Any]) -> int:

@@ -2,10 +2,10 @@
 # made first, and trio is asked to wait only when it would block. trio's
 # SocketStream passes a checkpoint (a pass of the scheduler) on every call,
 # even one that succeeds at once; a request costs a receive and a send, so
-# that is two passes per request of the six a small write took (bench/cpu.py
-# counts them with callgrind). Fairness is kept: a receive that finds data
-# without waiting still yields once, so a client that keeps its connection full
-# cannot hold the loop.
+# that is two passes per request of the six a small write took
+# (bench/instructions.py counts what it costs with callgrind). Fairness is
+# kept: a receive that finds data without waiting still yields once, so a
+# client that keeps its connection full cannot hold the loop.
 from __future__ import annotations
 
 import socket
@@ -56,7 +56,7 @@ class SocketIO:
         received = self._sock.recv_into(_buffer, min(max_bytes, RECEIVE_BUFFER_BYTES))
         return bytes(_view[:received])
 
-    def try_send(self, data: bytes) -> int:
+    def try_send(self, data: bytes | memoryview) -> int:
         """Send what the socket takes now, without waiting: the number of bytes sent."""
         try:
             return self._sock.send(data)
@@ -68,13 +68,9 @@ class SocketIO:
     async def send_all(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            try:
-                sent = self._sock.send(view)
-            except BlockingIOError:
+            sent = self.try_send(view)
+            if not sent:
                 await trio.lowlevel.wait_writable(self._sock)
-                continue
-            except OSError as error:
-                raise trio.BrokenResourceError(f"socket connection broken: {error}") from error
             view = view[sent:]
 
     def detach(self) -> None:

@@ -100,9 +100,9 @@ class Writer:
         return True
 
     async def enqueue(self, job: Job) -> None:
-        """Hand a job to the writer; job.done is set once its outcome is known."""
-        if self.failed is not None:
-            self._fail([job], self.failed)
+        """Hand a job to the writer, waiting for room; job.done is set once its outcome
+        is known."""
+        if self.submit(job):
             return
         try:
             await self._send.send(job)
@@ -117,7 +117,6 @@ class Writer:
         return await self._thread.call(fn)
 
     async def run(self, watchdog_interval_s: float | None = None) -> None:
-        idle_wait_s = watchdog_interval_s if watchdog_interval_s else float("inf")
         self._thread = WorkerThread("writer")
         try:
             async with self._receive:
@@ -128,7 +127,7 @@ class Writer:
                             first = await self._receive.receive()
                         else:
                             self._watchdog_ping(watchdog_interval_s)
-                            with trio.move_on_after(idle_wait_s):
+                            with trio.move_on_after(watchdog_interval_s):
                                 first = await self._receive.receive()
                     except trio.EndOfChannel:
                         return
