@@ -6,7 +6,10 @@ BIN := $(VENV)/bin
 
 .PHONY: run test test-systemd lint bench fuzz clean
 
-$(STAMP): pyproject.toml
+HELPER := client/sessionstore/_cbor_bytes.c client/sessionstore/cbor_core.c client/sessionstore/cbor_core.h
+
+# the editable install also builds the CBOR helper in place, when a C compiler works
+$(STAMP): pyproject.toml setup.py $(HELPER)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found (Python 3.11+ is required)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -38,4 +41,4 @@ fuzz: $(STAMP)
 	$(BIN)/python fuzz/fuzz_framing.py $(FUZZ_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info client/sessionstore/*.so

@@ -2,7 +2,8 @@
 # inside each, blocking sockets) so the client side is not the bottleneck. A
 # saving client encodes its snapshot at every save, as users' clients do (the
 # anchors encode theirs with json.dumps at every commit), then waits for the
-# reply: one save in flight per client.
+# reply: one save in flight per client. They encode as the sessionstore clients do
+# (messages.encode_request: canonical CBOR where the compiled helper is built).
 from __future__ import annotations
 
 import multiprocessing
@@ -15,6 +16,7 @@ from typing import Any
 
 import cbor2
 
+from sessionstore.messages import encode_request
 from sessionstore.protocol import NEED_DATA, Connection, Mode, RawCBOR
 
 from .workload import make_snapshot, snapshot_bytes
@@ -48,7 +50,7 @@ def _client(
         time.sleep(0.001)
     while time.time() < deadline:
         started = time.perf_counter()
-        sock.sendall(request if isinstance(request, bytes) else cbor2.dumps(request))
+        sock.sendall(request if isinstance(request, bytes) else encode_request(request, Mode.CBOR))
         while (message := conn.next_message()) is NEED_DATA:
             conn.receive_data(sock.recv(64 * 1024))
         latencies.append(time.perf_counter() - started)

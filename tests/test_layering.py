@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import ast
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -48,22 +50,44 @@ def test_only_the_seam_calls_os_for_data_files() -> None:
         assert "os" not in _imports(path), path
 
 
-def test_every_package_is_in_the_wheel(tmp_path: Path) -> None:
-    """The wheel `pip install .` makes holds every package directory and py.typed."""
+def _wheel(tmp_path: Path, environment: dict[str, str] | None = None) -> set[str]:
+    """The names in the wheel `pip install .` makes, built from a copy of the sources (no
+    build directory of an earlier build in it)."""
     import zipfile
 
+    source = tmp_path / "source"
+    skip = shutil.ignore_patterns(".*", "build", "*.so", "__pycache__", "*.egg-info", "fixtures")
+    shutil.copytree(ROOT, source, ignore=skip)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp_path), str(ROOT)],
-        check=True, capture_output=True,
+         "-w", str(tmp_path), str(source)],
+        check=True, capture_output=True, env=environment,
     )  # fmt: skip
     (wheel,) = tmp_path.glob("sessionstore-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
+    return set(zipfile.ZipFile(wheel).namelist())
+
+
+def test_every_package_is_in_the_wheel(tmp_path: Path) -> None:
+    """The wheel `pip install .` makes holds every package directory and py.typed, and
+    the compiled CBOR helper (this machine has a C compiler)."""
+    names = _wheel(tmp_path)
     for top, base in (("sessionstore", ROOT / "client"), ("sessionstored", ROOT / "daemon")):
         for source in (base / top).rglob("*.py"):
             assert str(source.relative_to(base)) in names, f"{source} is not in the wheel"
         assert f"{top}/py.typed" in names
     assert not any("__pycache__" in name or name.startswith(("tests/", "bench/")) for name in names)
+    assert any(_is_helper(name) for name in names), "no compiled CBOR helper in the wheel"
+
+
+def test_without_a_c_compiler_the_wheel_builds_without_the_helper(tmp_path: Path) -> None:
+    """No working compiler: `pip install .` still succeeds, with the Python twin alone."""
+    names = _wheel(tmp_path, {**os.environ, "CC": "/bin/false", "LDSHARED": "/bin/false"})
+    assert "sessionstore/cbor_bytes_python.py" in names
+    assert not any(_is_helper(name) for name in names)
+
+
+def _is_helper(name: str) -> bool:
+    return name.startswith("sessionstore/_cbor_bytes.") and name.endswith(".so")
 
 
 def test_the_adapters_are_optional() -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 import cbor2
 
+from .byte_path import USE_DECODER, ByteReader
 from .canonical import Hint, OrderingHook
 from .codes import ErrorCode
 from .wire import (
@@ -330,8 +331,11 @@ class CborReader:
         defer_above_bytes: int | None,
         scan_budget_bytes: int | None,
         max_items: int | None,
+        byte_reader: ByteReader | None = None,
     ) -> None:
         self.inbox = inbox
+        self.byte_reader = byte_reader
+        self._decoder_owns_item = False  # the byte reader left the current item to us
         self.max_items = max_items
         self.received = received
         self.max_message_bytes = max_message_bytes
@@ -361,6 +365,12 @@ class CborReader:
         self.last_hint = Hint.NONE
         if not self.inbox.data:
             return END_OF_STREAM if self.inbox.eof else NEED_DATA
+        if self.byte_reader is not None and not self._decoder_owns_item:
+            message = self.byte_reader.next_message(self.inbox)
+            if message is not USE_DECODER:
+                self._fast_fp = None
+                return message
+            self._decoder_owns_item = True
         if self._hook is not None:
             self._hook.needs_bytewise = False
         defer = self.defer_above_bytes
@@ -434,6 +444,7 @@ class CborReader:
         if defer is not None and end_or_none > defer:
             data = bytes(self.inbox.data[:end_or_none])
             del self.inbox.data[:end_or_none]
+            self._decoder_owns_item = False
             return Deferred(data, Mode.CBOR)
         try:
             fp = io.BytesIO(self.inbox.data[:end_or_none])
@@ -458,6 +469,7 @@ class CborReader:
 
     def _accept(self, value: Any, end: int, item: bytes | None = None) -> Any:
         """item: the message's bytes when the caller has them; else they lead the inbox."""
+        self._decoder_owns_item = False
         if item is None:
             item = bytes(self.inbox.data[:end])
             del self.inbox.data[:end]

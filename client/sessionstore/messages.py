@@ -7,8 +7,8 @@ from typing import Any
 
 import cbor2
 
-from . import jsonform
-from .canonical import Hint
+from . import cbor_bytes, jsonform
+from .canonical import Hint, canonical_dumps
 from .codes import ErrorCode
 from .wire import Mode, ProtocolError
 
@@ -33,6 +33,15 @@ def encode(message: Any, mode: Mode) -> bytes:
     if mode is Mode.JSON:
         return jsonform.dumps(message).encode() + b"\n"
     return bytes(cbor2.dumps(message, default=_encode_raw))
+
+
+def encode_request(message: Any, mode: Mode) -> bytes:
+    """A client's request. In CBOR, canonical where the compiled helper runs: the daemon
+    then stores its documents as they arrive, checked in one pass over their bytes.
+    Elsewhere plain: the daemon's decoder path canonicalises every document anyway."""
+    if mode is Mode.CBOR and cbor_bytes.compiled:
+        return canonical_dumps(message)
+    return encode(message, mode)
 
 
 SCALAR_TYPES = (str, int, float, bool, bytes, type(None))

@@ -20,8 +20,11 @@
 # feeding all at once, which the tests check.
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from . import cbor_bytes as _cbor_bytes
+from .byte_path import ByteReader
 from .canonical import Hint
 from .cbor_framing import FAST_PATH_MAX_BYTES, CborReader, ItemScanner
 from .codes import ErrorCode
@@ -32,6 +35,7 @@ from .messages import (
     RawCBOR,
     Request,
     encode,
+    encode_request,
     error_response,
     ok_response,
     parse_request,
@@ -107,16 +111,35 @@ class Connection:
         defer_above_bytes: int | None = None,
         scan_budget_bytes: int | None = None,
         max_items: int | None = None,
+        cbor_bytes: bool | None = None,
+        documents: Mapping[str, frozenset[str]] | None = None,
+        defer_canonical_above_bytes: int | None = None,
     ) -> None:
         """received: what the peer sends ("request" on the daemon's side). order_maps:
         hand out maps in canonical order and set last_hint (the daemon). Items over
         defer_above_bytes come out as Deferred; a large item is walked at most
-        scan_budget_bytes per call (then MORE_WORK)."""
+        scan_budget_bytes per call (then MORE_WORK). cbor_bytes: take requests through
+        the compiled helper (byte_path.py; by default where it is built), keeping the
+        arguments that `documents` names per op as CanonicalItem bytes; there, items over
+        defer_canonical_above_bytes come out as Deferred."""
         self.max_message_bytes = max_message_bytes
         self.max_depth = max_depth
         self.mode = mode
+        self.received = received
         self._inbox = Inbox()
         self._failed = False
+        use_bytes = cbor_bytes if cbor_bytes is not None else _cbor_bytes.compiled
+        byte_reader = (
+            ByteReader(
+                max_message_bytes,
+                max_depth,
+                max_items,
+                documents or {},
+                defer_canonical_above_bytes,
+            )
+            if use_bytes and order_maps and received == "request"
+            else None
+        )
         self._cbor = CborReader(
             self._inbox,
             received,
@@ -126,6 +149,7 @@ class Connection:
             defer_above_bytes=defer_above_bytes,
             scan_budget_bytes=scan_budget_bytes,
             max_items=max_items,
+            byte_reader=byte_reader,
         )
         self._json = JsonLinesReader(
             self._inbox,
@@ -185,4 +209,7 @@ class Connection:
             raise
 
     def encode(self, message: Any) -> bytes:
-        return encode(message, Mode.CBOR if self.mode is Mode.UNDECIDED else self.mode)
+        mode = Mode.CBOR if self.mode is Mode.UNDECIDED else self.mode
+        if self.received == "response":  # a client's request
+            return encode_request(message, mode)
+        return encode(message, mode)

@@ -63,6 +63,14 @@ class Deferred:
     mode: Mode
 
 
+@dataclass(frozen=True)
+class CanonicalItem:
+    """A request argument left undecoded: one item's bytes, checked by the CBOR helper
+    and in canonical form. The rules decode only the parts they read (byte_path.py)."""
+
+    data: bytes
+
+
 def too_large(received: Received, limit: int) -> ProtocolError:
     return ProtocolError(
         ErrorCode.TOO_LARGE, f"{received} exceeds max_{received}_bytes={limit}", fatal=True

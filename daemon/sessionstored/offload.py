@@ -20,6 +20,10 @@ from typing import Any, TypeVar
 import trio
 
 OFFLOAD_ABOVE_BYTES = 128 * 1024  # larger items are decoded in a worker
+# where the compiled CBOR helper walks requests (byte_path.py), a canonical item is
+# checked as it arrives and its documents are not decoded: only larger ones go to a
+# worker, for the rules' decoding and the digest
+OFFLOAD_CANONICAL_ABOVE_BYTES = 4 * 1024 * 1024
 OFFLOAD_WORKERS = 2
 WORKER_MEMORY_LIMIT_BYTES = 4 * 1024**3
 # Decoded, a CBOR data item costs up to ~64 bytes (an empty list and its slot), and

@@ -14,11 +14,19 @@ from typing import Any
 
 import cbor2
 
+from sessionstore.byte_path import MAP, major_type
 from sessionstore.canonical import Hint, canonical_dumps, digest_bytes_of_canonical
 from sessionstore.codes import ErrorCode
 from sessionstore.protocol import Connection, Mode, ProtocolError, Request, parse_request
+from sessionstore.wire import CanonicalItem
 
-from .snapshot import InvalidSnapshot, forked, validate_snapshot, with_component
+from .snapshot import (
+    InvalidSnapshot,
+    forked,
+    validate_snapshot,
+    validate_snapshot_bytes,
+    with_component,
+)
 from .storage.errors import Refused
 from .txn_request import DOCUMENT_KINDS, PreparedTxn, document_body, prepared_txn
 
@@ -61,10 +69,16 @@ def snapshot_document(args: dict[str, Any], max_snapshot_bytes: int, hint: Hint)
     snapshot = args["snapshot"]
     if isinstance(snapshot, Document):
         return snapshot  # prepared in a worker already
-    if not isinstance(snapshot, dict):
+    if isinstance(snapshot, CanonicalItem):
+        if major_type(snapshot.data) != MAP:
+            raise Refused(ErrorCode.BAD_REQUEST, "snapshot must be a map")
+        session_id = validate_snapshot_bytes(snapshot.data)
+        body = snapshot.data
+    elif not isinstance(snapshot, dict):
         raise Refused(ErrorCode.BAD_REQUEST, "snapshot must be a map")
-    session_id = validate_snapshot(snapshot)
-    body = encode_document(snapshot, hint=hint)
+    else:
+        session_id = validate_snapshot(snapshot)
+        body = encode_document(snapshot, hint=hint)
     if len(body) > max_snapshot_bytes:
         raise Refused(
             ErrorCode.TOO_LARGE,
@@ -133,12 +147,17 @@ def prepare_large(
     max_snapshot_bytes: int,
     small_argument_bytes: int,
     arguments: Mapping[str, frozenset[str]],
+    documents: Mapping[str, frozenset[str]],
 ) -> Request | Failure:
     """Decode one large item and do the heavy part of its op. What comes back is small
     or bytes: the caller's process never builds the large value's objects. arguments:
     what each op reads (the ops registry); any other key of the request is dropped."""
     conn = Connection(
-        max_message_bytes=max_request_bytes, mode=mode, received="request", order_maps=True
+        max_message_bytes=max_request_bytes,
+        mode=mode,
+        received="request",
+        order_maps=True,
+        documents=documents,
     )
     conn.receive_data(data)
     conn.receive_eof()
@@ -182,7 +201,7 @@ def prepare_large(
     oversized = [
         name
         for name, value in kept.items()
-        if not isinstance(value, Document | Encoded | PreparedTxn)
+        if not isinstance(value, Document | Encoded | PreparedTxn | CanonicalItem)
         and len(cbor2.dumps(value)) > small_argument_bytes
     ]
     if oversized:

@@ -56,8 +56,13 @@ from .access import Access, peer_of
 from .config import Config
 from .jobs import Job
 from .notify import notify, watchdog_interval_s
-from .offload import MAX_REQUEST_ITEMS, OFFLOAD_ABOVE_BYTES, WorkerLost
-from .ops import ARGUMENTS, Ops
+from .offload import (
+    MAX_REQUEST_ITEMS,
+    OFFLOAD_ABOVE_BYTES,
+    OFFLOAD_CANONICAL_ABOVE_BYTES,
+    WorkerLost,
+)
+from .ops import ARGUMENTS, DOCUMENTS, Ops
 from .outbox import Outbox
 from .prepare import Failure, prepare_large
 from .socket_io import SocketIO
@@ -304,6 +309,8 @@ class Server:
             defer_above_bytes=OFFLOAD_ABOVE_BYTES,
             scan_budget_bytes=SCAN_BUDGET_BYTES,
             max_items=MAX_REQUEST_ITEMS,
+            documents=DOCUMENTS,
+            defer_canonical_above_bytes=OFFLOAD_CANONICAL_ABOVE_BYTES,
         )
         peer = peer_of(stream.socket)  # type: ignore[arg-type]
         access = self.config.access.decide(peer) if peer is not None else Access.NONE
@@ -517,6 +524,7 @@ class Server:
                 max_snapshot_bytes=self.config.max_snapshot_bytes,
                 small_argument_bytes=OFFLOAD_ABOVE_BYTES,
                 arguments=ARGUMENTS,
+                documents=DOCUMENTS,
             )
         except WorkerLost as error:
             log.warning("a worker died decoding a %d-byte request: %s", len(item.data), error)

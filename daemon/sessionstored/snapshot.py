@@ -1,8 +1,13 @@
 # The snapshot document rules of the wire contract ("invalid_snapshot when ...")
-# and the id rules shared by every op that names a session.
+# and the id rules shared by every op that names a session. The rules read a
+# decoded snapshot, or one kept as its canonical bytes (validate_snapshot_bytes):
+# then only the parts they read are decoded, and the same rules give the same
+# messages.
 from __future__ import annotations
 
 from typing import Any, TypeGuard
+
+from sessionstore.byte_path import ARRAY, MAP, decode_span, major_type, map_fields
 
 SCHEMA_VERSION = 1
 MAX_ID_BYTES = 1024
@@ -122,6 +127,39 @@ def validate_snapshot(snapshot: Any) -> str:
     for name in COMPONENTS:
         if name in snapshot:
             validate_component(name, snapshot[name], session_id)
+    return session_id
+
+
+# components whose rule is "must be an array" alone: their bytes are never decoded
+_ARRAYS_ONLY = frozenset({"artifacts", "trace_events", "verification_reports"})
+
+
+def validate_snapshot_bytes(data: bytes) -> str:
+    """validate_snapshot for the canonical bytes of a map (a CanonicalItem's)."""
+    fields = map_fields(data)
+    version = decode_span(data, fields["schema_version"]) if "schema_version" in fields else None
+    if not _is_int(version) or version != SCHEMA_VERSION:
+        raise InvalidSnapshot(f"schema_version must be {SCHEMA_VERSION}, got {version!r}")
+    if "session" not in fields:
+        raise InvalidSnapshot("session is missing")
+    session_at = fields["session"][0]
+    if major_type(data, session_at) != MAP:
+        raise InvalidSnapshot("session must be a map")
+    id_span = map_fields(data, session_at).get("id")
+    session_id = decode_span(data, id_span) if id_span else None
+    problem = id_problem(session_id)
+    if problem:
+        raise InvalidSnapshot(f"session.id {problem}")
+    assert isinstance(session_id, str)
+    for name in COMPONENTS:
+        if name not in fields:
+            continue
+        span = fields[name]
+        if name in _ARRAYS_ONLY:
+            if major_type(data, span[0]) != ARRAY:
+                raise InvalidSnapshot(f"{name} must be an array")
+        else:
+            validate_component(name, decode_span(data, span), session_id)
     return session_id
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sessionstore.byte_path import MAP, decode_span, major_type, map_fields
 from sessionstore.canonical import Hint, canonical_dumps, digest_bytes_of_canonical, parse_digest
 from sessionstore.codes import ErrorCode
+from sessionstore.wire import CanonicalItem
 
 from .snapshot import id_problem
 from .storage.errors import Refused
@@ -59,18 +61,31 @@ def document_body(
 ) -> tuple[bytes, bytes]:
     """A document value's canonical bytes and digest (key None: an appended one); hint:
     the request's (Connection.last_hint)."""
-    if not isinstance(value, dict):
-        raise Refused(ErrorCode.BAD_REQUEST, "value must be a map")
-    if id_field is not None and id_field in value and value[id_field] != key:
-        message = f"value.{id_field} {value[id_field]!r} is not key {key!r}"
-        raise Refused(ErrorCode.BAD_REQUEST, message)
-    try:
-        body = canonical_dumps(value, hint=hint)
-    except (ValueError, TypeError, OverflowError) as error:
-        raise Refused(ErrorCode.BAD_REQUEST, f"cannot encode value: {error}") from None
+    if isinstance(value, CanonicalItem):
+        if major_type(value.data) != MAP:
+            raise Refused(ErrorCode.BAD_REQUEST, "value must be a map")
+        span = map_fields(value.data).get(id_field) if id_field is not None else None
+        _check_id_field(id_field, decode_span(value.data, span) if span else _ABSENT, key)
+        body = value.data
+    else:
+        if not isinstance(value, dict):
+            raise Refused(ErrorCode.BAD_REQUEST, "value must be a map")
+        _check_id_field(id_field, value.get(id_field, _ABSENT) if id_field else _ABSENT, key)
+        try:
+            body = canonical_dumps(value, hint=hint)
+        except (ValueError, TypeError, OverflowError) as error:
+            raise Refused(ErrorCode.BAD_REQUEST, f"cannot encode value: {error}") from None
     if len(body) > limit:
         raise Refused(ErrorCode.TOO_LARGE, f"value is {len(body)} bytes, over {limit}")
     return body, digest_bytes_of_canonical(body)
+
+
+_ABSENT: Any = object()
+
+
+def _check_id_field(id_field: str | None, found: Any, key: str | None) -> None:
+    if found is not _ABSENT and found != key:
+        raise Refused(ErrorCode.BAD_REQUEST, f"value.{id_field} {found!r} is not key {key!r}")
 
 
 def _require(number: int, item: Any) -> Require:

@@ -35,6 +35,7 @@ REGISTRY: dict[str, Op] = {
     op.name: op for module in (sessions, checkpoints, leases, admin) for op in module.OPS
 }
 ARGUMENTS = {name: frozenset(op.arguments) for name, op in REGISTRY.items()}
+DOCUMENTS = {name: op.documents for name, op in REGISTRY.items() if op.documents}
 
 
 class Ops:

@@ -124,7 +124,12 @@ def txn(ops: Ops, request: Request) -> Step:
 
 
 OPS = (
-    Op("checkpoint_put", checkpoint_put, {"kind", "key", "value", "lease"}),
+    Op(
+        "checkpoint_put",
+        checkpoint_put,
+        {"kind", "key", "value", "lease"},
+        documents=frozenset({"value"}),
+    ),
     Op("checkpoint_get", checkpoint_get, {"kind", "key"}, read_only=True),
     Op("checkpoint_delete", checkpoint_delete, {"kind", "key", "lease"}),
     Op(

@@ -1,5 +1,6 @@
-# Each op declared once: its name, its handler, the arguments it reads, and
-# whether a read-only peer may use it.
+# Each op declared once: its name, its handler, the arguments it reads, which of
+# them are documents the rules may read as bytes (byte_path.py), and whether a
+# read-only peer may use it.
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -20,3 +21,4 @@ class Op:
     handle: Callable[[Ops, Request], Step]
     arguments: set[str] = field(default_factory=set)
     read_only: bool = False
+    documents: frozenset[str] = frozenset()  # arriving as CanonicalItem where the helper runs

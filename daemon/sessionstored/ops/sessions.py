@@ -155,7 +155,7 @@ def fork(ops: Ops, request: Request) -> Step:
 
 
 OPS = (
-    Op("save", save, {"snapshot", "expect", "lease"}),
+    Op("save", save, {"snapshot", "expect", "lease"}, documents=frozenset({"snapshot"})),
     Op("load", load, {"session_id"}, read_only=True),
     Op("head", head, {"session_id"}, read_only=True),
     Op("exists", exists, {"session_id"}, read_only=True),

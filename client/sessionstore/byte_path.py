@@ -1,0 +1,128 @@
+# The daemon's way through a request without decoding what no rule reads.
+#
+# The compiled helper (cbor_bytes) walks each request as its bytes arrive,
+# resuming where the last read ended, and says whether the store accepts it as it
+# is, once canonicalised, or leaves it to the decoder (cbor_framing.py decides
+# then, with its own errors: tags, indefinite lengths, non-text keys, anything
+# refused). A request the helper accepts is a map with text keys; its small
+# arguments are decoded in one cbor2 call over their bytes spliced together, and
+# the arguments an op names as documents (a save's snapshot, a checkpoint's value)
+# stay bytes: a CanonicalItem, checked, canonical, stored as received.
+#
+# Without the compiled helper this path is off: the Python twin walks bytes a
+# hundred times slower than cbor2 decodes them (bench/frontend_cost.py), so the
+# decoder path is the pure-Python daemon's fast one.
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import cbor2
+
+from . import cbor_bytes
+from .wire import NEED_DATA, CanonicalItem, Deferred, Inbox, Mode
+
+USE_DECODER: Any = object()  # the helper leaves this item to the decoder
+_OP_KEY = cbor2.dumps("op")
+MAP, ARRAY = 5, 4
+
+
+def _map_head(count: int) -> bytes:
+    if count < 24:
+        return bytes([0xA0 | count])
+    return (
+        b"\xb9" + count.to_bytes(2, "big")
+        if count < 1 << 16
+        else b"\xbb" + count.to_bytes(8, "big")
+    )
+
+
+class ByteReader:
+    """Requests out of an Inbox through the compiled helper, or USE_DECODER."""
+
+    def __init__(
+        self,
+        max_message_bytes: int,
+        max_depth: int,
+        max_items: int | None,
+        documents: Mapping[str, frozenset[str]],
+        defer_above_bytes: int | None = None,
+    ) -> None:
+        self.max_message_bytes = max_message_bytes
+        self.max_depth = max_depth
+        self.max_items = max_items if max_items is not None else 2**62
+        # op -> the encoded names of the arguments kept as bytes
+        self.documents = {
+            op: {cbor2.dumps(name): name for name in names} for op, names in documents.items()
+        }
+        self.defer_above_bytes = defer_above_bytes  # larger items come out as Deferred
+        self._scanner: Any = None
+
+    def next_message(self, inbox: Inbox) -> Any:
+        data = inbox.data
+        if self._scanner is None:
+            if major_type(data) != MAP:
+                return USE_DECODER  # not a request: the decoder says so
+            self._scanner = cbor_bytes.Scanner(
+                0, self.max_message_bytes, self.max_depth, self.max_items
+            )
+        status, _, end = self._scanner.scan(data)
+        if status == cbor_bytes.INCOMPLETE and not inbox.eof:
+            return NEED_DATA
+        self._scanner = None
+        if status == cbor_bytes.CANONICAL:
+            item = bytes(data) if end == len(data) else bytes(data[:end])
+        elif status == cbor_bytes.VALID:
+            canonical = cbor_bytes.canonicalise(data, 0, end, self.max_depth)
+            if canonical is None:
+                return USE_DECODER  # equal keys: the decoder names them
+            item = canonical
+        else:
+            return USE_DECODER
+        del data[:end]
+        if self.defer_above_bytes is not None and len(item) > self.defer_above_bytes:
+            return Deferred(item, Mode.CBOR)  # canonical already: the worker takes it as it is
+        return self._message(item)
+
+    def _message(self, item: bytes) -> dict[str, Any]:
+        offsets = cbor_bytes.entries(item, 0)
+        pairs = [
+            (offsets[i], offsets[i + 1], offsets[i + 2]) for i in range(0, len(offsets) - 1, 2)
+        ]
+        documents: dict[bytes, str] = {}
+        for key_at, value_at, end in pairs:
+            if item[key_at:value_at] == _OP_KEY:
+                op = cbor2.loads(item[value_at:end])
+                documents = self.documents.get(op, {}) if isinstance(op, str) else {}
+                break
+        kept: dict[str, CanonicalItem] = {}
+        small: list[bytes] = []
+        for key_at, value_at, end in pairs:
+            name = documents.get(item[key_at:value_at])
+            if name is not None and major_type(item, value_at) in (MAP, ARRAY):
+                kept[name] = CanonicalItem(item[value_at:end])
+            else:
+                small.append(item[key_at:end])
+        if not kept:
+            message: dict[str, Any] = cbor2.loads(item)
+            return message
+        message = cbor2.loads(_map_head(len(small)) + b"".join(small))
+        message.update(kept)
+        return message
+
+
+def map_fields(data: bytes, start: int = 0) -> dict[str, tuple[int, int]]:
+    """Where each value of the canonical text-keyed map at data[start] lies, by key."""
+    offsets = cbor_bytes.entries(data, start)
+    return {
+        cbor2.loads(data[offsets[i] : offsets[i + 1]]): (offsets[i + 1], offsets[i + 2])
+        for i in range(0, len(offsets) - 1, 2)
+    }
+
+
+def major_type(data: bytes | bytearray, start: int = 0) -> int:
+    return data[start] >> 5
+
+
+def decode_span(data: bytes, span: tuple[int, int]) -> Any:
+    return cbor2.loads(data[span[0] : span[1]])

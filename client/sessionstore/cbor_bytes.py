@@ -1,0 +1,66 @@
+# The CBOR byte helper the process uses: the compiled one (sessionstore._cbor_bytes,
+# built from cbor_core.c when a C compiler was present at install) or its twin in
+# Python (cbor_bytes_python.py). SESSIONSTORE_CBOR_HELPER=python chooses the twin
+# even where the compiled one exists, so that both paths can be measured and
+# tested on one machine. IMPLEMENTATION names the one in use ("compiled" or
+# "python"); `hello` and `stats` report it.
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from . import cbor_bytes_python as twin
+from .cbor_bytes_python import (
+    CANONICAL,
+    ERROR,
+    INCOMPLETE,
+    MAX_DEPTH_ACCEPTED,
+    OTHER,
+    VALID,
+    Verdict,
+)
+
+ENVIRONMENT_VARIABLE = "SESSIONSTORE_CBOR_HELPER"
+
+__all__ = [
+    "CANONICAL",
+    "ERROR",
+    "IMPLEMENTATION",
+    "INCOMPLETE",
+    "MAX_DEPTH_ACCEPTED",
+    "OTHER",
+    "VALID",
+    "Scanner",
+    "Verdict",
+    "canonicalise",
+    "compiled",
+    "entries",
+    "scan",
+]
+
+
+def _compiled_module() -> Any:
+    try:
+        from . import _cbor_bytes  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _cbor_bytes
+
+
+def _choose() -> tuple[str, Any]:
+    wanted = os.environ.get(ENVIRONMENT_VARIABLE, "")
+    if wanted not in ("", "compiled", "python"):
+        raise RuntimeError(f"{ENVIRONMENT_VARIABLE} must be 'compiled' or 'python', not {wanted!r}")
+    module = None if wanted == "python" else _compiled_module()
+    if module is None and wanted == "compiled":
+        raise RuntimeError(f"{ENVIRONMENT_VARIABLE}=compiled, but the compiled helper is not built")
+    return ("compiled", module) if module is not None else ("python", twin)
+
+
+IMPLEMENTATION, _module = _choose()
+compiled = IMPLEMENTATION == "compiled"
+scan: Callable[[bytes | bytearray, int, int, int, int], Verdict] = _module.scan
+canonicalise: Callable[[bytes | bytearray, int, int, int], bytes | None] = _module.canonicalise
+entries: Callable[[bytes | bytearray, int], tuple[int, ...]] = _module.entries
+Scanner: Callable[[int, int, int, int], Any] = _module.Scanner

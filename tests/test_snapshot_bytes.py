@@ -1,0 +1,98 @@
+# The rules read on bytes (a CanonicalItem: only the parts the rules read are
+# decoded) against the same rules on the decoded value: the same verdict, the
+# same message, for snapshots and checkpoint documents valid and not.
+from __future__ import annotations
+
+from typing import Any
+
+import cbor2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sessionstore.canonical import canonical_dumps
+from sessionstore.wire import CanonicalItem
+from sessionstored.snapshot import InvalidSnapshot, validate_snapshot, validate_snapshot_bytes
+from sessionstored.storage.errors import Refused
+from sessionstored.txn_request import document_body
+
+anything = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(), st.text(max_size=4)),
+    lambda children: st.one_of(
+        st.lists(children, max_size=3), st.dictionaries(st.text(max_size=4), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+ids = st.one_of(st.sampled_from(["s", "", "a\x00b", "x" * 1025, "other"]), anything)
+
+
+def _maybe(strategy: Any) -> Any:
+    return st.one_of(st.just(None), strategy)  # None: the key is left out
+
+
+events = st.lists(
+    st.one_of(st.fixed_dictionaries({"sequence": st.integers(-2, 6)}), anything), max_size=4
+)
+run_record = st.one_of(
+    anything,
+    st.fixed_dictionaries(
+        {"snapshot": st.one_of(anything, st.fixed_dictionaries({}, optional={
+            "id": ids, "session_id": ids, "event_count": st.one_of(st.integers(-1, 8), anything),
+        }))},
+        optional={"events": st.one_of(events, anything)},
+    ),
+)  # fmt: skip
+components = {
+    "artifacts": st.one_of(st.lists(anything, max_size=3), anything),
+    "retained_artifact_uris": st.one_of(st.lists(st.text(max_size=3), max_size=3), anything),
+    "trace_events": st.one_of(st.lists(anything, max_size=3), anything),
+    "run_records": st.one_of(st.lists(run_record, max_size=3), anything),
+    "verification_reports": st.one_of(st.lists(anything, max_size=2), anything),
+    "subagent_tasks": st.one_of(
+        st.lists(
+            st.one_of(anything, st.fixed_dictionaries({"parent_session_id": ids})), max_size=3
+        ),
+        anything,
+    ),
+}
+snapshots = st.fixed_dictionaries(
+    {},
+    optional={
+        "schema_version": st.one_of(st.just(1), st.just(True), st.just(1.0), anything),
+        "session": st.one_of(
+            st.fixed_dictionaries({"id": ids}, optional={"messages": anything}), anything
+        ),
+        **components,
+        "other": anything,
+    },
+)
+
+
+def _verdict(check: Any, value: Any) -> tuple[str, Any]:
+    try:
+        return ("ok", check(value))
+    except (InvalidSnapshot, Refused) as error:
+        return (type(error).__name__, str(error))
+
+
+@settings(max_examples=2000)
+@given(snapshots)
+def test_the_snapshot_rules_say_the_same_on_bytes(snapshot: dict[str, Any]) -> None:
+    data = canonical_dumps(snapshot)
+    decoded = cbor2.loads(data)  # in canonical order, as the decoder path hands it out
+    assert _verdict(validate_snapshot_bytes, data) == _verdict(validate_snapshot, decoded)
+
+
+@settings(max_examples=500)
+@given(
+    st.one_of(
+        st.dictionaries(st.sampled_from(["run_id", "x", "id"]), ids, max_size=3),
+        st.lists(anything, max_size=2),
+    ),
+    st.sampled_from([None, "run_id"]),
+)
+def test_a_checkpoint_document_is_the_same_on_bytes(value: Any, id_field: str | None) -> None:
+    def body(document: Any) -> tuple[bytes, bytes]:
+        return document_body(document, id_field, "s", 1 << 20)
+
+    data = canonical_dumps(value)
+    assert _verdict(body, CanonicalItem(data)) == _verdict(body, cbor2.loads(data))
