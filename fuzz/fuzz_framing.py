@@ -1,4 +1,7 @@
-# atheris harness for the framing code: `make fuzz` (FUZZ_ARGS="-max_total_time=600").
+# atheris harness for the framing code: `make fuzz` (FUZZ_SECONDS=600). With the
+# compiled CBOR helper built, the daemon's connections take the byte path
+# (byte_path.py), and each input also goes through the helper and its Python
+# twin, which must agree.
 # Any bytes, cut anywhere, must give the same messages whole or in pieces, or a
 # classified ProtocolError; every message decoded must encode again in the
 # connection's mode (a reply carrying it never fails). Each input is tried as
@@ -11,6 +14,7 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
+    from sessionstore import cbor_bytes_python
     from sessionstore.protocol import (
         END_OF_STREAM,
         NEED_DATA,
@@ -50,10 +54,28 @@ def _messages(chunks: list[bytes], order_maps: bool) -> list[object]:
     return out
 
 
+try:
+    from sessionstore import _cbor_bytes as compiled  # type: ignore[attr-defined]
+except ImportError:
+    compiled = None
+
+
+def _helper_agrees_with_its_twin(payload: bytes, depth: int) -> None:
+    if compiled is None:
+        return
+    scan = (payload, 0, len(payload) + 1, depth, 1 << 20)
+    assert compiled.scan(*scan) == cbor_bytes_python.scan(*scan)
+    assert compiled.canonicalise(payload, 0, len(payload), depth) == (
+        cbor_bytes_python.canonicalise(payload, 0, len(payload), depth)
+    )
+
+
 def test_one_input(data: bytes) -> None:
     provider = atheris.FuzzedDataProvider(data)
     cut = provider.ConsumeIntInRange(0, 64)
+    depth = provider.ConsumeIntInRange(0, 70)
     payload = provider.ConsumeBytes(provider.remaining_bytes())
+    _helper_agrees_with_its_twin(payload, depth)
     for framed in (payload, b"{" + payload):  # CBOR (unless it starts with "{"), JSON lines
         whole = _messages([framed], order_maps=True)
         if cut:

@@ -315,7 +315,7 @@ def _canonical_item(
             raise _Unhandled
         return _head(major, argument) + data[pos : pos + argument], pos + argument
     if major == 4:
-        if depth >= max_depth or argument > end - pos:
+        if (argument and depth >= max_depth) or argument > end - pos:
             raise _Unhandled
         parts = [_head(4, argument)]
         for _ in range(argument):
@@ -323,7 +323,7 @@ def _canonical_item(
             parts.append(part)
         return b"".join(parts), pos
     if major == 5:
-        if depth >= max_depth or argument > end - pos:
+        if (argument and depth >= max_depth) or argument > end - pos:
             raise _Unhandled
         pairs = []
         for _ in range(argument):

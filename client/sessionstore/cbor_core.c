@@ -493,7 +493,7 @@ static int canon_item(canon_state *s, size_t *pos, unsigned depth)
         p += (size_t)argument;
         break;
     case 4:
-        if (depth >= s->max_depth || argument > s->in_end - p)
+        if ((argument && depth >= s->max_depth) || argument > s->in_end - p)
             return -1;
         write_head(s, 4, argument);
         for (uint64_t i = 0; i < argument; i++)
@@ -501,7 +501,7 @@ static int canon_item(canon_state *s, size_t *pos, unsigned depth)
                 return -1;
         break;
     case 5: {
-        if (depth >= s->max_depth || argument > s->in_end - p)
+        if ((argument && depth >= s->max_depth) || argument > s->in_end - p)
             return -1;
         write_head(s, 5, argument);
         if (!argument)

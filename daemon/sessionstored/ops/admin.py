@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from sessionstore import cbor_bytes
 from sessionstore.codes import ErrorCode
 from sessionstore.protocol import PROTOCOL_VERSION, Request, error_response, ok_response
 
@@ -40,6 +41,7 @@ def hello(ops: Ops, request: Request) -> Step:
                 "keyed_documents": True,  # ours: kind kv and checkpoint_scan
                 "txn": True,  # ours
             },
+            cbor_helper=cbor_bytes.IMPLEMENTATION,  # ours: "compiled" or "python"
             limits={
                 "max_request_bytes": ops.max_request_bytes,
                 "max_snapshot_bytes": ops.max_snapshot_bytes,
@@ -86,6 +88,7 @@ def stats(ops: Ops, request: Request) -> Step:
             watchers_dropped=ops.broadcaster.dropped,
             internal_errors=ops.internal_errors,
             lease_epoch=(ops.store.lease or {}).get("epoch"),
+            cbor_helper=cbor_bytes.IMPLEMENTATION,
             **store_stats,
             **ops.stats_extra(),
         )
