@@ -55,7 +55,8 @@ def measure_this_path(workdir: Path, seconds: float) -> dict[str, Any]:
         for size in (4 * KIB, 64 * KIB):
             for clients in (1, 64):
                 before = daemon.cpu_s()
-                sample = run_clients(daemon.socket, "save", clients, size, seconds, f"{size}-{clients}")
+                tag = f"{size}-{clients}"
+                sample = run_clients(daemon.socket, "save", clients, size, seconds, tag)
                 cpu_s = daemon.cpu_s() - before
                 if sample.errors:
                     raise SystemExit(f"item_cost: {sample.errors} failed saves")

@@ -4,6 +4,7 @@
 # same replies, and what they store reads back byte for byte the same.
 from __future__ import annotations
 
+import itertools
 import random
 import socket
 from collections.abc import Iterator
@@ -86,7 +87,7 @@ def _exchange(path: str, data: bytes, pieces: int) -> list[Any]:
         sock.connect(path)
         sock.settimeout(20)
         cut = [len(data) * i // pieces for i in range(pieces + 1)]
-        for start, end in zip(cut, cut[1:], strict=False):
+        for start, end in itertools.pairwise(cut):
             sock.sendall(data[start:end])
         sock.shutdown(socket.SHUT_WR)
         conn = Connection(max_message_bytes=1 << 26, mode=Mode.CBOR)
