@@ -23,7 +23,7 @@ from typing import Any
 
 from sessionstore.client import Client
 
-from . import adapters, anchors, cpu, loop_stall, postgres, space
+from . import adapters, anchors, cpu, item_cost, loop_stall, postgres, space
 from .frontend_cost import frontend_cost
 from .load import Sample, run_clients, run_in_processes
 from .sealing_cost import sealing_cost
@@ -350,6 +350,8 @@ def main() -> None:
         )
         (base / "cpu").mkdir()
         cpu_per_request = cpu.run(Daemon, base / "cpu", args.seconds)
+        (base / "item_cost").mkdir()
+        per_item = item_cost.run(base / "item_cost", args.seconds)
         (base / "adapters").mkdir()
         frameworks = adapters.main(Daemon, base / "adapters", args.seconds)
         for name, figures in frameworks.items():
@@ -394,12 +396,21 @@ def main() -> None:
         "cpu_per_request": cpu_per_request,
         "targets": targets(rows),
         "fast_path_targets": fast_path_targets(rows, cpu_per_request, frameworks, on_postgres),
+        "item_cost": per_item,
+        "item_cost_targets": item_cost.targets(
+            per_item,
+            _rate(_find(rows, "sqlite WAL sync=FULL save", 64, 64 * KIB)),
+            _rate(_best(rows, "sqlite WAL sync=FULL save", 4 * KIB)),
+        ),
     }
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2))
     for line, value in out["targets"].items():
         print(f"target: {line}: {value}")
     print("fast path (issue 21), this run:")
     for line, (value, verdict) in out["fast_path_targets"].items():
+        print(f"  {line:<70} {value:>8}  {verdict}")
+    print("cost per CBOR item (issue 22), both helper paths, this run:")
+    for line, (value, verdict) in out["item_cost_targets"].items():
         print(f"  {line:<70} {value:>8}  {verdict}")
     print(f"bench: wrote {RESULTS / 'latest.json'}")
 
@@ -464,6 +475,10 @@ def fast_path_targets(
         ),
     }
     return out
+
+
+def _rate(row: Row | None) -> float | None:
+    return row.ops_per_s if row is not None else None
 
 
 def _find(rows: list[Row], name: str, clients: int, size: int) -> Row | None:

@@ -176,6 +176,8 @@ def test_canonicalise_and_entries_are_the_same_in_c_and_python(
             arguments = (data, start, end, depth)
             assert _call(compiled.canonicalise, *arguments) == _call(twin.canonicalise, *arguments)
     assert _call(compiled.entries, data, start) == _call(twin.entries, data, start)
+    for end in (-2, -1, 0, len(data) // 2, len(data), len(data) + 1):
+        assert _call(compiled.entries, data, start, end) == _call(twin.entries, data, start, end)
 
 
 @pytest.mark.parametrize("data", CORNERS)

@@ -11,9 +11,18 @@ from hypothesis import strategies as st
 
 from sessionstore.canonical import canonical_dumps
 from sessionstore.wire import CanonicalItem
-from sessionstored.snapshot import InvalidSnapshot, validate_snapshot, validate_snapshot_bytes
+from sessionstored.snapshot import (
+    UPDATABLE,
+    InvalidSnapshot,
+    forked,
+    forked_bytes,
+    validate_snapshot,
+    validate_snapshot_bytes,
+    with_component,
+    with_component_bytes,
+)
 from sessionstored.storage.errors import Refused
-from sessionstored.txn_request import document_body
+from sessionstored.txn_request import document_body, prepared_txn
 
 anything = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(), st.text(max_size=4)),
@@ -96,3 +105,85 @@ def test_a_checkpoint_document_is_the_same_on_bytes(value: Any, id_field: str | 
 
     data = canonical_dumps(value)
     assert _verdict(body, CanonicalItem(data)) == _verdict(body, cbor2.loads(data))
+
+
+txn_ops = st.lists(
+    st.one_of(
+        anything,
+        st.fixed_dictionaries(
+            {"op": st.sampled_from(["put", "append", "delete", "other"])},
+            optional={
+                "kind": st.sampled_from(["loop", "kv", "workflow", "nope"]),
+                "key": ids,
+                "prefix": ids,
+                "value": st.one_of(
+                    st.dictionaries(st.sampled_from(["run_id", "v"]), ids), anything
+                ),
+                "if_absent": st.one_of(st.booleans(), anything),
+            },
+        ),
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=1000)
+@given(txn_ops)
+def test_a_txn_is_read_the_same_on_bytes(ops: list[Any]) -> None:
+    data = canonical_dumps(ops)
+    decoded = cbor2.loads(data)
+
+    def read(value: Any) -> Any:
+        return prepared_txn({"ops": value}, 1 << 20)
+
+    assert _verdict(read, CanonicalItem(data)) == _verdict(read, decoded)
+
+
+stored = st.fixed_dictionaries(
+    {"schema_version": st.just(1), "session": st.fixed_dictionaries({"id": st.just("s")}, optional={
+        "config": st.one_of(anything, st.fixed_dictionaries({"workspace": anything})),
+        "messages": anything,
+    })},
+    optional={name: strategy for name, strategy in components.items()},
+).filter(lambda snapshot: _verdict(validate_snapshot, snapshot)[0] == "ok")  # fmt: skip
+
+
+@settings(max_examples=1000)
+@given(
+    st.one_of(st.none(), stored),
+    st.sampled_from([*UPDATABLE, "unknown"]),
+    st.one_of(anything, components["run_records"], st.fixed_dictionaries({"id": ids})),
+)
+def test_update_is_the_same_on_bytes(current: Any, component: str, value: Any) -> None:
+    body = canonical_dumps(current) if current is not None else None
+    decoded = cbor2.loads(body) if body is not None else None
+    value_bytes = canonical_dumps(value)
+
+    def spliced(_: Any) -> bytes:
+        return with_component_bytes(body, "s", component, value_bytes)
+
+    def through_objects(_: Any) -> bytes:
+        return canonical_dumps(with_component(decoded, "s", component, cbor2.loads(value_bytes)))
+
+    assert _outcome(spliced) == _outcome(through_objects)
+
+
+@settings(max_examples=500)
+@given(stored, ids, anything)
+def test_fork_is_the_same_on_bytes(source: Any, new_id: Any, workspace: Any) -> None:
+    body = canonical_dumps(source)
+
+    def spliced(_: Any) -> bytes:
+        return forked_bytes(body, new_id, workspace)
+
+    def through_objects(_: Any) -> bytes:
+        return canonical_dumps(forked(cbor2.loads(body), new_id, workspace))
+
+    assert _outcome(spliced) == _outcome(through_objects)
+
+
+def _outcome(make: Any) -> tuple[str, Any]:
+    try:
+        return ("ok", make(None))
+    except (InvalidSnapshot, LookupError) as error:
+        return (type(error).__name__, str(error))

@@ -4,7 +4,8 @@
  *   scan(data, start, limit, max_depth, max_items) -> (status, reason, position)
  *   Scanner(start, limit, max_depth, max_items).scan(data): the same, resumable
  *   canonicalise(data, start, end, max_depth) -> bytes | None
- *   entries(data, start) -> tuple of offsets
+ *   entries(data, start[, end]) -> tuple of offsets (end: where the container is
+ *       known to end, so that its last item need not be walked)
  *
  * The twin in Python is sessionstore/cbor_bytes_python.py. A scan of a large
  * immutable bytes object runs without the GIL. */
@@ -188,15 +189,18 @@ static PyObject *canonicalise(PyObject *module, PyObject *args)
 static PyObject *entries(PyObject *module, PyObject *args)
 {
     Py_buffer view;
-    Py_ssize_t start;
+    Py_ssize_t start, known_end = -1;
     (void)module;
-    if (!PyArg_ParseTuple(args, "y*n", &view, &start))
+    if (!PyArg_ParseTuple(args, "y*n|n", &view, &start, &known_end))
         return NULL;
     const uint8_t *data = view.buf;
     size_t len = (size_t)view.len;
     PyObject *result = NULL;
-    if (!checked_range(view.len, start, start))
+    if (!checked_range(view.len, start, start) || known_end < -1 || known_end > view.len) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "offsets outside the data");
         goto done;
+    }
     unsigned major = start < view.len ? data[start] >> 5 : 0;
     unsigned info = start < view.len ? data[start] & 0x1F : 31;
     if ((major != 4 && major != 5) || info > 27 || (size_t)start + 1 + (info < 24 ? 0 : 1u << (info - 24)) > len) {
@@ -226,7 +230,11 @@ static PyObject *entries(PyObject *module, PyObject *args)
         PyTuple_SET_ITEM(result, (Py_ssize_t)i, offset);
         if (i == count)
             break;
-        size_t next = cbor_item_end(data, len, pos);
+        size_t next;
+        if (i + 1 == count && known_end >= 0)
+            next = (size_t)known_end >= pos ? (size_t)known_end : 0;
+        else
+            next = cbor_item_end(data, len, pos);
         if (!next) {
             Py_CLEAR(result);
             PyErr_SetString(PyExc_ValueError, "malformed item inside the container");

@@ -14,6 +14,7 @@
 # decoder path is the pure-Python daemon's fast one.
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -85,39 +86,76 @@ class ByteReader:
         return self._message(item)
 
     def _message(self, item: bytes) -> dict[str, Any]:
-        offsets = cbor_bytes.entries(item, 0)
-        pairs = [
-            (offsets[i], offsets[i + 1], offsets[i + 2]) for i in range(0, len(offsets) - 1, 2)
-        ]
+        pairs = _pairs(item, 0, len(item))
         documents: dict[bytes, str] = {}
         for key_at, value_at, end in pairs:
             if item[key_at:value_at] == _OP_KEY:
                 op = cbor2.loads(item[value_at:end])
                 documents = self.documents.get(op, {}) if isinstance(op, str) else {}
                 break
-        kept: dict[str, CanonicalItem] = {}
-        small: list[bytes] = []
-        for key_at, value_at, end in pairs:
-            name = documents.get(item[key_at:value_at])
-            if name is not None and major_type(item, value_at) in (MAP, ARRAY):
-                kept[name] = CanonicalItem(item[value_at:end])
-            else:
-                small.append(item[key_at:end])
-        if not kept:
-            message: dict[str, Any] = cbor2.loads(item)
-            return message
-        message = cbor2.loads(_map_head(len(small)) + b"".join(small))
-        message.update(kept)
-        return message
+        return _decoded_keeping(item, pairs, documents)
 
 
-def map_fields(data: bytes, start: int = 0) -> dict[str, tuple[int, int]]:
-    """Where each value of the canonical text-keyed map at data[start] lies, by key."""
-    offsets = cbor_bytes.entries(data, start)
+def _pairs(data: bytes, start: int, end: int) -> list[tuple[int, int, int]]:
+    """(key, value, end) offsets of each entry of the canonical map at data[start:end]."""
+    offsets = cbor_bytes.entries(data, start, end)
+    return [(offsets[i], offsets[i + 1], offsets[i + 2]) for i in range(0, len(offsets) - 1, 2)]
+
+
+def _decoded_keeping(
+    data: bytes, pairs: list[tuple[int, int, int]], keep: Mapping[bytes, str]
+) -> dict[str, Any]:
+    """The map of these entries, decoded but for the arrays and maps under the keys (by
+    their encoded bytes) in keep: those stay CanonicalItem bytes."""
+    kept: dict[str, CanonicalItem] = {}
+    small: list[bytes] = []
+    for key_at, value_at, end in pairs:
+        name = keep.get(data[key_at:value_at])
+        if name is not None and major_type(data, value_at) in (MAP, ARRAY):
+            kept[name] = CanonicalItem(data[value_at:end])
+        else:
+            small.append(data[key_at:end])
+    message: dict[str, Any] = cbor2.loads(_map_head(len(small)) + b"".join(small))
+    message.update(kept)
+    return message
+
+
+def array_keeping(item: CanonicalItem, keep: frozenset[str]) -> list[Any]:
+    """A canonical array's items, decoded; of its maps, the arrays and maps under the names
+    in keep stay CanonicalItem bytes (a txn's ops keep their values)."""
+    data = item.data
+    offsets = cbor_bytes.entries(data, 0, len(data))
+    encoded_names = {cbor2.dumps(name): name for name in keep}
+    out = []
+    for start, end in itertools.pairwise(offsets):
+        if major_type(data, start) == MAP:
+            out.append(_decoded_keeping(data, _pairs(data, start, end), encoded_names))
+        else:
+            out.append(cbor2.loads(data[start:end]))
+    return out
+
+
+def map_fields(data: bytes, start: int = 0, end: int | None = None) -> dict[str, tuple[int, int]]:
+    """Where each value of the canonical text-keyed map at data[start:end] lies, by key (end
+    known: its last value is not walked). A map at 0 is all of data."""
+    if end is None:
+        end = len(data) if start == 0 else -1
+    offsets = cbor_bytes.entries(data, start, end)
     return {
         cbor2.loads(data[offsets[i] : offsets[i + 1]]): (offsets[i + 1], offsets[i + 2])
         for i in range(0, len(offsets) - 1, 2)
     }
+
+
+def raw_entries(data: bytes) -> dict[bytes, bytes]:
+    """The canonical map that is all of data, as encoded key -> encoded value."""
+    return {data[k:v]: data[v:end] for k, v, end in _pairs(data, 0, len(data))}
+
+
+def raw_map(entries: Mapping[bytes, bytes]) -> bytes:
+    """The canonical map of encoded keys and values: entries sorted by their key bytes."""
+    ordered = sorted(entries.items())
+    return _map_head(len(ordered)) + b"".join(key + value for key, value in ordered)
 
 
 def major_type(data: bytes | bytearray, start: int = 0) -> int:

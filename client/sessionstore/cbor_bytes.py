@@ -62,5 +62,5 @@ IMPLEMENTATION, _module = _choose()
 compiled = IMPLEMENTATION == "compiled"
 scan: Callable[[bytes | bytearray, int, int, int, int], Verdict] = _module.scan
 canonicalise: Callable[[bytes | bytearray, int, int, int], bytes | None] = _module.canonicalise
-entries: Callable[[bytes | bytearray, int], tuple[int, ...]] = _module.entries
+entries: Callable[..., tuple[int, ...]] = _module.entries  # (data, start[, end])
 Scanner: Callable[[int, int, int, int], Any] = _module.Scanner

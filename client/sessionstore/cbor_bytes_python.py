@@ -245,10 +245,11 @@ def item_end(data: bytes | bytearray, start: int) -> int:
     return pos
 
 
-def entries(data: bytes | bytearray, start: int) -> tuple[int, ...]:
-    """The offsets of a definite container's items, then where it ends."""
+def entries(data: bytes | bytearray, start: int, end: int = -1) -> tuple[int, ...]:
+    """The offsets of a definite container's items, then where it ends. end: where the
+    container is known to end, so that its last item need not be walked."""
     length = len(data)
-    if not 0 <= start <= length:
+    if not 0 <= start <= length or not -1 <= end <= length:
         raise ValueError("offsets outside the data")
     major = data[start] >> 5 if start < length else 0
     info = data[start] & 0x1F if start < length else 31
@@ -261,8 +262,11 @@ def entries(data: bytes | bytearray, start: int) -> tuple[int, ...]:
     if count > length - pos:
         raise ValueError("container longer than the data")
     offsets = [pos]
-    for _ in range(count):
-        pos = item_end(data, pos)
+    for number in range(count):
+        if number + 1 == count and end >= 0:
+            pos = end if end >= pos else 0
+        else:
+            pos = item_end(data, pos)
         if not pos:
             raise ValueError("malformed item inside the container")
         offsets.append(pos)

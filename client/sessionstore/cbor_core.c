@@ -176,6 +176,8 @@ static int float_is_shortest(unsigned info, uint64_t bits)
 static int compare_keys(const uint8_t *base, size_t a_start, size_t a_end, size_t b_start,
                         size_t b_end)
 {
+    if (base[a_start] != base[b_start]) /* a head byte: keys of different lengths, mostly */
+        return base[a_start] < base[b_start] ? -1 : 1;
     size_t a_len = a_end - a_start, b_len = b_end - b_start;
     int order = memcmp(base + a_start, base + b_start, a_len < b_len ? a_len : b_len);
     if (order)
@@ -199,20 +201,30 @@ void cbor_scanner_init(cb_scanner *s, cb_frame *stack, size_t start, size_t limi
     s->finished = 0;
 }
 
-static cb_verdict finish(cb_scanner *s, int status, int reason, size_t position)
-{
-    cb_verdict v = {status, reason, position};
-    s->finished = 1;
-    s->final = v;
-    return v;
-}
-
-static cb_verdict incomplete(cb_scanner *s, size_t len)
-{
-    cb_verdict v = {CB_INCOMPLETE, CB_R_NONE, len};
-    (void)s;
-    return v;
-}
+/* The walk keeps its state in locals (the compiler may not keep fields of *s in
+ * registers across the byte loads, which may alias them) and stores it back on the
+ * way out. */
+#define STORE_STATE()                                                                      \
+    do {                                                                                   \
+        s->pos = at;                                                                       \
+        s->depth = depth;                                                                  \
+        s->items = items;                                                                  \
+        s->canonical = canonical;                                                          \
+    } while (0)
+#define FINISH(status_, reason_, position_)                                                \
+    do {                                                                                   \
+        STORE_STATE();                                                                     \
+        cb_verdict v_ = {(status_), (reason_), (position_)};                               \
+        s->finished = 1;                                                                   \
+        s->final = v_;                                                                     \
+        return v_;                                                                         \
+    } while (0)
+#define INCOMPLETE()                                                                       \
+    do {                                                                                   \
+        STORE_STATE();                                                                     \
+        cb_verdict v_ = {CB_INCOMPLETE, CB_R_NONE, len};                                   \
+        return v_;                                                                         \
+    } while (0)
 
 /* Walks on from s->pos; an item cut short leaves the state at its start, so that a
  * later call with more bytes (the same ones first) resumes there. */
@@ -220,39 +232,45 @@ cb_verdict cbor_scanner_run(cb_scanner *s, const uint8_t *data, size_t len)
 {
     if (s->finished)
         return s->final;
-    cb_frame *stack = s->stack;
+    cb_frame *const stack = s->stack;
+    const size_t hard_end = s->hard_end;
+    const unsigned max_depth = s->max_depth;
+    const uint64_t max_items = s->max_items;
+    size_t at = s->pos; /* where the next item starts */
+    unsigned depth = s->depth;
+    uint64_t items = s->items;
+    int canonical = s->canonical;
     for (;;) {
-        size_t pos = s->pos;
-        if (pos >= s->hard_end)
-            return finish(s, CB_ERROR, CB_R_TOO_LARGE, pos);
+        size_t pos = at;
+        if (pos >= hard_end)
+            FINISH(CB_ERROR, CB_R_TOO_LARGE, pos);
         if (pos >= len)
-            return incomplete(s, len);
-        cb_frame *top = s->depth ? &stack[s->depth - 1] : NULL;
-        int is_key = top && top->is_map && top->remaining % 2 == 0;
+            INCOMPLETE();
+        cb_frame *top = depth ? &stack[depth - 1] : NULL;
+        int is_key = top && top->is_map && !(top->remaining & 1);
         uint8_t initial = data[pos];
         unsigned major = initial >> 5, info = initial & 0x1F;
         size_t head = head_length(info);
-        if (info < 28 && head > len - pos && head <= s->hard_end - pos)
-            return incomplete(s, len);
-        if (++s->items > s->max_items)
-            return finish(s, CB_ERROR, CB_R_ITEMS, pos);
-        if (info >= 28 && info <= 30)
-            return finish(s, CB_ERROR, CB_R_RESERVED, pos);
-        if (info == 31) {
+        if (info < 28 && head > len - pos && head <= hard_end - pos)
+            INCOMPLETE();
+        if (++items > max_items)
+            FINISH(CB_ERROR, CB_R_ITEMS, pos);
+        if (info >= 28) {
+            if (info != 31)
+                FINISH(CB_ERROR, CB_R_RESERVED, pos);
             if (major == 7)
-                return finish(s, CB_ERROR, CB_R_BREAK, pos);
+                FINISH(CB_ERROR, CB_R_BREAK, pos);
             if (major >= 2 && major <= 5)
-                return finish(s, CB_OTHER, CB_R_INDEFINITE, pos);
-            return finish(s, CB_ERROR, CB_R_RESERVED, pos);
+                FINISH(CB_OTHER, CB_R_INDEFINITE, pos);
+            FINISH(CB_ERROR, CB_R_RESERVED, pos);
         }
         if (is_key && major != 3)
-            return finish(s, CB_OTHER, CB_R_KEY, pos);
-        if (head > s->hard_end - pos)
-            return finish(s, CB_ERROR, CB_R_TOO_LARGE, pos);
+            FINISH(CB_OTHER, CB_R_KEY, pos);
+        if (head > hard_end - pos)
+            FINISH(CB_ERROR, CB_R_TOO_LARGE, pos);
         uint64_t argument = read_argument(data + pos, info);
         if (major != 7 && !is_shortest(info, argument))
-            s->canonical = 0; /* set again, harmlessly, if the item turns out cut short */
-        size_t item_start = pos;
+            canonical = 0; /* set again, harmlessly, if the item turns out cut short */
         switch (major) {
         case 0:
         case 1:
@@ -260,63 +278,63 @@ cb_verdict cbor_scanner_run(cb_scanner *s, const uint8_t *data, size_t len)
             break;
         case 2:
         case 3:
-            if (argument > s->hard_end - pos - head)
-                return finish(s, CB_ERROR, CB_R_TOO_LARGE, pos);
+            if (argument > hard_end - pos - head)
+                FINISH(CB_ERROR, CB_R_TOO_LARGE, pos);
             if (argument > len - pos - head) {
-                s->items--; /* counted again when its bytes are here */
-                return incomplete(s, len);
+                items--; /* counted again when its bytes are here */
+                INCOMPLETE();
             }
             if (major == 3 && !valid_utf8(data + pos + head, (size_t)argument))
-                return finish(s, CB_ERROR, CB_R_UTF8, pos);
+                FINISH(CB_ERROR, CB_R_UTF8, pos);
             pos += head + (size_t)argument;
             if (is_key) {
-                if (s->canonical && top->has_key) {
-                    int order = compare_keys(data, top->key_start, top->key_end, item_start, pos);
+                if (canonical && top->has_key) {
+                    int order = compare_keys(data, top->key_start, top->key_end, at, pos);
                     if (order == 0)
-                        return finish(s, CB_OTHER, CB_R_DUPLICATE, item_start);
+                        FINISH(CB_OTHER, CB_R_DUPLICATE, at);
                     if (order > 0)
-                        s->canonical = 0;
+                        canonical = 0;
                 }
                 top->has_key = 1;
-                top->key_start = item_start;
+                top->key_start = at;
                 top->key_end = pos;
             }
             break;
         case 4:
         case 5:
-            if (argument > s->hard_end - pos)
-                return finish(s, CB_ERROR, CB_R_TOO_LARGE, pos);
-            if (argument && s->depth >= s->max_depth)
-                return finish(s, CB_ERROR, CB_R_DEPTH, item_start);
+            if (argument > hard_end - pos)
+                FINISH(CB_ERROR, CB_R_TOO_LARGE, pos);
+            if (argument && depth >= max_depth)
+                FINISH(CB_ERROR, CB_R_DEPTH, pos);
             pos += head;
             if (!argument)
                 break;
-            stack[s->depth].remaining = major == 5 ? argument * 2 : argument;
-            stack[s->depth].is_map = major == 5;
-            stack[s->depth].has_key = 0;
-            s->depth++;
-            s->pos = pos;
+            stack[depth].remaining = major == 5 ? argument * 2 : argument;
+            stack[depth].is_map = major == 5;
+            stack[depth].has_key = 0;
+            depth++;
+            at = pos;
             continue; /* its first item comes next */
         case 6:
-            return finish(s, argument == 2 || argument == 3 ? CB_OTHER : CB_ERROR, CB_R_TAG, pos);
+            FINISH(argument == 2 || argument == 3 ? CB_OTHER : CB_ERROR, CB_R_TAG, pos);
         default:
             if (info >= 25 && info <= 27) {
                 if (!float_is_shortest(info, argument))
-                    s->canonical = 0;
+                    canonical = 0;
             } else if (info < 20 || info > 22)
-                return finish(s, CB_ERROR, CB_R_SIMPLE, pos);
+                FINISH(CB_ERROR, CB_R_SIMPLE, pos);
             pos += head;
             break;
         }
-        s->pos = pos;
+        at = pos;
         /* an item ended: count it against its containers */
-        while (s->depth) {
-            if (--stack[s->depth - 1].remaining)
+        while (depth) {
+            if (--stack[depth - 1].remaining)
                 break;
-            s->depth--;
+            depth--;
         }
-        if (!s->depth)
-            return finish(s, s->canonical ? CB_CANONICAL : CB_VALID, CB_R_NONE, pos);
+        if (!depth)
+            FINISH(canonical ? CB_CANONICAL : CB_VALID, CB_R_NONE, pos);
     }
 }
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import cbor2
 
+from sessionstore import cbor_bytes
 from sessionstore.byte_path import MAP, major_type
 from sessionstore.canonical import Hint, canonical_dumps, digest_bytes_of_canonical
 from sessionstore.codes import ErrorCode
@@ -23,9 +24,11 @@ from sessionstore.wire import CanonicalItem
 from .snapshot import (
     InvalidSnapshot,
     forked,
+    forked_bytes,
     validate_snapshot,
     validate_snapshot_bytes,
     with_component,
+    with_component_bytes,
 )
 from .storage.errors import Refused
 from .txn_request import DOCUMENT_KINDS, PreparedTxn, document_body, prepared_txn
@@ -109,15 +112,19 @@ def decoded(value: Any) -> Any:
 def updated_body(
     current: bytes | None, session_id: str, component: str, value: Any, max_snapshot_bytes: int
 ) -> bytes:
-    """The stored snapshot after `update`, canonical; Refused when it cannot be."""
+    """The stored snapshot after `update`, canonical; Refused when it cannot be. Where the
+    compiled helper runs, spliced: the current snapshot is not decoded."""
     try:
-        document = with_component(
-            cbor2.loads(current) if current is not None else None,
-            session_id,
-            component,
-            decoded(value),
-        )
-        body = encode_document(document)
+        if cbor_bytes.compiled:
+            body = with_component_bytes(current, session_id, component, _canonical(value))
+        else:
+            document = with_component(
+                cbor2.loads(current) if current is not None else None,
+                session_id,
+                component,
+                decoded(value),
+            )
+            body = encode_document(document)
     except LookupError:
         raise Refused(ErrorCode.NOT_FOUND, f"no session {session_id!r}") from None
     except InvalidSnapshot as error:
@@ -127,8 +134,16 @@ def updated_body(
     return body
 
 
+def _canonical(value: Any) -> bytes:
+    if isinstance(value, CanonicalItem):
+        return value.data
+    return encode_document(decoded(value))
+
+
 def forked_body(source: bytes, new_id: str, workspace: Any) -> bytes:
     try:
+        if cbor_bytes.compiled:
+            return forked_bytes(source, new_id, decoded(workspace))
         return encode_document(forked(cbor2.loads(source), new_id, decoded(workspace)))
     except InvalidSnapshot as error:
         raise Refused(ErrorCode.INVALID_SNAPSHOT, str(error)) from None
@@ -186,7 +201,7 @@ def prepare_large(
             args.pop("require", None)  # inside the prepared ops
         elif request.op in ("update", "fork"):
             name = LARGE_VALUE_ARGUMENT[request.op]
-            if name in args:
+            if name in args and not isinstance(args[name], CanonicalItem):
                 args[name] = Encoded(cbor2.dumps(args[name]))
     except Refused as error:
         return Failure(error.code, error.message, error.details)

@@ -7,7 +7,18 @@ from __future__ import annotations
 
 from typing import Any, TypeGuard
 
-from sessionstore.byte_path import ARRAY, MAP, decode_span, major_type, map_fields
+import cbor2
+
+from sessionstore.byte_path import (
+    ARRAY,
+    MAP,
+    decode_span,
+    major_type,
+    map_fields,
+    raw_entries,
+    raw_map,
+)
+from sessionstore.canonical import canonical_dumps
 
 SCHEMA_VERSION = 1
 MAX_ID_BYTES = 1024
@@ -142,10 +153,10 @@ def validate_snapshot_bytes(data: bytes) -> str:
         raise InvalidSnapshot(f"schema_version must be {SCHEMA_VERSION}, got {version!r}")
     if "session" not in fields:
         raise InvalidSnapshot("session is missing")
-    session_at = fields["session"][0]
+    session_at, session_end = fields["session"]
     if major_type(data, session_at) != MAP:
         raise InvalidSnapshot("session must be a map")
-    id_span = map_fields(data, session_at).get("id")
+    id_span = map_fields(data, session_at, session_end).get("id")
     session_id = decode_span(data, id_span) if id_span else None
     problem = id_problem(session_id)
     if problem:
@@ -210,3 +221,44 @@ def forked(source: dict[str, Any], new_id: str, workspace: Any) -> dict[str, Any
         raise InvalidSnapshot("new_session_id is the source session")
     validate_snapshot(document)
     return document
+
+
+# -- update and fork on bytes: the parts they change decoded, the rest spliced ------
+
+
+def with_component_bytes(
+    current: bytes | None, session_id: str, component: str, value: bytes
+) -> bytes:
+    """with_component on canonical bytes (value: the component's canonical bytes), encoded."""
+    if current is None:
+        if component != "session":
+            raise LookupError(session_id)
+        entries = {cbor2.dumps("schema_version"): cbor2.dumps(SCHEMA_VERSION)}
+    else:
+        entries = raw_entries(current)
+    entries[cbor2.dumps(component)] = value
+    if component == "session" and major_type(value) == MAP:
+        id_span = map_fields(value).get("id")
+        found = decode_span(value, id_span) if id_span else None
+        if found != session_id:
+            raise InvalidSnapshot(f"session.id {found!r} is not the session being updated")
+    document = raw_map(entries)
+    validate_snapshot_bytes(document)
+    return document
+
+
+_FORK_CHANGES = ("session", "run_records", "subagent_tasks")
+
+
+def forked_bytes(source: bytes, new_id: str, workspace: Any) -> bytes:
+    """forked on the canonical bytes of a stored (so valid) snapshot, encoded: only the
+    parts a fork changes are decoded and checked again."""
+    entries = raw_entries(source)
+    read = ("schema_version", *_FORK_CHANGES)
+    keys = {name: cbor2.dumps(name) for name in read}
+    partial = {name: cbor2.loads(entries[key]) for name, key in keys.items() if key in entries}
+    document = forked(partial, new_id, workspace)
+    for name in _FORK_CHANGES:
+        if name in document:
+            entries[keys[name]] = canonical_dumps(document[name])
+    return raw_map(entries)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sessionstore.byte_path import MAP, decode_span, major_type, map_fields
+from sessionstore.byte_path import MAP, array_keeping, decode_span, major_type, map_fields
 from sessionstore.canonical import Hint, canonical_dumps, digest_bytes_of_canonical, parse_digest
 from sessionstore.codes import ErrorCode
 from sessionstore.wire import CanonicalItem
@@ -18,6 +18,7 @@ from .storage.mutations import KV_DOCUMENT, LOOP_CHECKPOINT, SESSION, WORKFLOW_C
 from .storage.txn import Require, TxnAppend, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut
 
 MAX_TXN_OPS = 10_000
+OP_DOCUMENTS = frozenset({"value"})  # what an op of a txn may carry as CanonicalItem
 MAX_TXN_REQUIRES = 1_000
 
 # wire name -> (storage kind, the field of a value that must equal its key, if any)
@@ -154,6 +155,8 @@ def prepared_txn(
     ops = args.get("ops")
     if isinstance(ops, PreparedTxn):
         return ops  # read in a worker already
+    if isinstance(ops, CanonicalItem):  # the values of its puts and appends stay bytes
+        ops = array_keeping(ops, OP_DOCUMENTS)
     requires = args.get("require", [])
     if not isinstance(ops, list) or not 1 <= len(ops) <= MAX_TXN_OPS:
         raise Refused(ErrorCode.BAD_REQUEST, f"ops must be an array of 1 to {MAX_TXN_OPS} maps")

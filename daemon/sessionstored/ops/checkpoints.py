@@ -138,5 +138,5 @@ OPS = (
         {"kind", "prefix", "after", "before", "limit", "reverse", "values"},
         read_only=True,
     ),
-    Op("txn", txn, {"require", "ops", "lease"}),
+    Op("txn", txn, {"require", "ops", "lease"}, documents=frozenset({"ops"})),
 )

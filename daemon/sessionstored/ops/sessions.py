@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from sessionstore.canonical import digest_text
 from sessionstore.codes import ErrorCode
 from sessionstore.protocol import RawCBOR, Request, ok_response
+from sessionstore.wire import CanonicalItem
 
 from ..prepare import Encoded, forked_body, snapshot_document, updated_body
 from ..snapshot import UPDATABLE
@@ -117,7 +118,7 @@ def update(ops: Ops, request: Request) -> Step:
         raise Refused(ErrorCode.BAD_REQUEST, "value is missing")
     value = args["value"]
     limit = ops.max_snapshot_bytes
-    value_size = len(value.data) if isinstance(value, Encoded) else 0
+    value_size = len(value.data) if isinstance(value, Encoded | CanonicalItem) else 0
 
     def apply(current: bytes | None, _source: bytes | None) -> bytes:
         size = len(current or b"") + value_size
@@ -161,6 +162,11 @@ OPS = (
     Op("exists", exists, {"session_id"}, read_only=True),
     Op("list", list_sessions, {"prefix", "after", "limit"}, read_only=True),
     Op("delete", delete, {"session_id", "expect", "lease"}),
-    Op("update", update, {"session_id", "component", "value", "expect", "lease"}),
+    Op(
+        "update",
+        update,
+        {"session_id", "component", "value", "expect", "lease"},
+        documents=frozenset({"value"}),
+    ),
     Op("fork", fork, {"session_id", "new_session_id", "workspace", "lease"}),
 )
