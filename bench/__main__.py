@@ -27,6 +27,7 @@ from . import adapters, anchors, cpu, item_cost, loop_stall, postgres, space
 from .frontend_cost import frontend_cost
 from .load import Sample, run_clients, run_in_processes
 from .sealing_cost import sealing_cost
+from .verdicts import verdict
 from .workload import make_snapshot, snapshot_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -407,11 +408,11 @@ def main() -> None:
     for line, value in out["targets"].items():
         print(f"target: {line}: {value}")
     print("fast path (issue 21), this run:")
-    for line, (value, verdict) in out["fast_path_targets"].items():
-        print(f"  {line:<70} {value:>8}  {verdict}")
+    for line, (value, judged) in out["fast_path_targets"].items():
+        print(f"  {line:<70} {value:>8}  {judged}")
     print("cost per CBOR item (issue 22), both helper paths, this run:")
-    for line, (value, verdict) in out["item_cost_targets"].items():
-        print(f"  {line:<70} {value:>8}  {verdict}")
+    for line, (value, judged) in out["item_cost_targets"].items():
+        print(f"  {line:<70} {value:>8}  {judged}")
     print(f"bench: wrote {RESULTS / 'latest.json'}")
 
 
@@ -419,12 +420,6 @@ def fast_path_targets(
     rows: list[Row], cpu_figures: dict[str, Any], frameworks: dict[str, Any], pg: dict[str, Any]
 ) -> dict[str, tuple[Any, str]]:
     """The fast path's targets (issue 21), each as (figure of this run, met or missed)."""
-
-    def verdict(value: float | None, bound: float, at_most: bool) -> tuple[Any, str]:
-        if value is None:
-            return "-", "not measured"
-        met = value <= bound if at_most else value >= bound
-        return value, ("met" if met else "missed") + f" ({'<=' if at_most else '>='} {bound:g})"
 
     def ours(name: str, clients: int) -> dict[str, Any]:
         figures: dict[str, Any] = cpu_figures.get(f"sessionstored: {name}, {clients} clients", {})

@@ -29,6 +29,7 @@ from sessionstore.wire import Mode
 from . import anchors
 from .load import run_clients
 from .sealing_cost import _per_call_us
+from .verdicts import verdict
 from .workload import make_snapshot
 
 KIB = 1024
@@ -120,12 +121,6 @@ def targets(
     figures: dict[str, Any], sqlite_64k_64: float | None, best_sqlite_4k: float | None
 ) -> dict[str, tuple[Any, str]]:
     """Issue 22's rows, for each path: (figure of this run, met or missed)."""
-
-    def verdict(value: float | None, bound: float, at_most: bool) -> tuple[Any, str]:
-        if value is None:
-            return "-", "not measured"
-        met = value <= bound if at_most else value >= bound
-        return value, ("met" if met else "missed") + f" ({'<=' if at_most else '>='} {bound:g})"
 
     def ratio(a: float | None, b: float | None) -> float | None:
         return round(a / b, 2) if a and b else None

@@ -24,6 +24,7 @@ import cbor2
 import xxhash
 
 from . import cbor_bytes
+from .cbor_bytes_python import head
 
 DIGEST_DOMAIN = b"sessionstore.snapshot.v1\x00"
 DIGEST_PREFIX = "xxh3-128:"
@@ -79,28 +80,19 @@ def _encode_bytewise(value: Any, out: list[bytes]) -> None:
             _encode_bytewise(item, item_parts)
             encoded.append((b"".join(key_parts), b"".join(item_parts)))
         encoded.sort(key=lambda pair: pair[0])
-        out.append(_header(5, len(encoded)))
+        out.append(head(5, len(encoded)))
         for key_bytes, item_bytes in encoded:
             out.append(key_bytes)
             out.append(item_bytes)
     elif isinstance(value, (list, tuple)):
-        out.append(_header(4, len(value)))
+        out.append(head(4, len(value)))
         for item in value:
             _encode_bytewise(item, out)
     elif isinstance(value, cbor2.CBORTag):
-        out.append(_header(6, value.tag))
+        out.append(head(6, value.tag))
         _encode_bytewise(value.value, out)
     else:
         out.append(cbor2.dumps(value, canonical=True))
-
-
-def _header(major: int, length: int) -> bytes:
-    if length < 24:
-        return bytes([major << 5 | length])
-    for info, width in ((24, 1), (25, 2), (26, 4), (27, 8)):
-        if length < 1 << (8 * width):
-            return bytes([major << 5 | info]) + length.to_bytes(width, "big")
-    raise ValueError("length does not fit in 64 bits")
 
 
 class Hint(enum.Enum):

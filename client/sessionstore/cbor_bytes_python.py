@@ -132,8 +132,8 @@ class Scanner:
             is_key = top is not None and top.is_map and top.remaining % 2 == 0
             initial = data[pos]
             major, info = initial >> 5, initial & 0x1F
-            head = _head_length(info) if info < 28 else 1
-            if info < 28 and head > length - pos and head <= hard_end - pos:
+            head_size = _head_length(info) if info < 28 else 1
+            if info < 28 and head_size > length - pos and head_size <= hard_end - pos:
                 return INCOMPLETE, R_NONE, length
             self._items += 1
             if self._items > self._max_items:
@@ -148,23 +148,25 @@ class Scanner:
                 return self._finish(ERROR, R_RESERVED, pos)
             if is_key and major != 3:
                 return self._finish(OTHER, R_KEY, pos)
-            if head > hard_end - pos:
+            if head_size > hard_end - pos:
                 return self._finish(ERROR, R_TOO_LARGE, pos)
             argument = _argument(data, pos, info)
             if major != 7 and info >= 24 and argument <= _SHORTEST_ABOVE[info]:
                 self._canonical = False  # set again, harmlessly, if the item is cut short
             item_start = pos
             if major in (0, 1):
-                pos += head
+                pos += head_size
             elif major in (2, 3):
-                if argument > hard_end - pos - head:
+                if argument > hard_end - pos - head_size:
                     return self._finish(ERROR, R_TOO_LARGE, pos)
-                if argument > length - pos - head:
+                if argument > length - pos - head_size:
                     self._items -= 1  # counted again when its bytes are here
                     return INCOMPLETE, R_NONE, length
-                if major == 3 and not _valid_utf8(bytes(data[pos + head : pos + head + argument])):
+                if major == 3 and not _valid_utf8(
+                    bytes(data[pos + head_size : pos + head_size + argument])
+                ):
                     return self._finish(ERROR, R_UTF8, pos)
-                pos += head + argument
+                pos += head_size + argument
                 if is_key:
                     assert top is not None
                     key = bytes(data[item_start:pos])
@@ -180,7 +182,7 @@ class Scanner:
                     return self._finish(ERROR, R_TOO_LARGE, pos)
                 if argument and len(stack) >= self._max_depth:
                     return self._finish(ERROR, R_DEPTH, item_start)
-                pos += head
+                pos += head_size
                 if argument:
                     stack.append(_Frame(argument * 2 if major == 5 else argument, major == 5))
                     self._pos = pos
@@ -193,7 +195,7 @@ class Scanner:
                         self._canonical = False
                 elif not 20 <= info <= 22:
                     return self._finish(ERROR, R_SIMPLE, pos)
-                pos += head
+                pos += head_size
             self._pos = pos
             while stack:
                 stack[-1].remaining -= 1
@@ -224,11 +226,11 @@ def item_end(data: bytes | bytearray, start: int) -> int:
         major, info = data[pos] >> 5, data[pos] & 0x1F
         if info >= 28:
             return 0
-        head = _head_length(info)
-        if head > length - pos:
+        head_size = _head_length(info)
+        if head_size > length - pos:
             return 0
         argument = _argument(data, pos, info)
-        pos += head
+        pos += head_size
         pending -= 1
         if major in (2, 3):
             if argument > length - pos:
@@ -280,13 +282,14 @@ class _Unhandled(Exception):
     pass
 
 
-def _head(major: int, argument: int) -> bytes:
+def head(major: int, argument: int) -> bytes:
+    """The shortest head_size of a data item (RFC 8949 section 3), used by every encoder here."""
     if argument < 24:
         return bytes([major << 5 | argument])
     for info, width in ((24, 1), (25, 2), (26, 4), (27, 8)):
         if argument < 1 << (8 * width):
             return bytes([major << 5 | info]) + argument.to_bytes(width, "big")
-    raise _Unhandled
+    raise ValueError("length does not fit in 64 bits")
 
 
 def _float(value: float) -> bytes:
@@ -307,21 +310,21 @@ def _canonical_item(
     major, info = data[pos] >> 5, data[pos] & 0x1F
     if info >= 28:
         raise _Unhandled
-    head = _head_length(info)
-    if head > end - pos:
+    head_size = _head_length(info)
+    if head_size > end - pos:
         raise _Unhandled
     argument = _argument(data, pos, info)
-    pos += head
+    pos += head_size
     if major in (0, 1):
-        return _head(major, argument), pos
+        return head(major, argument), pos
     if major in (2, 3):
         if argument > end - pos:
             raise _Unhandled
-        return _head(major, argument) + data[pos : pos + argument], pos + argument
+        return head(major, argument) + data[pos : pos + argument], pos + argument
     if major == 4:
         if (argument and depth >= max_depth) or argument > end - pos:
             raise _Unhandled
-        parts = [_head(4, argument)]
+        parts = [head(4, argument)]
         for _ in range(argument):
             part, pos = _canonical_item(data, pos, end, depth + 1, max_depth)
             parts.append(part)
@@ -339,7 +342,7 @@ def _canonical_item(
         pairs.sort(key=lambda pair: pair[0])
         if any(pairs[i - 1][0] == pairs[i][0] for i in range(1, len(pairs))):
             raise _Unhandled
-        return _head(5, argument) + b"".join(key + value for key, value in pairs), pos
+        return head(5, argument) + b"".join(key + value for key, value in pairs), pos
     if major == 6:
         raise _Unhandled
     if 20 <= info <= 22:

@@ -120,7 +120,8 @@ class Connection:
         defer_above_bytes come out as Deferred; a large item is walked at most
         scan_budget_bytes per call (then MORE_WORK). cbor_bytes: take requests through
         the compiled helper (byte_path.py; by default where it is built), keeping the
-        arguments that `documents` names per op as CanonicalItem bytes; there, items over
+        arguments that `documents` names per op as CanonicalItem bytes; there, items to
+        canonicalise over defer_above_bytes and canonical ones over
         defer_canonical_above_bytes come out as Deferred."""
         self.max_message_bytes = max_message_bytes
         self.max_depth = max_depth
@@ -135,6 +136,7 @@ class Connection:
                 max_depth,
                 max_items,
                 documents or {},
+                defer_above_bytes,
                 defer_canonical_above_bytes,
             )
             if use_bytes and order_maps and received == "request"
