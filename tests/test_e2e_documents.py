@@ -2,6 +2,8 @@
 # checkpoint_scan, txn), over the wire in CBOR and in JSON, on a real daemon.
 from __future__ import annotations
 
+import json
+import socket
 from typing import Any
 
 import pytest
@@ -229,3 +231,34 @@ def test_a_txn_cut_by_a_crash_before_its_commit_record_is_gone_whole(
     with daemon.client() as client:
         keys = [item["key"] for item in client.checkpoint_scan("kv")["items"]]
     assert keys == ["kept"]
+
+
+def _raw_json(path: str, request: dict[str, Any]) -> dict[str, Any]:
+    """One request as plain JSON text (integers of any size), one reply."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(30)
+        sock.connect(path)
+        sock.sendall(json.dumps(request).encode() + b"\n")
+        reply = sock.makefile("rb").readline()
+    answer: dict[str, Any] = json.loads(reply)
+    return answer
+
+
+def test_bignums_are_refused_over_cbor_and_over_json(running: DaemonProcess) -> None:
+    big = 2**70  # a CBOR bignum (tag 2); -big is tag 3
+    snapshot = {"schema_version": 1, "session": {"id": "big"}, "artifacts": [{"n": big}]}
+    put = {"op": "put", "kind": "kv", "key": "k", "value": {"n": -big}}
+    requests = [
+        {"op": "save", "snapshot": snapshot},
+        {"op": "txn", "ops": [put]},
+        {"op": "checkpoint_put", "kind": "kv", "key": "k", "value": {"n": big}},
+        {"op": "update", "session_id": "big", "component": "session", "value": {"id": big}},
+    ]
+    for request in requests:
+        assert one(running.socket_path, request, Mode.CBOR)["error"]["code"] == "bad_request"
+        assert _raw_json(running.socket_path, request)["error"]["code"] == "bad_request"
+    with running.client() as client:
+        assert not client.exists("big")
+        assert client.checkpoint_get("kv", "k") is None
+        client.save({"schema_version": 1, "session": {"id": "big"}, "n": 2**64 - 1})
+        assert client.load("big")["n"] == 2**64 - 1  # the largest integer CBOR has untagged

@@ -5,12 +5,13 @@
 # resumable walker over the CBOR headers (ItemScanner). The walker enforces the
 # size cap (a declared string length over the cap is refused before a byte of it
 # is buffered) and the nesting cap, and rejects the few encodings the store does
-# not accept (tags other than bignums, simple values other than false/true/null),
+# not accept (tags: in requests all of them, in responses all but bignums; simple
+# values other than false/true/null),
 # so cbor2 only ever sees one complete, bounded item.
 #
 # Fast path: an item that arrives within FAST_PATH_MAX_BYTES is framed by
 # cbor2's C decoder itself (configured with the same rules: depth, no duplicate
-# keys, tags refused but bignums); it never allocates what a header merely
+# keys, the same tags refused); it never allocates what a header merely
 # claims. Larger items are walked by ItemScanner as they arrive, then decoded
 # the same way, so both paths accept the same language. A reader that defers
 # large items hands back those above its threshold undecoded (Deferred), and
@@ -68,15 +69,18 @@ _BYTE_CLASSES = bytes(
 
 
 class _RefuseTags(Mapping[int, Any]):
-    """cbor2 semantic_decoders that refuse every built-in tag but the bignums."""
+    """cbor2 semantic_decoders that refuse every built-in tag but those accepted."""
+
+    def __init__(self, accepted: tuple[int, ...]) -> None:
+        self.accepted = accepted
 
     def __getitem__(self, tag: int) -> Any:
-        if tag in BIGNUM_TAGS:
+        if tag in self.accepted:
             raise KeyError(tag)
         return _refuse_tag
 
     def __contains__(self, tag: object) -> bool:
-        return tag not in BIGNUM_TAGS
+        return tag not in self.accepted
 
     def __iter__(self) -> Iterator[int]:
         return iter(())
@@ -86,16 +90,20 @@ class _RefuseTags(Mapping[int, Any]):
 
 
 def _refuse_tag(*_args: Any) -> Any:
-    raise ValueError("CBOR tags other than bignums are not accepted")
+    raise ValueError("CBOR tags are not accepted")
 
 
-_REFUSE_TAGS = _RefuseTags()
+# Requests carry no tags, bignums included: an integer beyond 64 bits has no JSON
+# form that reads back, so it is refused in both dialects. Responses may hold
+# bignums, which documents stored before that rule can contain.
+ACCEPTED_TAGS: dict[Received, tuple[int, ...]] = {"request": (), "response": BIGNUM_TAGS}
+_REFUSE_TAGS = {received: _RefuseTags(tags) for received, tags in ACCEPTED_TAGS.items()}
 
 
-def _decoder(fp: io.BytesIO, max_depth: int, hook: OrderingHook | None) -> Any:
+def _decoder(fp: io.BytesIO, max_depth: int, hook: OrderingHook | None, received: Received) -> Any:
     return cbor2.CBORDecoder(
         fp,
-        semantic_decoders=_REFUSE_TAGS,
+        semantic_decoders=_REFUSE_TAGS[received],
         tag_hook=_refuse_tag,
         object_hook=hook.hook if hook is not None else None,
         max_depth=max_depth,
@@ -103,12 +111,12 @@ def _decoder(fp: io.BytesIO, max_depth: int, hook: OrderingHook | None) -> Any:
     )
 
 
-def _failure_offset(item: bytes, max_depth: int) -> int:
+def _failure_offset(item: bytes, max_depth: int, received: Received) -> int:
     """Where decoding fails, exactly: decoded again without read-ahead (errors only)."""
     fp = io.BytesIO(item)
     decoder = cbor2.CBORDecoder(
         fp,
-        semantic_decoders=_REFUSE_TAGS,
+        semantic_decoders=_REFUSE_TAGS[received],
         tag_hook=_refuse_tag,
         max_depth=max_depth,
         allow_duplicate_keys=False,
@@ -284,7 +292,7 @@ class ItemScanner:
                     self._push("c", count)
                     continue
             elif major == 6:
-                if argument not in BIGNUM_TAGS:
+                if argument not in ACCEPTED_TAGS[self.received]:
                     raise self._bad(f"CBOR tag {argument} is not accepted")
                 self.pos = pos + header
                 self._push("c", 1)
@@ -389,7 +397,7 @@ class CborReader:
             start = fp.tell()
             try:
                 # a decoder per message: cbor2's panics when reused after a failed decode
-                value = _decoder(fp, self.max_depth, self._hook).decode()
+                value = _decoder(fp, self.max_depth, self._hook, self.received).decode()
             except cbor2.CBORDecodeEOF:
                 fp.seek(start)
                 if self.inbox.eof:  # the limits first, as for an item cut into pieces
@@ -415,7 +423,7 @@ class CborReader:
             except _DECODE_ERRORS as error:
                 # The first problem in byte order wins, however the bytes arrived: the
                 # limits get to look at exactly what the decoder read before it failed.
-                failed_at = _failure_offset(bytes(self.inbox.data), self.max_depth)
+                failed_at = _failure_offset(bytes(self.inbox.data), self.max_depth, self.received)
                 self._scanner_in_use().scan(bytes(self.inbox.data[:failed_at]))
                 raise ProtocolError(
                     ErrorCode.BAD_REQUEST, f"undecodable CBOR item: {error}", fatal=True
@@ -448,7 +456,7 @@ class CborReader:
             return Deferred(data, Mode.CBOR)
         try:
             fp = io.BytesIO(self.inbox.data[:end_or_none])
-            value = _decoder(fp, self.max_depth, self._hook).decode()
+            value = _decoder(fp, self.max_depth, self._hook, self.received).decode()
         except _DECODE_ERRORS as error:
             raise ProtocolError(
                 ErrorCode.BAD_REQUEST, f"undecodable CBOR item: {error}", fatal=True
@@ -459,7 +467,7 @@ class CborReader:
         """The first buffered item if it ends within `window` bytes, else None."""
         fp = io.BytesIO(bytes(self.inbox.data[:window]))
         try:
-            value = _decoder(fp, self.max_depth, self._hook).decode()
+            value = _decoder(fp, self.max_depth, self._hook, self.received).decode()
         except (cbor2.CBORDecodeEOF, *_DECODE_ERRORS):
             if self._hook is not None:
                 self._hook.needs_bytewise = False  # forget the attempt
