@@ -5,6 +5,7 @@
 # byte for cbor2 (measured in prepare.py's comment).
 from __future__ import annotations
 
+import json
 import socket
 import statistics
 import threading
@@ -21,26 +22,48 @@ from sessionstore.protocol import NEED_DATA, Connection, Mode
 MIB = 1024 * 1024
 
 
-def _heavy_requests(quick: bool) -> dict[str, bytes]:
+SCAN_VALUES, SCAN_VALUE_BYTES = 64, 127 * 1024  # one reply's worth: 8 MiB
+
+
+def _store_scan_values(socket_path: str) -> None:
+    with Client(socket_path, timeout=600) as client:
+        for n in range(SCAN_VALUES):
+            client.checkpoint_put("kv", f"big/{n:02}", {"text": "x" * SCAN_VALUE_BYTES})
+
+
+Heavy = tuple[bytes, Mode, Callable[[str], None] | None]  # request, its dialect, a setup
+
+
+def _heavy_requests(quick: bool) -> dict[str, Heavy]:
     def save(events: list[Any]) -> bytes:
         snapshot = {"schema_version": 1, "session": {"id": "heavy"}, "events": events}
         return cbor2.dumps({"op": "save", "snapshot": snapshot})
 
-    requests = {
+    scan = {"op": "checkpoint_scan", "kind": "kv", "prefix": "big/", "limit": SCAN_VALUES}
+    requests: dict[str, Heavy] = {
         # 15 bytes a map
-        "3.6 MiB save of 250,000 small maps (float: the canonical slow path)": save(
-            [{"b": 1, "a": 0.5}] * 250_000
+        "3.6 MiB save of 250,000 small maps (float: the canonical slow path)": (
+            save([{"b": 1, "a": 0.5}] * 250_000),
+            Mode.CBOR,
+            None,
+        ),
+        "JSON checkpoint_scan of 8 MiB (64 values)": (
+            json.dumps(scan).encode() + b"\n",
+            Mode.JSON,
+            _store_scan_values,
         ),
     }
     if not quick:
-        requests["63 MiB save of 4,400,000 small maps (near the 64 MiB request limit)"] = save(
-            [{"b": 1, "a": 0.5}] * 4_400_000
+        requests["63 MiB save of 4,400,000 small maps (near the 64 MiB request limit)"] = (
+            save([{"b": 1, "a": 0.5}] * 4_400_000),
+            Mode.CBOR,
+            None,
         )
     return requests
 
 
-def _send(socket_path: str, frame: bytes, out: list[tuple[float, str]]) -> None:
-    conn = Connection(max_message_bytes=1 << 30, mode=Mode.CBOR)
+def _send(socket_path: str, frame: bytes, mode: Mode, out: list[tuple[float, str]]) -> None:
+    conn = Connection(max_message_bytes=1 << 30, mode=mode)
     started = time.perf_counter()
     with socket.socket(socket.AF_UNIX) as sock:
         sock.settimeout(600)
@@ -69,9 +92,11 @@ def run(daemon_class: Any, workdir: Path, *, quick: bool = False) -> dict[str, A
         idle_until = time.monotonic() + 1.0
         idle = _ping_while(daemon.socket, lambda: time.monotonic() < idle_until)
         results["idle"] = _summary(idle)
-        for name, frame in _heavy_requests(quick).items():
+        for name, (frame, mode, setup) in _heavy_requests(quick).items():
+            if setup is not None:
+                setup(daemon.socket)
             answer: list[tuple[float, str]] = []
-            sender = threading.Thread(target=_send, args=(daemon.socket, frame, answer))
+            sender = threading.Thread(target=_send, args=(daemon.socket, frame, mode, answer))
             sender.start()
             pings = _ping_while(daemon.socket, sender.is_alive)
             sender.join()

@@ -3,6 +3,7 @@
 # plus dispatch itself (registry, access check, refusals).
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,7 +15,9 @@ from sessionstore.canonical import snapshot_digest
 from sessionstore.protocol import RawCBOR, Request, parse_request
 from sessionstored.access import Access
 from sessionstored.ops import ARGUMENTS, REGISTRY, Ops
+from sessionstored.server import raw_bytes
 from sessionstored.steps import Exclusive, Read, Reply, Write
+from sessionstored.storage.cache import DocumentCache
 from sessionstored.watch import Broadcaster
 from sessionstored.writer import Writer
 
@@ -145,3 +148,102 @@ async def test_admin(harness: Harness) -> None:
     assert (await harness.call("verify"))["problems"] == []
     compacted = await harness.call("compact")
     assert compacted["ok"] and compacted["seq"] == 1
+
+
+class _ThreadWatchingCache:
+    """The store's read cache, noting the thread of every use."""
+
+    def __init__(self, cache: DocumentCache) -> None:
+        self.cache = cache
+        self.threads: set[int] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        self.threads.add(threading.get_ident())
+        return getattr(self.cache, name)
+
+
+async def test_the_read_cache_is_used_only_on_the_event_loop(harness: Harness) -> None:
+    """Large and small documents read at once, overwritten meanwhile, through a cache
+    small enough to evict: every read gets its latest generation, and the cache (which
+    is not thread-safe) is touched only by the event loop's thread."""
+    store = harness.ops.store
+    watching = _ThreadWatchingCache(DocumentCache(1024 * 1024))
+    store.cache = watching  # type: ignore[attr-defined]
+    large, small = 200 * 1024, 2 * 1024  # over and under the size read in a thread
+    generation = {f"d{n}": 0 for n in range(12)}
+    committed = dict(generation)  # what a read must see at least: acknowledged saves
+
+    def snapshot(name: str) -> dict[str, Any]:
+        size = large if int(name[1:]) % 2 else small
+        return _snapshot(name, blob=name.encode() * (size // 3), generation=generation[name])
+
+    for name in generation:
+        assert (await harness.call("save", snapshot=snapshot(name)))["ok"]
+
+    async def reader(name: str) -> None:
+        for _ in range(15):
+            seen = committed[name]
+            reply = await harness.call("load", session_id=name)
+            assert reply["ok"], reply
+            assert reply["snapshot"]["session"]["generation"] >= seen
+
+    async def writer() -> None:
+        for round_ in range(10):
+            for name in list(generation)[round_ % 2 :: 2]:
+                generation[name] += 1
+                assert (await harness.call("save", snapshot=snapshot(name)))["ok"]
+                committed[name] = generation[name]
+            await trio.sleep(0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer)
+        for name in generation:
+            nursery.start_soon(reader, name)
+    assert watching.threads == {threading.get_ident()}
+    assert watching.cache.hits and watching.used_bytes <= 1024 * 1024
+
+
+async def test_scans_and_loads_racing_compaction_never_miss_a_segment(harness: Harness) -> None:
+    """Large values overwritten while `compact` runs in a loop: every scan and load that
+    reads in a thread finds its segment, though compaction unlinks it meanwhile."""
+    blob = b"v" * (160 * 1024)  # over the size read in a thread
+    keys = [f"k{n}" for n in range(6)]
+
+    async def put_all(round_: int) -> None:
+        for key in keys:
+            value = {"round": round_, "blob": blob}
+            reply = await harness.call("checkpoint_put", kind="kv", key=key, value=value)
+            assert reply["ok"], reply
+
+    await put_all(0)
+    done = trio.Event()
+
+    async def churn() -> None:
+        for round_ in range(1, 25):
+            await put_all(round_)
+            assert (await harness.call("compact"))["ok"]
+        done.set()
+
+    async def scan() -> None:
+        while not done.is_set():
+            reply = await harness.call("checkpoint_scan", kind="kv", prefix="k")
+            assert reply["ok"], reply
+            assert [item["key"] for item in reply["items"]] == keys
+            reply = await harness.call("checkpoint_get", kind="kv", key="k3")
+            assert reply["ok"], reply
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(churn)
+        for _ in range(3):
+            nursery.start_soon(scan)
+    assert harness.ops.store.log._pins == {}  # every pin released
+
+
+def test_a_reply_counts_the_stored_bytes_it_carries_wherever_they_are() -> None:
+    """What decides that a JSON reply is encoded in a worker, off the event loop: a
+    checkpoint_scan's values count as much as a load's snapshot."""
+    body = RawCBOR(b"\xa0" * 1000)
+    assert raw_bytes({"ok": True, "snapshot": body}) == 1000
+    scan = {"ok": True, "items": [{"key": f"k{n}", "value": body} for n in range(8)], "next": None}
+    assert raw_bytes(scan) == 8000
+    assert raw_bytes({"ok": True, "ids": ["a", "b"]}) == 0

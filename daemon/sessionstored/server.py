@@ -534,7 +534,7 @@ class Server:
 
     async def _encode(self, conn: Connection, response: dict[str, Any]) -> bytes:
         """A reply's bytes; a large one in JSON is encoded in a worker (CBOR splices bytes)."""
-        if conn.mode is Mode.JSON and _raw_bytes(response) > OFFLOAD_ABOVE_BYTES:
+        if conn.mode is Mode.JSON and raw_bytes(response) > OFFLOAD_ABOVE_BYTES:
             return await self.ops.offload.run(encode, response, Mode.JSON)
         return conn.encode(response)
 
@@ -548,5 +548,13 @@ def _refusal(conn: Connection, code: ErrorCode, message: str) -> bytes:
     return conn.encode(error_response(None, code, message))
 
 
-def _raw_bytes(response: dict[str, Any]) -> int:
-    return sum(len(value.data) for value in response.values() if isinstance(value, RawCBOR))
+def raw_bytes(value: Any) -> int:
+    """The stored bytes a reply carries, wherever they are in it (a load's snapshot, every
+    value of a checkpoint_scan): what its JSON encoding costs grows with them."""
+    if isinstance(value, RawCBOR):
+        return len(value.data)
+    if isinstance(value, dict):
+        return sum(raw_bytes(item) for item in value.values())
+    if isinstance(value, list):
+        return sum(raw_bytes(item) for item in value)
+    return 0

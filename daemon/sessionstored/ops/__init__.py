@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import trio
 
@@ -22,6 +22,7 @@ from ..offload import OFFLOAD_ABOVE_BYTES, Offload
 from ..snapshot import InvalidSnapshot
 from ..steps import Reply, Response, Step, Write
 from ..storage.errors import CorruptRecord, Refused
+from ..storage.index import Entry
 from ..storage.mutations import Mutation, Outcome
 from ..storage.store import Store
 from ..watch import Broadcaster
@@ -30,6 +31,7 @@ from . import admin, checkpoints, leases, sessions
 from .registry import Op
 
 log = logging.getLogger("sessionstored.ops")
+T = TypeVar("T")
 
 REGISTRY: dict[str, Op] = {
     op.name: op for module in (sessions, checkpoints, leases, admin) for op in module.OPS
@@ -104,17 +106,31 @@ class Ops:
     def read_document(self, kind: str, doc_id: str) -> Callable[[], Awaitable[Any]]:
         """A reader of the committed generation; returns the Document or None. A large
         one is read, decrypted and checked in a thread (those release the GIL), so the
-        event loop goes on meanwhile."""
+        event loop goes on meanwhile; the read cache is only touched here, on the loop."""
 
         async def read() -> Any:
             if self.store.blocking_reads:
                 return await trio.to_thread.run_sync(self.store.read, kind, doc_id)
             entry = self.store.head(kind, doc_id)
-            if entry is not None and entry.size > OFFLOAD_ABOVE_BYTES:
-                return await trio.to_thread.run_sync(self.store.read, kind, doc_id)
-            return self.store.read(kind, doc_id)
+            if entry is None or entry.size <= OFFLOAD_ABOVE_BYTES:
+                return self.store.read(kind, doc_id)
+            hit = self.store.cached(kind, doc_id, entry)
+            if hit is not None:
+                return hit
+            doc = await self.read_off_loop([entry], self.store.read_entry, kind, doc_id, entry)
+            self.store.remember(doc)
+            return doc
 
         return read
+
+    async def read_off_loop(self, entries: Sequence[Entry], fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args) in a thread, reading these entries: their files stay alive meanwhile,
+        however compaction goes on."""
+        self.store.pin(entries)
+        try:
+            return await trio.to_thread.run_sync(fn, *args)
+        finally:
+            self.store.unpin(entries)
 
     async def guarded_read(
         self, request: Request, produce: Callable[[], Awaitable[Response]]

@@ -97,8 +97,11 @@ def checkpoint_scan(ops: Ops, request: Request) -> Step:
                 if total > SCAN_REPLY_BYTES and count > 0:
                     found, more = found[:count], True
                     break
-            if total > OFFLOAD_ABOVE_BYTES or ops.store.blocking_reads:
+            if ops.store.blocking_reads:
                 items = await trio.to_thread.run_sync(read_values, found)
+            elif total > OFFLOAD_ABOVE_BYTES:
+                entries = [entry for _, entry in found]
+                items = await ops.read_off_loop(entries, read_values, found)
             else:
                 items = read_values(found)
         else:

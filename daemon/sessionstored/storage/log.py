@@ -129,7 +129,8 @@ class Log:
         self._fd: int | None = None
         self._read_fds: dict[int, int] = {}
         self._read_open_lock = threading.Lock()
-        self._retired_fds: list[int] = []
+        self._retired_fds: dict[int, int] = {}  # segment number -> handle, unlinked or soon
+        self._pins: dict[int, int] = {}  # segment number -> reads in other threads holding it
         self._spare: Spare | None = None
         self._spare_busy = False  # a thread is zero-filling the next spare
         self._spare_changed = threading.Condition()
@@ -141,14 +142,33 @@ class Log:
     # -- reading (the readers' thread) --------------------------------------
 
     def pread(self, number: int, offset: int, length: int) -> bytes:
+        return self.fs.pread(self._handle(number), length, offset)
+
+    def _handle(self, number: int) -> int:
         fd = self._read_fds.get(number)
+        if fd is None:
+            fd = self._retired_fds.get(number)
         if fd is None:
             with self._read_open_lock:  # the readers and the writer may both miss
                 fd = self._read_fds.get(number)
                 if fd is None:
                     fd = self.fs.open_read(self.path(number))
                     self._read_fds[number] = fd
-        return self.fs.pread(fd, length, offset)
+        return fd
+
+    def pin(self, number: int) -> None:
+        """The readers' thread: a read of this segment is about to leave it for another
+        thread. Its handle stays open until unpin(), even if compaction unlinks the file
+        meanwhile (FileNotFoundError if it is gone already)."""
+        self._handle(number)
+        self._pins[number] = self._pins.get(number, 0) + 1
+
+    def unpin(self, number: int) -> None:
+        left = self._pins[number] - 1
+        if left:
+            self._pins[number] = left
+        else:
+            del self._pins[number]
 
     def forget(self, numbers: list[int]) -> None:
         """Segments about to be unlinked: their read handles stay open (a read that looked
@@ -156,12 +176,13 @@ class Log:
         for number in numbers:
             fd = self._read_fds.pop(number, None)
             if fd is not None:
-                self._retired_fds.append(fd)
+                self._retired_fds[number] = fd
 
     def close_retired(self) -> None:
-        """The readers' thread, between reads: no read can still hold a retired handle."""
-        while self._retired_fds:
-            self.fs.close(self._retired_fds.pop())
+        """The readers' thread, between reads: the handles no read holds any more; a
+        pinned one waits for its unpin()."""
+        for number in [n for n in self._retired_fds if n not in self._pins]:
+            self.fs.close(self._retired_fds.pop(number))
 
     # -- the active segment ---------------------------------------------------
 

@@ -347,6 +347,18 @@ class PgStore:
         with self._reader() as conn:
             return self._read_with(conn, kind, doc_id)
 
+    def cached(self, kind: str, doc_id: str, entry: Entry) -> Document | None:
+        return None  # no cache: every read is the database's
+
+    def remember(self, doc: Document) -> None:
+        pass
+
+    def pin(self, entries: Sequence[Entry]) -> None:
+        pass  # rows, not files: nothing to keep alive
+
+    def unpin(self, entries: Sequence[Entry]) -> None:
+        pass
+
     def read_entry(self, kind: str, doc_id: str, entry: Entry) -> Document:
         doc = self.read(kind, doc_id)
         if doc is None:

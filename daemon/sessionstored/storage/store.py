@@ -209,12 +209,39 @@ class Store:
         entry = self.head(kind, doc_id)
         if entry is None:
             return None
-        if cached and (hit := self.cache.get(kind, doc_id, entry.seq, entry.digest)) is not None:
+        if cached and (hit := self.cached(kind, doc_id, entry)) is not None:
             return hit
         doc = self.read_entry(kind, doc_id, entry)
         if cached:
-            self.cache.put(doc)
+            self.remember(doc)
         return doc
+
+    def cached(self, kind: str, doc_id: str, entry: Entry) -> Document | None:
+        """The cache's copy of this generation (the readers' thread only)."""
+        return self.cache.get(kind, doc_id, entry.seq, entry.digest)
+
+    def remember(self, doc: Document) -> None:
+        """Keep a document read elsewhere (read_entry in a thread) in the readers' cache."""
+        self.cache.put(doc)
+
+    def pin(self, entries: Sequence[Entry]) -> None:
+        """The readers' thread, before read_entry() of these in another thread: their
+        segments stay readable even if compaction retires them meanwhile."""
+        pinned: list[int] = []
+        try:
+            for entry in entries:
+                self.log.pin(entry.segment)
+                pinned.append(entry.segment)
+        except FileNotFoundError:
+            for number in pinned:
+                self.log.unpin(number)
+            entry = entries[len(pinned)]
+            path = self.log.path(entry.segment)
+            raise CorruptRecord(path, entry.offset, "segment file missing") from None
+
+    def unpin(self, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.log.unpin(entry.segment)
 
     def read_entry(self, kind: str, doc_id: str, entry: Entry) -> Document:
         path = self.log.path(entry.segment)
