@@ -2,6 +2,7 @@
 # wire behaviours (pipelining, half-close, JSON mode, limits) and the CLI.
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -13,8 +14,11 @@ from typing import Any
 
 import cbor2
 import pytest
+import trio
 
 from sessionstore import Conflict, InvalidSnapshot, TooLarge, snapshot_digest
+from sessionstore.aclient import AsyncClient as TrioClient
+from sessionstore.asyncio_client import AsyncioClient
 from sessionstore.client import Client
 from sessionstore.errors import BadRequest, ConnectionLost
 
@@ -305,8 +309,7 @@ def test_oversized_request_refused_while_others_are_served(short_tmp: Path) -> N
             assert client.hello()["limits"]["max_request_bytes"] == 65536
             client.save(snapshot("small"))
             big = snapshot("big", blob="x" * 100_000)
-            # too_large when the reply is read before the close, else a lost connection
-            with pytest.raises((TooLarge, ConnectionLost)):
+            with pytest.raises(TooLarge):  # read after the broken send, not a lost connection
                 client.save(big)
         header_only = b"\xa2\x62op\x64save\x68snapshot\x5b" + (1 << 40).to_bytes(8, "big")
         responses = _decode_all(_raw_exchange(daemon.socket_path, header_only))
@@ -515,3 +518,39 @@ def test_a_missing_or_mistyped_argument_is_bad_request(running: DaemonProcess, m
         assert not response["ok"] and response["error"]["code"] == "bad_request", response
     with running.client() as client:
         assert client.stats()["seq"] == 0, "no malformed request wrote anything"
+
+
+def test_an_oversized_save_is_too_large_for_every_client(short_tmp: Path) -> None:
+    """The daemon answers `too_large` and closes while the client is still sending: the
+    client reads that answer instead of reporting a lost connection."""
+    daemon = DaemonProcess(short_tmp)
+    try:
+        daemon.start("--max-request-bytes", "65536")
+        big = snapshot("big", blob="x" * (4 << 20))  # far more than the socket's buffers
+        with daemon.client() as client:
+            with pytest.raises(TooLarge):
+                client.save(big)
+            client.save(snapshot("after"))  # the client reconnects and goes on
+
+        async def through_asyncio() -> None:
+            async with AsyncioClient(daemon.socket_path) as client:
+                with pytest.raises(TooLarge):
+                    await client.save(big)
+
+        asyncio.run(through_asyncio())
+
+        async def through_trio() -> None:
+            async with TrioClient(daemon.socket_path) as client:
+                with pytest.raises(TooLarge):
+                    await client.save(big)
+
+        trio.run(through_trio)
+        command = [sys.executable, "-m", "sessionstore.cli", "--socket", daemon.socket_path]
+        put = subprocess.run(
+            [*command, "put", "-"], input=json.dumps(big), capture_output=True, text=True
+        )
+        assert put.returncode == 2, put.stderr
+        assert "too_large" in put.stderr
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+        daemon.cleanup()

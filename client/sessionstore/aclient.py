@@ -3,13 +3,14 @@
 # socket stream; one request in flight per client.
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
 import trio
 
 from .async_core import AsyncCore
-from .client import DEFAULT_TIMEOUT_S, RECEIVE_BYTES
+from .client import DEFAULT_TIMEOUT_S, RECEIVE_BYTES, answers_after_broken_send
 from .errors import ConnectionLost
 from .protocol import ProtocolError
 
@@ -58,6 +59,14 @@ class AsyncClient(AsyncCore):
     async def _sleep(self, seconds: float) -> None:
         await trio.sleep(seconds)
 
+    async def _answers_after_broken_send(self, count: int) -> list[Any] | None:
+        """The daemon closed mid-send: its refusal may be waiting unread."""
+        replies: list[dict[str, Any]] = []
+        with contextlib.suppress(*_LOST, ConnectionLost, ProtocolError):
+            while len(replies) < count:
+                replies.append(await self._read_message())
+        return answers_after_broken_send(replies, count)
+
     async def send_raw(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Pipeline: send every request, then read as many responses, in order."""
         async with self._lock:
@@ -66,7 +75,14 @@ class AsyncClient(AsyncCore):
             try:
                 with trio.fail_after(self.timeout if self.timeout is not None else math.inf):
                     data = b"".join(self._conn.encode(req) for req in requests)
-                    await self._stream.send_all(data)
+                    try:
+                        await self._stream.send_all(data)
+                    except _LOST:
+                        answered = await self._answers_after_broken_send(len(requests))
+                        if answered is None:
+                            raise
+                        await self.aclose()
+                        return answered
                     return [await self._read_message() for _ in requests]
             except trio.TooSlowError as error:
                 await self.aclose()

@@ -9,7 +9,7 @@ import contextlib
 from typing import Any
 
 from .async_core import AsyncCore
-from .client import DEFAULT_TIMEOUT_S, RECEIVE_BYTES
+from .client import DEFAULT_TIMEOUT_S, RECEIVE_BYTES, answers_after_broken_send
 from .errors import ConnectionLost
 from .protocol import ProtocolError
 
@@ -59,9 +59,24 @@ class AsyncioClient(AsyncCore):
 
     async def _exchange(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         assert self._writer is not None
+        # Replies are read while the requests are still being sent: a daemon that refuses
+        # one it cannot take answers and closes, and asyncio drops what it had not read
+        # yet once a write fails.
         self._writer.write(b"".join(self._conn.encode(req) for req in requests))
-        await self._writer.drain()
-        return [await self._read_message() for _ in requests]
+        sending = asyncio.ensure_future(self._writer.drain())
+        replies: list[dict[str, Any]] = []
+        try:
+            while len(replies) < len(requests):
+                replies.append(await self._read_message())
+        except (OSError, ProtocolError, ConnectionLost):
+            answered = answers_after_broken_send(replies, len(requests))
+            if answered is None:
+                raise
+            replies = answered
+        finally:
+            with contextlib.suppress(OSError):
+                await sending
+        return replies
 
     async def send_raw(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Pipeline: send every request, then read as many responses, in order."""

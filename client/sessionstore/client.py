@@ -34,6 +34,17 @@ def take_response(conn: Connection) -> dict[str, Any] | None:
     return message
 
 
+def answers_after_broken_send(replies: list[dict[str, Any]], count: int) -> list[Any] | None:
+    """The daemon closed while requests were still being sent. It does that after
+    refusing one it cannot take (too_large, a framing error), so the replies read after
+    the broken send may hold that refusal: then they stand for the `count` requests,
+    the refusal for those it cut off. None when none of them is a refusal."""
+    refusals = [reply for reply in replies if reply.get("ok") is not True]
+    if not refusals:
+        return None
+    return replies + [refusals[-1]] * (count - len(replies))
+
+
 def _result(call: Call, reply: dict[str, Any]) -> Any:
     if reply.get("ok") is True:
         return call.result(reply)
@@ -84,11 +95,30 @@ class Client(OpMethods):
         self.connect()
         assert self._sock is not None
         try:
-            self._sock.sendall(b"".join(self._conn.encode(req) for req in requests))
+            try:
+                self._sock.sendall(b"".join(self._conn.encode(req) for req in requests))
+            except (BrokenPipeError, ConnectionResetError):
+                answered = answers_after_broken_send(
+                    self._replies_left(len(requests)), len(requests)
+                )
+                if answered is None:
+                    raise
+                self.close()
+                return answered
             return [self._read_message() for _ in requests]
         except (OSError, ProtocolError) as error:
             self.close()
             raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error
+
+    def _replies_left(self, count: int) -> list[dict[str, Any]]:
+        """What the daemon answered before it closed (at most count replies)."""
+        replies: list[dict[str, Any]] = []
+        try:
+            while len(replies) < count:
+                replies.append(self._read_message())
+        except (OSError, ProtocolError, ConnectionLost):
+            pass
+        return replies
 
     def _read_message(self) -> dict[str, Any]:
         assert self._sock is not None
