@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -23,6 +24,29 @@ READY_TIMEOUT_S = 30.0
 
 def snapshot(session_id: str, **extra: Any) -> dict[str, Any]:
     return {"schema_version": 1, "session": {"id": session_id, **extra}}
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below pid, read from /proc."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as stat:
+                parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 class DaemonProcess:
@@ -112,10 +136,18 @@ class DaemonProcess:
         return self.proc.wait(timeout)
 
     def kill9(self) -> None:
+        """SIGKILL, and every process the daemon started (workers, the fork server, the
+        resource tracker) must go with it."""
         assert self.proc is not None
+        children = descendants(self.proc.pid) if self.proc.poll() is None else set()
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(10)
+        deadline = time.monotonic() + 20
+        while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [pid for pid in children if alive(pid)]
+        assert not left, f"processes the killed daemon started are still running: {left}"
 
     def wait_exit(self, timeout: float = 20.0) -> int:
         assert self.proc is not None

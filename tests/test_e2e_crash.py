@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 import time
+from typing import Any
 
+import cbor2
 import pytest
 
 from sessionstore import snapshot_digest
+from sessionstore.canonical import canonical_dumps
 from sessionstore.client import Client
 from sessionstore.errors import ConnectionLost, IOFailure, SessionStoreError
+from sessionstore.protocol import NEED_DATA, Connection, Mode
 
-from .conftest import DaemonProcess, snapshot
+from .conftest import DaemonProcess, alive, descendants, snapshot
 
 pytestmark = pytest.mark.log_only  # the log's failpoints and kill -9 recovery
 
@@ -303,3 +308,34 @@ def test_kill9_during_compaction_under_load_loses_nothing(daemon: DaemonProcess)
                 inflight[session_id],
             )
         assert client.verify()["problems"] == []
+
+
+def test_the_worker_processes_die_with_a_killed_daemon(daemon: DaemonProcess) -> None:
+    """kill -9 of the daemon: its fork server, workers and resource tracker go too."""
+    daemon.start()
+    assert daemon.proc is not None
+    # 200 KiB with floats and keys out of order: canonicalised in a worker
+    snap = snapshot("w", events=[{"b": n, "a": 0.5} for n in range(20_000)])
+    request = cbor2.dumps({"op": "save", "snapshot": snap})
+    with Client(daemon.socket_path) as client:
+        client.ping()
+    reply = _raw_request(daemon.socket_path, request)
+    assert reply["ok"], reply
+    children = descendants(daemon.proc.pid)
+    assert len(children) >= 3, children  # the fork server, a worker, the resource tracker
+    daemon.kill9()  # which checks that every process below the daemon is gone too
+    assert not [pid for pid in children if alive(pid)]
+    daemon.start()  # and the next daemon starts its own
+    with daemon.client() as client:
+        assert client.load("w") == cbor2.loads(canonical_dumps(snap))
+
+
+def _raw_request(path: str, data: bytes) -> Any:
+    conn = Connection(max_message_bytes=1 << 26, mode=Mode.CBOR)
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(60)
+        sock.connect(path)
+        sock.sendall(data)
+        while (message := conn.next_message()) is NEED_DATA:
+            conn.receive_data(sock.recv(65536))
+    return message

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import multiprocessing
+import multiprocessing.forkserver
 import resource
 import threading
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 import trio
+
+from .parent_death import die_with_parent
 
 OFFLOAD_ABOVE_BYTES = 128 * 1024  # larger items are decoded in a worker
 # where the compiled CBOR helper walks requests (byte_path.py), a canonical item is
@@ -40,11 +43,23 @@ class WorkerLost(Exception):
     pass
 
 
-def _limit_memory(limit_bytes: int) -> None:
+def _start_worker(limit_bytes: int) -> None:
+    die_with_parent()  # the fork server's SIGKILL reaches its workers
     # The shipped unit filters setrlimit (SystemCallFilter=~@resources): there the item
     # cap alone bounds a worker, and the service's cgroup the rest.
     with contextlib.suppress(OSError):
         resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+
+_CONTEXT = multiprocessing.get_context("forkserver")
+_CONTEXT.set_forkserver_preload(["__main__", "sessionstored.fork_server_preload"])
+
+
+def ensure_fork_server() -> None:
+    """Start the fork server if it is not running, from the calling thread: the event
+    loop's, which lives as long as the daemon (parent_death.py says why that matters).
+    One fork and exec, a few milliseconds, once."""
+    multiprocessing.forkserver.ensure_running()
 
 
 class Offload:
@@ -68,8 +83,8 @@ class Offload:
                 if self._pool is None:
                     self._pool = ProcessPoolExecutor(
                         max_workers=self.workers,
-                        mp_context=multiprocessing.get_context("forkserver"),
-                        initializer=_limit_memory,
+                        mp_context=_CONTEXT,
+                        initializer=_start_worker,
                         initargs=(self.memory_limit_bytes,),
                     )
                 try:
@@ -87,6 +102,7 @@ class Offload:
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """fn(*args) in a worker; the event loop waits on a thread, not on the GIL."""
+        ensure_fork_server()
         call = functools.partial(self.run_blocking, fn, *args, **kwargs)
         return await trio.to_thread.run_sync(call, abandon_on_cancel=True)
 
