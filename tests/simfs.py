@@ -267,6 +267,11 @@ class SimFileSystem:
         directory = self._dirs.get(parent)
         return directory is not None and name in directory.entries
 
+    def free_bytes(self, path: str) -> int | None:
+        if self.full_after_bytes is None:
+            return None
+        return max(0, self.full_after_bytes - self._used_bytes())
+
     def file_size(self, path: str) -> int:
         return len(self._lookup(path).data)
 

@@ -228,12 +228,11 @@ def test_socket_fuzzer_cannot_hurt_the_daemon(running: DaemonProcess) -> None:
         assert client.verify()["problems"] == []
 
 
-@pytest.fixture
-def small_tmpfs(short_tmp: Path):  # type: ignore[no-untyped-def]
+def _tmpfs(short_tmp: Path, size: str):  # type: ignore[no-untyped-def]
     mount = short_tmp / "disk"
     mount.mkdir()
     result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
         capture_output=True,
         text=True,
     )
@@ -241,6 +240,42 @@ def small_tmpfs(short_tmp: Path):  # type: ignore[no-untyped-def]
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def small_tmpfs(short_tmp: Path):  # type: ignore[no-untyped-def]
+    yield from _tmpfs(short_tmp, "3m")
+
+
+@pytest.fixture
+def eight_mib_tmpfs(short_tmp: Path):  # type: ignore[no-untyped-def]
+    yield from _tmpfs(short_tmp, "8m")
+
+
+@needs_root
+@pytest.mark.log_only  # about the embedded log's segments
+def test_a_small_disk_takes_saves_while_there_is_room(
+    eight_mib_tmpfs: Path, short_tmp: Path
+) -> None:
+    """The default segment is 16 MiB; on an 8 MiB disk the segments shrink to fit, so
+    saves succeed until the data itself fills the disk."""
+    daemon = DaemonProcess(short_tmp)
+    daemon.state_dir = eight_mib_tmpfs / "state"
+    try:
+        daemon.start()
+        saved = 0
+        with daemon.client() as client:
+            with pytest.raises(NoSpace):
+                for n in range(1000):
+                    client.save(snapshot(f"s{n}", blob="b" * 50_000))
+                    saved += 1
+            assert saved * 50_000 > 2 * 1024 * 1024, saved  # most of the disk held data
+            for n in range(saved):
+                assert client.exists(f"s{n}")
+            assert client.verify()["problems"] == []
+        assert daemon.stop() == 0
+    finally:
+        daemon.cleanup()
 
 
 @needs_root

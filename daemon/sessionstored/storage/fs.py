@@ -32,6 +32,7 @@ class FileSystem(Protocol):
     def is_dir(self, path: str) -> bool: ...
     def exists(self, path: str) -> bool: ...
     def file_size(self, path: str) -> int: ...
+    def free_bytes(self, path: str) -> int | None: ...  # room left on its file system
     def read_file(self, path: str, max_bytes: int) -> bytes: ...
     def lock_exclusive(self, path: str) -> int | None: ...
 
@@ -127,6 +128,13 @@ class RealFileSystem:
             return os.fstat(fd).st_size
         finally:
             os.close(fd)
+
+    def free_bytes(self, path: str) -> int | None:
+        try:
+            info = os.statvfs(path)
+        except OSError:
+            return None
+        return info.f_bavail * info.f_frsize
 
     def read_file(self, path: str, max_bytes: int) -> bytes:
         fd = os.open(path, os.O_RDONLY | self._FILE_FLAGS)

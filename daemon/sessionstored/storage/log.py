@@ -62,6 +62,11 @@ APPEND = 1
 COMPACTED = 2
 DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
 DELETE_RESERVE_BYTES = 256 * 1024
+# On a small disk a segment takes at most this share of the free room (the active
+# segment, the spare, index checkpoints and compaction's copies share it), and at
+# least MIN_SEGMENT_BYTES: an 8 MiB disk gets 2 MiB segments, not one of 16.
+FREE_ROOM_SHARE = 4
+MIN_SEGMENT_BYTES = 1024 * 1024
 ZERO_FILL_WRITE_BYTES = 4096  # one page per write: small folios in the page cache
 SIZE_ROUNDING_BYTES = 1024 * 1024
 
@@ -98,6 +103,11 @@ def parse_segment_header(data: bytes) -> tuple[int, int] | None:
     return number, role
 
 
+def _reserve(segment_bytes: int) -> int:
+    """The room at the end of a segment kept for removals."""
+    return min(DELETE_RESERVE_BYTES, segment_bytes // 8)
+
+
 def _rounded(size: int) -> int:
     return -(-size // SIZE_ROUNDING_BYTES) * SIZE_ROUNDING_BYTES
 
@@ -120,7 +130,6 @@ class Log:
         self.directory = f"{root}/{LOG_DIR}"
         self.tmp_dir = f"{root}/{TMP_DIR}"
         self.segment_bytes = segment_bytes
-        self.reserve_bytes = min(DELETE_RESERVE_BYTES, segment_bytes // 8)
         self.next_number = 1
         self.active = 0  # number of the active append segment (0: none yet)
         self.offset = 0  # where the next batch goes in the active segment
@@ -197,13 +206,22 @@ class Log:
     def fits(self, nbytes: int, *, only_removals: bool) -> bool:
         if self._fd is None:
             return False
-        limit = self.size if only_removals else self.size - self.reserve_bytes
+        limit = self.size if only_removals else self.size - _reserve(self.size)
         return self.offset + nbytes <= limit
+
+    def _new_segment_bytes(self) -> int:
+        """The size of the next segment: the configured one, less on a small disk."""
+        free = self.fs.free_bytes(self.directory)
+        if free is None:
+            return self.segment_bytes
+        share = max(MIN_SEGMENT_BYTES, _rounded(free // FREE_ROOM_SHARE))
+        return min(self.segment_bytes, share)
 
     def rotate(self, nbytes: int) -> None:
         """Start a new append segment that holds at least nbytes; NoSpace on a full disk."""
-        need = SEGMENT_HEADER_BYTES + nbytes + self.reserve_bytes
-        size = self.segment_bytes if need <= self.segment_bytes else _rounded(need)
+        size = self._new_segment_bytes()
+        need = SEGMENT_HEADER_BYTES + nbytes + _reserve(size)
+        size = size if need <= size else _rounded(need)
         spare = self._take_spare(size)
         if spare is None:
             spare = self._zero_filled(size)
@@ -249,7 +267,7 @@ class Log:
             self._spare_busy = True
         spare = None
         try:
-            spare = self._zero_filled(self.segment_bytes)
+            spare = self._zero_filled(self._new_segment_bytes())
         finally:
             with self._spare_changed:
                 self._spare = spare
