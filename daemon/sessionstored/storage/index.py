@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
 SESSION = "s"
+BULK_CHANGES = 64  # a batch with more changes edits the sorted key lists once (apply())
 
 
 class Entry(NamedTuple):
@@ -113,6 +114,49 @@ class Index:
         self.live_bytes[old.segment] -= old.length
         keys = self._sorted_keys[kind]
         del keys[bisect.bisect_left(keys, doc_id.encode("utf-8"))]
+
+    def apply(self, changes: Sequence[tuple[str, str, Entry | None]]) -> None:
+        """A batch's changes (None: removed), as put() and remove() one by one would make
+        them. A large batch edits each sorted key list once: an insort or a delete in a
+        list of n keys moves up to n pointers, so 100,000 removals from 500,000 keys cost
+        seconds one by one, and a filter and one merge of two sorted runs instead."""
+        if len(changes) <= BULK_CHANGES:
+            for kind, doc_id, entry in changes:
+                if entry is None:
+                    self.remove(kind, doc_id)
+                else:
+                    self.put(kind, doc_id, entry)
+            return
+        membership: dict[str, dict[str, bool]] = {}  # kind -> key -> present after the batch
+        was_present: dict[str, dict[str, bool]] = {}
+        for kind, doc_id, entry in changes:
+            found = self._entries.get(kind) if entry is None else self._entries.setdefault(kind, {})
+            if found is None:
+                continue  # nothing of that kind to remove
+            table = found
+            before = was_present.setdefault(kind, {})
+            if doc_id not in before:
+                before[doc_id] = doc_id in table
+            old = table.pop(doc_id, None) if entry is None else table.get(doc_id)
+            if old is not None:
+                self.live_bytes[old.segment] -= old.length
+            if entry is not None:
+                table[doc_id] = entry
+                self.live_bytes[entry.segment] += entry.length
+            membership.setdefault(kind, {})[doc_id] = entry is not None
+        for kind, after in membership.items():
+            before = was_present[kind]
+            added = [key.encode("utf-8") for key, now in after.items() if now and not before[key]]
+            gone = {key.encode("utf-8") for key, now in after.items() if not now and before[key]}
+            if not added and not gone:
+                continue
+            keys = self._sorted_keys.get(kind, [])
+            if gone:
+                keys = [key for key in keys if key not in gone]
+            if added:
+                keys.extend(sorted(added))
+                keys.sort()  # two sorted runs: one merge
+            self._sorted_keys[kind] = keys
 
     def count(self, kind: str) -> int:
         return len(self._entries.get(kind, {}))

@@ -377,12 +377,10 @@ class Store:
 
     def publish(self, batch: Batch) -> None:
         """Make a durable batch visible to readers (the event loop's thread in the daemon)."""
+        self.index.apply(batch.changes)
         for kind, doc_id, entry in batch.changes:
             if entry is None:
-                self.index.remove(kind, doc_id)
                 self.cache.discard(kind, doc_id)
-            else:
-                self.index.put(kind, doc_id, entry)
             if self.damaged:
                 for id_hash in self.sealer.id_hashes(kind, doc_id):
                     self.damaged.pop(id_hash, None)
