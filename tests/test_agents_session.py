@@ -187,3 +187,25 @@ def test_sixteen_callers_over_four_processes_lose_nothing_and_keep_order(
                 assert mine == [f"p{n}.{caller}.{k}" for k in range(per_caller)]
 
     run(running, body)
+
+
+def test_calls_of_any_size_succeed_past_the_daemons_txn_limits(running: DaemonProcess) -> None:
+    """add_items of more items than one txn holds (10,000 ops), and clear_session of more
+    than one delete_prefix may remove (100,000): each is split, and succeeds."""
+
+    async def body(session: Callable[..., SessionStoreSession]) -> None:
+        chat = session("huge")
+        await chat.add_items([message(str(n)) for n in range(10_001)])
+        everything = await chat.get_items()
+        assert [int(i["content"]) for i in everything] == list(range(10_001))  # type: ignore[typeddict-item]
+        for start in range(10_001, 110_001, 10_000):
+            await chat.add_items([message(str(n)) for n in range(start, start + 10_000)])
+        assert len(await chat.get_items(limit=5)) == 5
+        await chat.clear_session()
+        assert await chat.get_items() == []
+        other = session("other")
+        await other.add_items([message("kept")])
+        await chat.clear_session()  # nothing left: still fine
+        assert len(await other.get_items()) == 1
+
+    run(running, body)

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
@@ -139,3 +141,25 @@ def test_a_value_that_does_not_deserialise_is_an_error_not_none(running: DaemonP
     with pytest.raises(CorruptCheckpoint):
         list(saver.list(config))
     assert JsonPlusSerializer().loads_typed(("msgpack", stored["checkpoint"])) is not None
+
+
+def test_writes_copies_and_prunes_of_any_size_succeed(running: DaemonProcess) -> None:
+    """put_writes of more writes than one txn holds (10,000 ops), copy_thread and prune of
+    a thread of 5,002 checkpoints of one run (two documents each): split, and whole."""
+    saver, _, head = one_run(running.socket_path, "huge")
+    saver.put_writes(head.config, [(f"ch{n}", n) for n in range(10_001)], "task-big", "p")
+    stored = saver.get_tuple(head.config)
+    assert stored is not None
+    assert len([w for w in stored.pending_writes or [] if w[0] == "task-big"]) == 10_001
+    config: Any = {"configurable": {"thread_id": "long", "checkpoint_ns": ""}}
+    for step in range(5_002):
+        checkpoint = {**empty_checkpoint(), "id": str(uuid6(clock_seq=step))}
+        metadata: Any = {"source": "loop", "step": step, "run_id": "run-1"}
+        config = saver.put(config, checkpoint, metadata, {})  # type: ignore[arg-type]
+    saver.copy_thread("long", "long-copy")
+    copies = list(saver.list({"configurable": {"thread_id": "long-copy"}}))
+    assert len(copies) == 5_002
+    saver.prune(["long-copy"], strategy="keep_latest")
+    kept = list(saver.list({"configurable": {"thread_id": "long-copy"}}))
+    assert [t.checkpoint["id"] for t in kept] == [copies[0].checkpoint["id"]]
+    assert len(list(saver.list({"configurable": {"thread_id": "long"}}))) == 5_002

@@ -10,6 +10,13 @@
 # of the newest N; pop_item removes the newest item under a requirement on its
 # generation (retrying if another caller took it first); clear_session is one
 # range delete.
+#
+# Calls of any size succeed: add_items sends one txn per TXN_OPS items (the
+# daemon's largest), so a call of more keeps its items in order but another
+# caller's may land between its txns, and a daemon that dies halfway keeps the
+# txns it acknowledged. A range delete the daemon refuses as too large (over
+# 100,000 items) is split by the next digit of the keys' seqs, oldest first, so
+# a clear cut short leaves the newest items, never a gap.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -17,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
 from .asyncio_client import AsyncioClient, ClientPerLoop
-from .errors import Conflict
+from .errors import Conflict, TooLarge
 from .keyparts import key_part
 
 if TYPE_CHECKING:
@@ -25,6 +32,8 @@ if TYPE_CHECKING:
 
 KIND = "kv"
 PAGE = 1000  # the daemon's largest range read
+TXN_OPS = 10_000  # the daemon's largest txn
+SEQ_DIGITS = 20  # an appended key is the prefix and the seq of its commit
 
 
 class SessionStoreSession:
@@ -86,7 +95,9 @@ class SessionStoreSession:
         if not items:
             return
         append = {"op": "append", "kind": KIND, "prefix": self.items_prefix}
-        await self._client().txn([{**append, "value": {"item": item}} for item in items])
+        ops = [{**append, "value": {"item": item}} for item in items]
+        for start in range(0, len(ops), TXN_OPS):
+            await self._client().txn(ops[start : start + TXN_OPS])
 
     async def pop_item(self) -> TResponseInputItem | None:
         client = self._client()
@@ -106,6 +117,13 @@ class SessionStoreSession:
             return item
 
     async def clear_session(self) -> None:
-        await self._client().txn(
-            [{"op": "delete_prefix", "kind": KIND, "prefix": self.items_prefix}]
-        )
+        await self._delete_range(self.items_prefix)
+
+    async def _delete_range(self, prefix: str) -> None:
+        try:
+            await self._client().txn([{"op": "delete_prefix", "kind": KIND, "prefix": prefix}])
+        except TooLarge:
+            if len(prefix) >= len(self.items_prefix) + SEQ_DIGITS:
+                raise
+            for digit in "0123456789":  # the keys' seqs, oldest first
+                await self._delete_range(prefix + digit)

@@ -11,7 +11,14 @@
 # namespace and "newest first" is a reverse range read.
 #
 # Every call is one round trip or a few, and every write is one `txn`: all of
-# its documents commit together or none does.
+# its documents commit together or none does. A write of more documents than one
+# txn takes (TXN_OPS, the daemon's limit: put_writes of over 10,000 writes,
+# copy_thread or prune of a thread with thousands of checkpoints) is sent as
+# several, in an order that keeps what a reader sees whole if the daemon dies
+# between them: a copy puts the writes before the checkpoints they belong to, so
+# a checkpoint is never seen without its writes; a prune deletes checkpoints
+# before their writes; a put_writes cut short is finished by the task's next run
+# (regular writes are stored only where absent).
 #
 # Deleted stays deleted. A checkpoint put on a parent requires the parent to
 # be stored, so a run that goes on after delete_thread, prune or
@@ -63,6 +70,7 @@ RunsByThread = dict[str, list[str]]
 KIND = "kv"
 PAGE = 100  # checkpoints per range read when listing
 SCAN_PAGE = 1000  # the daemon's largest range read
+TXN_OPS = 10_000  # the daemon's largest txn
 
 
 class DeletedCheckpoint(SessionStoreError):
@@ -385,7 +393,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             }
             key = self.keys.write(thread, ns, checkpoint_id, task_id, idx)
             ops.append(_put(key, document, if_absent=idx >= 0))
-        yield [r.txn(ops)]
+        yield from _in_txns(ops)
 
     def _runs_of(self, threads: Sequence[str]) -> Plan[RunsByThread]:
         """The runs of each thread, as encoded key parts."""
@@ -408,7 +416,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             ops.append(_delete_prefix(self.keys.thread_runs(thread)))
             for encoded_run in runs[thread]:
                 ops.append(_delete_prefix(f"{self.keys.prefix}r/{encoded_run}/{key_part(thread)}/"))
-        yield [r.txn(ops)]
+        yield from _in_txns(ops)
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
         if not run_ids:
@@ -424,23 +432,14 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                 threads.add(thread)
             ops.append(_delete_prefix(prefix))
             ops += [_delete(f"{self.keys.prefix}t/{t}/{key_part(run_id)}") for t in sorted(threads)]
-        yield [r.txn(ops)]
+        yield from _in_txns(ops)
 
     def _copy_thread(self, source: str, target: str) -> Plan[None]:
         checkpoints = yield from _every_item(self.keys.thread_checkpoints(source))
         writes = yield from _every_item(self.keys.thread_writes(source))
         if not checkpoints:
             return
-        ops = []
-        for item in checkpoints:
-            value = {**item["value"], "thread_id": target}
-            ns, checkpoint_id = value["checkpoint_ns"], value["checkpoint_id"]
-            ops.append(_put(self.keys.checkpoint(target, ns, checkpoint_id), value))
-            run_id = value.get("run_id")
-            if run_id is not None:
-                ops.append(_put(self.keys.run_marker(run_id, target, ns, checkpoint_id), {}))
-        for run_id in sorted({i["value"]["run_id"] for i in checkpoints} - {None}):
-            ops.append(_put(self.keys.thread_run(target, run_id), {}))
+        ops = []  # the writes first: a checkpoint is never seen without its writes
         source_writes = self.keys.thread_writes(source)
         for item in writes:
             ops.append(
@@ -449,7 +448,16 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                     item["value"],
                 )
             )
-        yield [r.txn(ops)]
+        for run_id in sorted({i["value"]["run_id"] for i in checkpoints} - {None}):
+            ops.append(_put(self.keys.thread_run(target, run_id), {}))
+        for item in checkpoints:
+            value = {**item["value"], "thread_id": target}
+            ns, checkpoint_id = value["checkpoint_ns"], value["checkpoint_id"]
+            run_id = value.get("run_id")
+            if run_id is not None:
+                ops.append(_put(self.keys.run_marker(run_id, target, ns, checkpoint_id), {}))
+            ops.append(_put(self.keys.checkpoint(target, ns, checkpoint_id), value))
+        yield from _in_txns(ops)
 
     def _prune(self, threads: Sequence[str], strategy: str) -> Plan[None]:
         if strategy == "delete":
@@ -483,8 +491,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                 ns_part, checkpoint_part, _ = item["key"][len(writes_prefix) :].split("/", 2)
                 if f"{ns_part}/{checkpoint_part}" not in kept:
                     ops.append(_delete(item["key"]))
-        if ops:
-            yield [r.txn(ops)]
+        yield from _in_txns(ops)  # each thread's checkpoints before their writes
 
     # -- reading stored values ------------------------------------------------------
 
@@ -549,6 +556,12 @@ def _address(value: dict[str, Any]) -> tuple[str, str, str]:
 def _first_page(prefix: str) -> Call:
     """The first page of a range (most checkpoints' writes fit in it; _whole reads on)."""
     return _scan(prefix, limit=SCAN_PAGE)
+
+
+def _in_txns(ops: list[dict[str, Any]]) -> Plan[None]:
+    """The ops in order, in txns of at most TXN_OPS; nothing for none."""
+    for start in range(0, len(ops), TXN_OPS):
+        yield [r.txn(ops[start : start + TXN_OPS])]
 
 
 def _whole(prefix: str, page: dict[str, Any]) -> Plan[list[dict[str, Any]]]:
