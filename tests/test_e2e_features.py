@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import cbor2
 import pytest
 
 from sessionstore import Conflict, InvalidSnapshot, NotFound, snapshot_digest
+from sessionstore.client import Client
 from sessionstore.errors import BadRequest, Compacted, Fenced
 from sessionstore.protocol import NEED_DATA, Connection, Mode
 
@@ -150,6 +152,15 @@ def test_checkpoints_overwrite_and_idempotent_delete(running: DaemonProcess) -> 
         assert client.checkpoint_get("workflow", "run-1") == {"workflow_id": "run-1", "stage": "b"}
 
 
+def _settled_seq(client: Client, at_least: int) -> int:
+    """The daemon's seq once it has reached at_least (or after 10 s): on PostgreSQL a
+    daemon learns its seq from the changes table, a moment after each commit."""
+    deadline = time.monotonic() + 10
+    while (seq := client.stats()["seq"]) < at_least and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return int(seq)
+
+
 def test_lease_takeover_fences_the_stale_holder(running: DaemonProcess) -> None:
     with running.client() as client:
         client.save(snapshot("doc"))
@@ -171,7 +182,7 @@ def test_lease_takeover_fences_the_stale_holder(running: DaemonProcess) -> None:
             lambda: client.checkpoint_put("loop", "r", {"step": 9}, lease=first),
             lambda: client.checkpoint_delete("loop", "r", lease=first),
         ]
-        seq_before = client.stats()["seq"]
+        seq_before = _settled_seq(client, 5)  # five writes so far
         for attempt in stale:
             with pytest.raises(Fenced) as fenced:
                 attempt()
@@ -180,6 +191,7 @@ def test_lease_takeover_fences_the_stale_holder(running: DaemonProcess) -> None:
         assert client.load("doc") == snapshot("doc", v=1)
         assert client.checkpoint_get("loop", "r") == {"step": 0}
         client.save(snapshot("doc", v=3), lease=second)
+        assert _settled_seq(client, seq_before + 1) == seq_before + 1  # only this one wrote
         assert client.lease_release("agent-a", 1) is False
         assert client.lease_release("agent-b", 2) is True
         assert client.lease_get() is None
