@@ -266,6 +266,9 @@ class PgStore:
             kwargs=options,
             open=True,
             timeout=READ_TIMEOUT_S,
+            # a pooled connection the server ended (a restart) is replaced before a read
+            # gets it, instead of failing that read: one empty query per checkout
+            check=ConnectionPool.check_connection,
         )
         row = conn.execute("SELECT seq FROM ss_counter").fetchone()
         conn.commit()
