@@ -456,3 +456,51 @@ def test_symlinks_out_of_the_store_are_refused(daemon: DaemonProcess, short_tmp:
     shutil.move(str(log), str(outside / "log"))
     log.symlink_to(outside / "log")
     assert "symlinks are refused" in _one_line_refusal(daemon)
+
+
+def _commit_records(path: Path) -> list[int]:
+    """The offsets of the commit records in one log segment, in order."""
+    from sessionstored.storage.log import SEGMENT_HEADER_BYTES
+    from sessionstored.storage.records import COMMIT, parse_header, record_length
+
+    data, offset, found = path.read_bytes(), SEGMENT_HEADER_BYTES, []
+    while (header := parse_header(data, offset)) is not None:
+        if header.type == COMMIT:
+            found.append(offset)
+        offset += record_length(header)
+    return found
+
+
+@pytest.mark.log_only  # about the embedded log's files
+def test_bit_rot_in_a_delete_prefix_commit_never_brings_the_keys_back(
+    daemon: DaemonProcess,
+) -> None:
+    daemon.start()
+    with daemon.client() as client:
+        for n in range(10):
+            client.checkpoint_put("kv", f"w/{n}", {"n": n})
+        client.checkpoint_put("kv", "x", {"n": -1})
+        client.txn([{"op": "delete_prefix", "kind": "kv", "prefix": "w/"}])
+        client.checkpoint_put("kv", "y", {"n": -2})  # a later batch: the damage is mid-log
+    assert daemon.stop() == 0
+    [segment] = sorted((daemon.state_dir / "log").glob("*.seg"))
+    delete_commit = _commit_records(segment)[-2]
+    _flip(segment, delete_commit + 60)  # inside the commit record's payload
+    daemon.start()
+    with daemon.client() as client:
+        recovery = client.stats()["recovery"]
+        assert recovery["damaged_documents"] == 10
+        assert any(c["offset"] <= delete_commit for c in recovery["corruption"])
+        with pytest.raises(IOFailure):
+            client.checkpoint_get("kv", "w/3")
+        with pytest.raises(IOFailure):
+            client.checkpoint_scan("kv", prefix="w/")
+        assert client.checkpoint_get("kv", "y") == {"n": -2}
+        assert [i["key"] for i in client.checkpoint_scan("kv", prefix="x")["items"]] == ["x"]
+        problems = client.verify()["problems"]
+        assert sorted(p["id"] for p in problems) == [f"w/{n}" for n in range(10)]
+        # deleting them again heals the range
+        client.txn([{"op": "delete_prefix", "kind": "kv", "prefix": "w/"}])
+        assert client.checkpoint_scan("kv", prefix="w/")["items"] == []
+        assert client.verify()["problems"] == []
+    assert "ERROR" in daemon.log() and "CORRUPTION" in daemon.log()

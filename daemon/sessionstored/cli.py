@@ -166,7 +166,13 @@ def run(config: Config) -> int:
         return _fail(str(error), EXIT_CANNOT_START)
     except OSError as error:
         return _fail(f"cannot open store in {config.state_dir}: {error}", EXIT_CANNOT_START)
-    log.info("recovered %s: %s", config.state_dir, report.summary())
+    # corruption is an error, a torn tail (a crash mid-write) a warning
+    level = logging.INFO
+    if report.corruption:
+        level = logging.ERROR
+    elif report.torn_tail:
+        level = logging.WARNING
+    log.log(level, "recovered %s: %s", config.state_dir, report.summary())
     _return_freed_memory()
     if store.sealer.seal_with is not None:
         log.info("documents are sealed with key id %s", store.sealer.key_id_hex)

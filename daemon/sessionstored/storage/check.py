@@ -32,13 +32,17 @@ def check(store: Store) -> tuple[int, list[dict[str, Any]]]:
                         "error": str(error),
                     }
                 )
-    for _, seq, path, offset, reason, damaged_id in store.damaged.values():
+    for id_hash, seq, path, offset, reason, damaged_id in store.damaged.values():
+        if id_hash < 0:  # no id hash survived (damage.py)
+            outcome = "which document it held is unknown, and that one may show an older state"
+        else:
+            outcome = "the generation it held is lost; the document is io_error"
         problem: dict[str, Any] = {
             "kind": "damaged",
             "file": path,
             "offset": offset,
             "seq": seq,
-            "error": f"{reason}: the generation it held is lost; the document is io_error",
+            "error": f"{reason}: {outcome}",
         }
         if damaged_id is not None:
             problem["id"] = damaged_id

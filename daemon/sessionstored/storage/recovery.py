@@ -66,6 +66,7 @@ class RecoveryReport:
     corruption: list[dict[str, Any]] = field(default_factory=list)
     orphan_segments_removed: int = 0
     damaged_documents: int = 0
+    untold_damage: int = 0  # damaged records that no surviving byte names the document of
     documents: int = 0
     seq: int = 0
     duration_ms: float = 0.0
@@ -84,6 +85,7 @@ class RecoveryReport:
             "corruption": self.corruption,
             "orphan_segments_removed": self.orphan_segments_removed,
             "damaged_documents": self.damaged_documents,
+            "untold_damage": self.untold_damage,
             "documents": self.documents,
             "seq": self.seq,
             "duration_ms": round(self.duration_ms, 3),
@@ -111,6 +113,13 @@ class RecoveryReport:
             )
         for c in self.corruption:
             parts.append(f"CORRUPTION at {c['path']}:{c['offset']} ({c['reason']})")
+        if self.damaged_documents:
+            parts.append(f"{self.damaged_documents} documents are io_error (verify lists them)")
+        if self.untold_damage:
+            parts.append(
+                f"{self.untold_damage} damaged records no longer tell which document they "
+                "held: those documents may show an older state (restore from a backup)"
+            )
         if self.checkpoint_problems:
             parts.append(f"{len(self.checkpoint_problems)} damaged index checkpoints skipped")
         if self.rekey_finished:
@@ -292,8 +301,14 @@ def recover(store: Store) -> RecoveryReport:
         )
         for n in replayed
     ]
-    result = scan(segments, store.sealer, base.batch if base else 0, base.seq if base else 0)
     index = base.index if base else Index()
+    result = scan(
+        segments,
+        store.sealer,
+        base.batch if base else 0,
+        base.seq if base else 0,
+        known=lambda: ((kind, doc_id) for kind, doc_id, _ in index.rows()),
+    )
     history = _shared_history(base) if base else []
     damaged = {row[0]: row for row in base.damaged} if base else {}
     for batch in result.batches:
@@ -348,6 +363,7 @@ def recover(store: Store) -> RecoveryReport:
         rekey = finish_rekey(store, bridge)
         report.rekey_finished = f"{rekey.bridge}, {rekey.resealed} documents resealed"
     report.damaged_documents = len(store.damaged)
+    report.untold_damage = sum(1 for row in store.damaged.values() if row[5] is None)
     report.seq = store.seq
     report.documents = sum(store.index.count(k) for k in store.index.kinds())
     report.checkpoint_seq = store.checkpoint_seq

@@ -9,16 +9,32 @@
 #     there is none, it is a torn tail: the batch was never acknowledged; it is
 #     rolled back, and its bytes are kept as a .broken copy, then zeroed;
 #   - if any intact record of a later batch follows, the damage is corruption:
-#     it is reported with file and offset, never cut off; a record whose
-#     header survived names the document and seq it held, and that document
-#     is then `io_error` (neither its lost generation nor the one before it is
-#     served); the scan goes on after the damage.
+#     it is reported with file and offset, never cut off; the documents the
+#     damaged record held (damage.py says how they are told) are then
+#     `io_error` (neither the lost generation nor the one before it is
+#     served); the scan goes on after the damage;
+#   - damage among intact records of the last batch is a torn tail only if it
+#     looks like one: a torn write leaves zeros where its pages did not land
+#     (damage.py); rot in the last batch, which was acknowledged, is corruption
+#     like any other. Damage after the last intact commit with nothing intact
+#     after it is always a torn tail: no acknowledged batch lies there.
+# A batch whose intents are followed by a record of a later batch, with no
+# intact commit record between, was committed (the later batch was written
+# only after its sync): its commit record rotted, and its documents are
+# `io_error`, never rolled back to their older generations.
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .checkpoint import DamageRow
+from .damage import (
+    all_regions_look_torn,
+    payload_still_matches,
+    raw_header,
+    rows_for_damaged_header,
+)
 from .errors import CorruptRecord
 from .log import SEGMENT_HEADER_BYTES
 from .records import (
@@ -56,6 +72,7 @@ class Damage:
     path: str
     offset: int
     header: Header | None  # the header, when it is intact and only the payload is not
+    end: int  # the end of the bytes known to be this damaged record's
 
 
 @dataclass
@@ -121,12 +138,21 @@ def _items(segments: list[Segment]) -> list[Record | Damage]:
                 offset = following
                 header = parse_header(data, offset)
                 if header is not None and payload_intact(data, offset, header):
-                    items.append(Damage(segment.number, segment.path, damage_at, None))
+                    items.append(Damage(segment.number, segment.path, damage_at, None, offset))
                     continue  # a hole of zeros before an intact record
-            items.append(Damage(segment.number, segment.path, damage_at, header))
             if header is not None and offset + record_length(header) <= len(data):
-                offset += record_length(header)
+                end = offset + record_length(header)
+                items.append(Damage(segment.number, segment.path, damage_at, header, end))
+                offset = end
                 continue
+            raw = raw_header(data, offset) if header is None else None
+            if raw is not None and payload_still_matches(data, offset, raw):
+                end = offset + record_length(raw)  # only the header's first 32 bytes rotted
+                items.append(Damage(segment.number, segment.path, damage_at, None, end))
+                offset = end
+                continue
+            end = min(len(data), offset + HEADER_BYTES)
+            items.append(Damage(segment.number, segment.path, damage_at, header, end))
             resync = _next_intact(data, offset + 1)
             if resync is None:
                 break
@@ -144,45 +170,131 @@ def _next_intact(data: bytes, start: int) -> int | None:
     return None
 
 
-def scan(segments: list[Segment], sealer: Sealer, last_batch: int, last_seq: int) -> ScanResult:
+def _damaged_regions(
+    items: list[Record | Damage], position: int, by_number: dict[int, Segment]
+) -> list[tuple[int, int, int, bool]]:
+    """(segment, start, end, last in the log) of each run of damage from position on."""
+    regions: list[tuple[int, int, int, bool]] = []
+    at = position
+    while at < len(items):
+        first = items[at]
+        if not isinstance(first, Damage):
+            at += 1
+            continue
+        end = first.end
+        while at + 1 < len(items) and isinstance(items[at + 1], Damage):
+            nxt = items[at + 1]
+            assert isinstance(nxt, Damage)
+            if nxt.segment != first.segment:
+                break
+            at += 1
+            end = max(end, nxt.end)
+        following = items[at + 1] if at + 1 < len(items) else None
+        if isinstance(following, Record) and following.segment == first.segment:
+            end = following.offset
+        else:
+            end = max(end, _last_nonzero_end(by_number[first.segment].data))
+        regions.append((first.segment, first.offset, end, following is None))
+        at += 1
+    return regions
+
+
+class _Names:
+    """Which document an id hash names, as far as the index and the batches read so far
+    know: built only when a damaged header asks."""
+
+    def __init__(self, sealer: Sealer, known: Callable[[], Iterable[tuple[str, str]]]) -> None:
+        self._sealer = sealer
+        self._known = known
+        self._seen: list[tuple[str, str]] = []
+        self._by_hash: dict[int, str] | None = None
+        self._added = 0
+
+    def saw(self, kind: str, doc_id: str) -> None:
+        self._seen.append((kind, doc_id))
+
+    def __call__(self, id_hash: int) -> str | None:
+        if self._by_hash is None:
+            self._by_hash = {}
+            for kind, doc_id in self._known():
+                for h in self._sealer.id_hashes(kind, doc_id):
+                    self._by_hash[h] = doc_id
+        for kind, doc_id in self._seen[self._added :]:
+            for h in self._sealer.id_hashes(kind, doc_id):
+                self._by_hash[h] = doc_id
+        self._added = len(self._seen)
+        return self._by_hash.get(id_hash)
+
+
+@dataclass
+class _Pending:
+    """The batch being read: its intents, and its damaged records."""
+
+    batch: int | None = None
+    start: tuple[int, int] | None = None
+    intents: list[Intent] = field(default_factory=list)
+    damaged: list[DamageRow] = field(default_factory=list)
+    top_seq: int = 0  # the highest seq an intact header of it names
+
+    def begin(self, batch: int, segment: int, offset: int) -> None:
+        if self.batch is None:
+            self.batch, self.start = batch, (segment, offset)
+
+
+def scan(
+    segments: list[Segment],
+    sealer: Sealer,
+    last_batch: int,
+    last_seq: int,
+    known: Callable[[], Iterable[tuple[str, str]]] = lambda: (),
+) -> ScanResult:
+    """known: the (kind, id) of every document before the first segment (the index)."""
     result = ScanResult(last_batch=last_batch, last_seq=last_seq)
     by_number = {s.number: s for s in segments}
+    names = _Names(sealer, known)
     items = _items(segments)
     for i in items:
         if isinstance(i, Record):
             result.records += 1
             result.ends[i.segment] = i.offset + record_length(i.header)
-    pending: list[Intent] = []
-    pending_damage: list[DamageRow] = []
-    pending_batch: int | None = None
-    pending_start: tuple[int, int] | None = None
+    pending = _Pending()
+    rot_at_end = False
     position = 0
     while position < len(items):
         item = items[position]
         if isinstance(item, Damage):
-            torn_batch = pending_batch if pending_batch is not None else result.last_batch + 1
+            torn_batch = pending.batch if pending.batch is not None else result.last_batch + 1
             later = [
                 i
                 for i in items[position + 1 :]
                 if isinstance(i, Record) and i.header.batch != torn_batch
             ]
-            if not later:
-                start = pending_start or (item.segment, item.offset)
-                _mark_torn(result, by_number, start, len(pending))
-                return result
-            result.corruption.append(
-                {
-                    "path": item.path,
-                    "offset": item.offset,
-                    "reason": "damaged record followed by intact records of later batches",
-                }
-            )
+            reason = "damaged record followed by intact records of later batches"
+            if not later and not rot_at_end:
+                # rot in the last batch leaves some intact record of that batch around the
+                # damage; bytes after an intact commit with nothing intact after them are
+                # only ever a batch that was never acknowledged
+                own = pending.batch is not None or any(
+                    isinstance(i, Record) for i in items[position + 1 :]
+                )
+                regions = _damaged_regions(items, position, by_number)
+                if not own or all_regions_look_torn(lambda n: by_number[n].data, regions):
+                    start = pending.start or (item.segment, item.offset)
+                    _mark_torn(result, by_number, start, len(pending.intents))
+                    return result
+                rot_at_end = True
+            if rot_at_end:
+                reason = "damaged record in the last committed batch (bit rot: a torn write "
+                reason += "leaves zeros)"
+            result.corruption.append({"path": item.path, "offset": item.offset, "reason": reason})
+            segment = by_number[item.segment]
             if item.header is not None and item.header.type != COMMIT:
-                if pending_batch is None:
-                    pending_batch, pending_start = item.header.batch, (item.segment, item.offset)
-                segment = by_number[item.segment]
+                pending.begin(item.header.batch, item.segment, item.offset)
+                pending.top_seq = max(pending.top_seq, item.header.seq)
                 doc_id = surviving_id(sealer, segment.data, item.offset, item.header)
-                pending_damage.append(
+                if doc_id is None:
+                    doc_id = names(item.header.id_hash)
+                pending.damaged.append(
                     (
                         item.header.id_hash,
                         item.header.seq,
@@ -192,17 +304,20 @@ def scan(segments: list[Segment], sealer: Sealer, last_batch: int, last_seq: int
                         doc_id,
                     )
                 )
+            elif item.header is None:
+                rows = rows_for_damaged_header(sealer, item.path, segment.data, item.offset, names)
+                if rows:
+                    pending.begin(torn_batch, item.segment, item.offset)
+                    pending.damaged.extend(rows)
             position += 1
             continue
         header = item.header
         segment = by_number[item.segment]
         if header.type != COMMIT:
-            if pending_batch is not None and header.batch != pending_batch:
-                result.rolled_back += len(pending)  # a batch without a commit record
-                pending, pending_damage = [], []
-                pending_batch = None
-            if pending_batch is None:
-                pending_batch, pending_start = header.batch, (item.segment, item.offset)
+            if pending.batch is not None and header.batch != pending.batch:
+                pending = _lost_commit(result, pending, sealer, by_number)
+            pending.begin(header.batch, item.segment, item.offset)
+            pending.top_seq = max(pending.top_seq, header.seq)
             try:
                 kind, doc_id, digest, size = decode_meta(
                     sealer, segment.path, segment.data, item.offset, header
@@ -211,11 +326,12 @@ def scan(segments: list[Segment], sealer: Sealer, last_batch: int, last_seq: int
                 result.corruption.append(
                     {"path": error.path, "offset": error.offset, "reason": error.reason}
                 )
-                pending_damage.append(
+                pending.damaged.append(
                     (header.id_hash, header.seq, error.path, error.offset, error.reason, None)
                 )
             else:
-                pending.append(
+                names.saw(kind, doc_id)
+                pending.intents.append(
                     (
                         kind,
                         doc_id,
@@ -230,10 +346,9 @@ def scan(segments: list[Segment], sealer: Sealer, last_batch: int, last_seq: int
             position += 1
             continue
         commit = decode_commit(segment.path, segment.data, item.offset, header)
-        intents = pending if pending_batch == commit.batch else []
-        damaged = pending_damage if pending_batch == commit.batch else []
-        if pending_batch is not None and pending_batch != commit.batch:
-            result.rolled_back += len(pending)
+        if pending.batch is not None and pending.batch != commit.batch:
+            pending = _lost_commit(result, pending, sealer, by_number)
+        intents, damaged = pending.intents, pending.damaged
         if commit.first_seq <= result.last_seq:
             result.corruption.append(
                 {
@@ -269,13 +384,51 @@ def scan(segments: list[Segment], sealer: Sealer, last_batch: int, last_seq: int
         )
         result.last_batch = commit.batch
         result.last_seq = max(result.last_seq, commit.last_seq)
-        pending, pending_damage, pending_batch, pending_start = [], [], None, None
+        pending = _Pending()
         position += 1
-    if pending_batch is not None and pending_start is not None:
-        _mark_torn(result, by_number, pending_start, len(pending))
-        return result
-    result.end = _end_of(segments, items)
+    if pending.batch is not None and pending.start is not None:
+        if not rot_at_end:
+            _mark_torn(result, by_number, pending.start, len(pending.intents))
+            return result
+        _lost_commit(result, pending, sealer, by_number)
+    result.end = _end_of(segments, items, past_damage=rot_at_end)
     return result
+
+
+def _lost_commit(
+    result: ScanResult, pending: _Pending, sealer: Sealer, by_number: dict[int, Segment]
+) -> _Pending:
+    """The batch read so far was committed, but its commit record is damaged: its documents
+    are io_error. Returns a fresh pending batch."""
+    assert pending.batch is not None and pending.start is not None
+    rows = list(pending.damaged)
+    for kind, doc_id, seq, _digest, _size, number, offset, _length in pending.intents:
+        rows.append(
+            (
+                sealer.id_hash(kind, doc_id),
+                seq,
+                by_number[number].path,
+                offset,
+                f"the commit record of batch {pending.batch} is damaged",
+                doc_id,
+            )
+        )
+    number, offset = pending.start
+    if pending.intents:  # (damaged records alone were reported where they lie)
+        result.corruption.append(
+            {
+                "path": by_number[number].path,
+                "offset": offset,
+                "reason": f"batch {pending.batch} has no intact commit record, yet it was "
+                f"committed: its {len(rows)} documents are io_error",
+            }
+        )
+    seqs = [i[2] for i in pending.intents]
+    first = min(seqs, default=pending.top_seq)
+    result.batches.append(CommittedBatch(pending.batch, first, pending.top_seq, 0, [], rows))
+    result.last_batch = max(result.last_batch, pending.batch)
+    result.last_seq = max(result.last_seq, pending.top_seq)
+    return _Pending()
 
 
 def surviving_id(sealer: Sealer, data: bytes, offset: int, header: Header) -> str | None:
@@ -310,7 +463,11 @@ def _mark_torn(
     result.end = (number, offset)
 
 
-def _end_of(segments: list[Segment], items: list[Record | Damage]) -> tuple[int, int] | None:
+def _end_of(
+    segments: list[Segment], items: list[Record | Damage], *, past_damage: bool
+) -> tuple[int, int] | None:
+    """Where the next batch goes: after the last intact record, or after every damaged
+    byte when rot was found at the end (it stays, for `verify` and for the next start)."""
     if not segments:
         return None
     last = segments[-1]
@@ -319,4 +476,7 @@ def _end_of(segments: list[Segment], items: list[Record | Damage]) -> tuple[int,
         for i in items
         if isinstance(i, Record) and i.segment == last.number
     ]
+    if past_damage:
+        ends.append(_last_nonzero_end(last.data))
+        ends.extend(i.end for i in items if isinstance(i, Damage) and i.segment == last.number)
     return (last.number, max(ends, default=max(last.start, SEGMENT_HEADER_BYTES)))

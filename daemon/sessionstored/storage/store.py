@@ -42,7 +42,7 @@ from .durable import Failpoint, no_failpoint
 from .errors import CorruptRecord, FatalStorageError, InjectedFault, NoSpace
 from .fs import ENOSPC_ERRNOS, FileSystem
 from .history import History
-from .index import Entry, Found, Index, KeyRange
+from .index import Entry, Found, Index, KeyRange, session_page
 from .log import DEFAULT_SEGMENT_BYTES, Log
 from .mutations import (
     LEASE,
@@ -468,10 +468,31 @@ class Store:
     def list_sessions(
         self, prefix: str, after: str | None, limit: int
     ) -> tuple[list[str], str | None]:
-        return self.index.list_sessions(prefix, after, limit)
+        return session_page(self.scan, prefix, after, limit)
 
     def scan(self, wanted: KeyRange) -> Found:
-        return self.index.scan(wanted)
+        """The range's committed entries; CorruptRecord if a damaged record hid the newest
+        generation of a document the page would hold (present or removed): the page would
+        show an older state of it."""
+        found, more = self.index.scan(wanted)
+        if self.damaged:
+            self._refuse_damaged(wanted, found, more)
+        return found, more
+
+    def _refuse_damaged(self, wanted: KeyRange, found: list[tuple[str, Entry]], more: bool) -> None:
+        reach = found[-1][0] if more and found else None
+        for id_hash, seq, path, offset, reason, doc_id in self.damaged.values():
+            if doc_id is None or not doc_id.startswith(wanted.prefix):
+                continue
+            if wanted.after is not None and doc_id <= wanted.after:
+                continue
+            if wanted.before is not None and doc_id >= wanted.before:
+                continue
+            if reach is not None and (doc_id < reach if wanted.reverse else doc_id > reach):
+                continue
+            if id_hash in self.sealer.id_hashes(wanted.kind, doc_id):
+                message = f"{reason} (it held seq {seq} of {doc_id!r}, in this range)"
+                raise CorruptRecord(path, offset, message)
 
     def verify(self) -> tuple[int, list[dict[str, Any]]]:
         return check(self)
