@@ -279,6 +279,45 @@ def test_a_small_disk_takes_saves_while_there_is_room(
 
 
 @needs_root
+@pytest.mark.log_only  # about the embedded log's segments
+def test_a_full_disk_is_rescued_from_inside_by_deleting_and_compacting(
+    eight_mib_tmpfs: Path, short_tmp: Path
+) -> None:
+    """The store alone fills the disk; half of its sessions are deleted, every other one,
+    so no segment is wholly dead; `compact` must still make room, and saves succeed again
+    with nothing removed outside the store."""
+    daemon = DaemonProcess(short_tmp)
+    daemon.state_dir = eight_mib_tmpfs / "state"
+    try:
+        daemon.start()
+        saved = 0
+        with daemon.client() as client:
+            with pytest.raises(NoSpace):
+                for n in range(1000):
+                    client.save(snapshot(f"s{n}", blob="old"))
+                    client.save(snapshot(f"s{n}", blob=f"{n}" * 10_000))
+                    saved += 1
+            for n in range(0, saved, 2):
+                client.delete(f"s{n}")
+            assert client.stats()["log_dead_share"] > 0.4
+            result = client.compact()
+            assert result["segments_replaced"] > 0
+            for n in range(saved // 4):
+                client.save(snapshot(f"new{n}", blob=f"{n}" * 10_000))
+            for n in range(1, saved, 2):
+                assert client.load(f"s{n}") == snapshot(f"s{n}", blob=f"{n}" * 10_000)
+            assert client.verify()["problems"] == []
+        assert daemon.stop() == 0
+        daemon.start()  # and the rescued store recovers
+        with daemon.client() as client:
+            assert client.exists(f"s{saved - 1 - saved % 2}")
+            assert client.verify()["problems"] == []
+        assert daemon.stop() == 0
+    finally:
+        daemon.cleanup()
+
+
+@needs_root
 @pytest.mark.log_only  # about the embedded log's files
 def test_disk_full_fails_saves_keeps_reads_and_recovers(small_tmpfs: Path, short_tmp: Path) -> None:
     filler = small_tmpfs / "filler"

@@ -161,6 +161,10 @@ class Checkpoints:
         found = [(generation_of(n), n) for n in self.fs.listdir(self.directory)]
         return [n for g, n in sorted((g, n) for g, n in found if g is not None)]
 
+    def newest_bytes(self) -> int:
+        names = self.names()
+        return self.fs.file_size(f"{self.directory}/{names[-1]}") if names else 0
+
     def load_all(self) -> tuple[list[CheckpointState], list[str]]:
         """Every intact checkpoint, newest first, and a problem line for each that was not."""
         intact: list[CheckpointState] = []

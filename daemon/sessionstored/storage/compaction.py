@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from . import reserve
 from .durable import install, write_temp
 from .errors import InjectedFault, NoSpace
 from .fs import ENOSPC_ERRNOS
@@ -77,11 +78,18 @@ def compaction_due(store: Store) -> bool:
 
 
 def plan(
-    store: Store, *, everything: bool = False, all_segments: bool = False, dead_only: bool = False
+    store: Store,
+    *,
+    everything: bool = False,
+    all_segments: bool = False,
+    dead_only: bool = False,
+    room: int | None = None,
 ) -> Plan | None:
     """everything: every segment with a dead byte (the `compact` op); all_segments: every
     segment but the active one, dead bytes or not (a key rotation); dead_only: only the
-    segments with nothing live (no copying: what a full disk allows)."""
+    segments with nothing live (no copying: what a full disk allows); room: the segments
+    with a dead byte, the most-dead first, whose live bytes fit in room (a full disk's
+    rescue, reserve.py)."""
     candidates = []
     for number, size in store.log.used.items():
         if number == store.log.active:
@@ -90,19 +98,21 @@ def plan(
         if dead_only and live:
             continue
         share = (size - live) / size if size else 1.0
-        wanted = all_segments or dead_only or (everything and size > live)
+        wanted = all_segments or dead_only or ((everything or room is not None) and size > live)
         if wanted or share >= store.compact_dead_share:
             candidates.append((share, number, live))
     candidates.sort(reverse=True)
     victims: list[int] = []
     moving = 0
-    automatic = not (everything or all_segments or dead_only)
+    automatic = not (everything or all_segments or dead_only or room is not None)
     dead, used = dead_bytes(store)
     goal = dead - used * store.compact_dead_share / 2  # the emptiest first, until half the share
     reclaimed = 0
     for _, number, live in candidates:
         if automatic and victims and (reclaimed >= goal or moving + live > MAX_LIVE_BYTES_PER_RUN):
             break
+        if room is not None and moving + live > room:
+            continue
         victims.append(number)
         moving += live
         reclaimed += store.log.used[number] - live
@@ -187,12 +197,45 @@ def compact(store: Store, *, everything: bool = True) -> CompactResult:
     try:
         copy(store, work)
     except NoSpace:
-        # a full disk: the wholly dead segments need no copy, only a checkpoint, and their
-        # removal is the room a user made by deleting
-        work = plan(store, dead_only=True)
-        if work is None:
-            raise
+        return _rescue(store, before)
     moved = switch(store, work)
     path = store.checkpoint()
     store.log.close_retired()
+    reserve.ensure(store)
     return CompactResult(store.seq, before, store.log.size_bytes, len(work.victims), moved, path)
+
+
+def _rescue(store: Store, before: int) -> CompactResult:
+    """Compaction on a full disk: first the wholly dead segments, which need no copy (their
+    removal is the room a user made by deleting); then, with the reserve released, a few
+    segments at a time into the room freed so far."""
+    replaced = moved = 0
+    path = ""
+    work = plan(store, dead_only=True)
+    if work is not None:
+        moved += switch(store, work)
+        path = store.checkpoint()
+        store.log.close_retired()
+        replaced += len(work.victims)
+    reserve.release(store)
+    try:
+        while True:
+            free = store.fs.free_bytes(store.root)
+            room = store.log.segment_bytes if free is None else free
+            room -= reserve.checkpoint_room(store)
+            work = plan(store, room=room) if room > 0 else None
+            if work is None:
+                break
+            try:
+                copy(store, work)
+            except NoSpace:
+                break
+            moved += switch(store, work)
+            path = store.checkpoint()
+            store.log.close_retired()
+            replaced += len(work.victims)
+    finally:
+        reserve.ensure(store)
+    if not replaced:
+        raise NoSpace(errno.ENOSPC, "no space to compact the log, even with the reserve released")
+    return CompactResult(store.seq, before, store.log.size_bytes, replaced, moved, path)

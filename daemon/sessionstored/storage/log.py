@@ -209,7 +209,7 @@ class Log:
         limit = self.size if only_removals else self.size - _reserve(self.size)
         return self.offset + nbytes <= limit
 
-    def _new_segment_bytes(self) -> int:
+    def segment_size_now(self) -> int:
         """The size of the next segment: the configured one, less on a small disk."""
         free = self.fs.free_bytes(self.directory)
         if free is None:
@@ -219,7 +219,7 @@ class Log:
 
     def rotate(self, nbytes: int) -> None:
         """Start a new append segment that holds at least nbytes; NoSpace on a full disk."""
-        size = self._new_segment_bytes()
+        size = self.segment_size_now()
         need = SEGMENT_HEADER_BYTES + nbytes + _reserve(size)
         size = size if need <= size else _rounded(need)
         spare = self._take_spare(size)
@@ -267,7 +267,7 @@ class Log:
             self._spare_busy = True
         spare = None
         try:
-            spare = self._zero_filled(self._new_segment_bytes())
+            spare = self._zero_filled(self.segment_size_now())
         finally:
             with self._spare_changed:
                 self._spare = spare

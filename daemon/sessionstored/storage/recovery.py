@@ -21,13 +21,15 @@
 #      is cut (zeroed, with a .broken copy kept); corruption is reported with
 #      file and offset, and the documents it hid are `io_error`.
 #   4. Append from the end of the last intact batch; read the lease; if a key
-#      rotation was interrupted, finish it (rekey.py).
+#      rotation was interrupted, finish it (rekey.py); make the compaction
+#      reserve if it is missing and there is room (reserve.py).
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import reserve
 from .checkpoint import CKPT_DIR, CheckpointState
 from .durable import TMP_DIR
 from .errors import CorruptRecord, StoreFormatError, StoreLocked
@@ -367,5 +369,6 @@ def recover(store: Store) -> RecoveryReport:
     report.seq = store.seq
     report.documents = sum(store.index.count(k) for k in store.index.kinds())
     report.checkpoint_seq = store.checkpoint_seq
+    reserve.ensure(store)  # the room a full disk's compaction starts from, if there is room
     report.duration_ms = (time.monotonic() - started) * 1000
     return report

@@ -32,7 +32,7 @@ import cbor2
 from sessionstore.canonical import digest_bytes_of_canonical
 from sessionstore.codes import ErrorCode
 
-from . import compaction
+from . import compaction, reserve
 from .cache import DEFAULT_CAPACITY_BYTES, DocumentCache
 from .check import check
 from .checkpoint import Checkpoints, CheckpointState, DamageRow
@@ -516,6 +516,7 @@ class Store:
             "checkpoint_seq": self.checkpoint_seq,
             "history_oldest_seq": self.history.oldest_seq(),
             "damaged_documents": len(self.damaged),
+            "compaction_reserve_bytes": reserve.held_bytes(self),
             "sealed_with_key_id": self.sealer.key_id_hex,
             "read_cache": {
                 "bytes": self.cache.used_bytes,
