@@ -31,6 +31,20 @@ def _store_scan_values(socket_path: str) -> None:
             client.checkpoint_put("kv", f"big/{n:02}", {"text": "x" * SCAN_VALUE_BYTES})
 
 
+KV_KEYS, KV_TXN_OPS = 500_000, 10_000
+
+
+def _store_kv_keys(socket_path: str) -> None:
+    """500,000 small kv keys, k/000000 .. k/499999, in txns of 10,000."""
+    with Client(socket_path, timeout=600) as client:
+        for start in range(0, KV_KEYS, KV_TXN_OPS):
+            puts = [
+                {"op": "put", "kind": "kv", "key": f"k/{n:06}", "value": {"n": n}}
+                for n in range(start, start + KV_TXN_OPS)
+            ]
+            client.txn(puts)
+
+
 Heavy = tuple[bytes, Mode, Callable[[str], None] | None]  # request, its dialect, a setup
 
 
@@ -53,6 +67,21 @@ def _heavy_requests(quick: bool) -> dict[str, Heavy]:
             _store_scan_values,
         ),
     }
+    # after the setup, 500,000 keys; k/1 holds 100,000 of them
+    requests["txn: delete_prefix of 100,000 kv keys among 500,000"] = (
+        cbor2.dumps({"op": "txn", "ops": [{"op": "delete_prefix", "kind": "kv", "prefix": "k/1"}]}),
+        Mode.CBOR,
+        _store_kv_keys,
+    )
+    sorting_first = [
+        {"op": "put", "kind": "kv", "key": f"a/{n:05}", "value": {"n": n}}
+        for n in range(KV_TXN_OPS)
+    ]
+    requests["txn: 10,000 puts that sort before 400,000 kv keys"] = (
+        cbor2.dumps({"op": "txn", "ops": sorting_first}),
+        Mode.CBOR,
+        None,
+    )
     if not quick:
         requests["63 MiB save of 4,400,000 small maps (near the 64 MiB request limit)"] = (
             save([{"b": 1, "a": 0.5}] * 4_400_000),

@@ -6,10 +6,11 @@ import json
 import socket
 from typing import Any
 
+import cbor2
 import pytest
 
 from sessionstore.errors import ConnectionLost, Fenced
-from sessionstore.protocol import Mode
+from sessionstore.protocol import NEED_DATA, Connection, Mode
 
 from .conftest import DaemonProcess
 from .wire_helpers import exchange, one
@@ -262,3 +263,37 @@ def test_bignums_are_refused_over_cbor_and_over_json(running: DaemonProcess) -> 
         assert client.checkpoint_get("kv", "k") is None
         client.save({"schema_version": 1, "session": {"id": "big"}, "n": 2**64 - 1})
         assert client.load("big")["n"] == 2**64 - 1  # the largest integer CBOR has untagged
+
+
+@pytest.mark.parametrize("canonical", [False, True], ids=["cbor", "canonical-cbor"])
+def test_a_large_txn_is_read_off_the_loop_in_order_with_its_refusals(
+    running: DaemonProcess, canonical: bool
+) -> None:
+    """A txn of thousands of ops is read in a thread (steps.Prepare); the connection's
+    requests still run in order, and a bad op is still bad_request."""
+    many = [put(f"big/{n:05}", {"n": n}) for n in range(3000)]
+    bad = [*many[:1500], {"op": "put", "kind": "kv", "key": 7, "value": {}}, *many[1501:]]
+    requests = [
+        {"op": "txn", "ops": many},
+        {"op": "checkpoint_scan", "kind": "kv", "prefix": "big/", "values": False, "limit": 1000},
+        {"op": "txn", "ops": bad},
+        {"op": "ping"},
+    ]
+    payload = b"".join(cbor2.dumps(r, canonical=canonical) for r in requests)
+    conn = Connection(max_message_bytes=1 << 30, mode=Mode.CBOR)
+    replies: list[Any] = []
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(60)
+        sock.connect(running.socket_path)
+        sock.sendall(payload)
+        while len(replies) < len(requests):
+            message = conn.next_message()
+            if message is NEED_DATA:
+                conn.receive_data(sock.recv(1 << 20))
+            else:
+                replies.append(message)
+    stored, scanned, refused, pong = replies
+    assert stored["ok"] and len(stored["results"]) == 3000
+    assert len(keys_of(scanned)) == 1000 and scanned["next"] is not None
+    assert refused["error"]["code"] == "bad_request" and "ops[1500]" in refused["error"]["message"]
+    assert pong["ok"]

@@ -92,8 +92,10 @@ def _start_timeout_extended() -> Iterator[None]:
 
 def _return_freed_memory() -> None:
     """Recovery decodes the whole index checkpoint; give the heap it leaves behind back to
-    the OS (glibc's malloc_trim), so RSS is what the store holds, not the peak of its boot."""
+    the OS (glibc's malloc_trim), so RSS is what the store holds, not the peak of its boot.
+    Then what recovery built is frozen (collector.py)."""
     gc.collect()
+    gc.freeze()
     with contextlib.suppress(OSError, AttributeError):  # not glibc: the process reuses it
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 

@@ -66,7 +66,7 @@ from .ops import ARGUMENTS, DOCUMENTS, Ops
 from .outbox import Outbox
 from .prepare import Failure, prepare_large
 from .socket_io import SocketIO
-from .steps import Exclusive, Read, Step, Stream, Write
+from .steps import Exclusive, Prepare, Read, Step, Stream, Write
 from .storage.recovery import RecoveryReport
 from .storage.store import Store
 from .watch import Broadcaster, SocketSink
@@ -440,6 +440,8 @@ class Server:
                         continue
                 handled += 1
                 step = self.ops.dispatch(request, access)
+                if isinstance(step, Prepare):
+                    step = await trio.to_thread.run_sync(step.build)
                 if isinstance(step, (Write, Exclusive)):
                     outbox.add_job(step)
                     if not self.writer.submit(step.job):

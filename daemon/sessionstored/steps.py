@@ -4,7 +4,8 @@
 # request is started); a Write commits
 # a mutation through the writer and turns its outcome into the reply; an
 # Exclusive job runs in the writer with no batch in flight; a Stream (watch)
-# takes over the connection's replies.
+# takes over the connection's replies; a Prepare is read in a thread first and
+# becomes one of those.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
@@ -75,6 +76,18 @@ class Write(Step):
         outcome = self.job.outcome
         assert outcome is not None
         return self.respond(outcome) if outcome.ok else failure_reply(self.request, outcome)
+
+
+class Prepare(Step):
+    """A request whose reading grows with its size (a txn of many ops): the server runs
+    build in a thread, so that the event loop goes on, then handles the step it makes."""
+
+    def __init__(self, request: Request, build: Callable[[], Step]) -> None:
+        super().__init__(request)
+        self.build = build
+
+    async def resolve(self) -> Response:
+        raise AssertionError("the server resolves the step that build makes")
 
 
 class Exclusive(Step):

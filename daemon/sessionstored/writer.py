@@ -39,6 +39,7 @@ import trio
 
 from sessionstore.codes import ErrorCode
 
+from .collector import Collector
 from .jobs import ExclusiveJob, Job, MutationJob
 from .notify import notify
 from .storage import compaction
@@ -79,6 +80,7 @@ class Writer:
         self.batches = 0
         self.committed_jobs = 0
         self.checkpoints = 0
+        self.collector = Collector()
         self.compactions = 0
         self._last_ping = float("-inf")
         self._recent: collections.deque[tuple[float, float, int]] = collections.deque(
@@ -282,6 +284,7 @@ class Writer:
             return
         self.store.log.close_retired()
         self.checkpoints += 1
+        await self._call(self.collector.settle)
         log.info("%s at seq %d: %s", what, self.store.seq, path)
 
     def _watchdog_ping(self, interval_s: float | None) -> None:

@@ -70,8 +70,12 @@ class Ops:
         if access is Access.READ_ONLY and not op.read_only:
             message = f"op {request.op!r} needs write access; this peer may only read"
             return Reply(request, error_response(request, ErrorCode.UNAUTHORIZED, message))
+        return self.handled(request, lambda: op.handle(self, request))
+
+    def handled(self, request: Request, build: Callable[[], Step]) -> Step:
+        """build()'s step, or the reply that its refusal (or our bug) makes."""
         try:
-            return op.handle(self, request)
+            return build()
         except Refused as error:
             refusal = error_response(request, error.code, error.message, **error.details)
             return Reply(request, refusal)

@@ -40,6 +40,15 @@ class DocumentCache:
             _, evicted = self._entries.popitem(last=False)
             self.used_bytes -= len(evicted.body)
 
+    def discard_all(self, keys: set[tuple[str, str]]) -> None:
+        """discard() each of keys, walking whichever of the two is smaller."""
+        if len(keys) > len(self._entries):
+            for key in [key for key in self._entries if key in keys]:
+                self.discard(*key)
+        else:
+            for key in keys:
+                self.discard(*key)
+
     def discard(self, kind: str, doc_id: str) -> None:
         old = self._entries.pop((kind, doc_id), None)
         if old is not None:

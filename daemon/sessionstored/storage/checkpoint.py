@@ -62,15 +62,55 @@ class CheckpointError(Exception):
     pass
 
 
-def _entry_columns(items: list[tuple[str, Entry]]) -> list[list[Any]]:
-    return [list(column) for column in zip(*((i, *e) for i, e in items), strict=True)]
+# The writer's thread encodes a checkpoint while the event loop serves, and both need
+# the GIL, which one C call keeps for as long as it runs: cbor2.dumps of 500,000
+# entries' columns held it for most of a second (every client's ping waited that long,
+# bench/loop_stall.py). So the columns are built by Python loops, which let the loop in
+# every few ms, and encoded PIECE_ITEMS items per dumps call.
+PIECE_ITEMS = 4096
+
+
+def _entry_columns(table: dict[str, Entry]) -> list[list[Any]]:
+    columns: list[list[Any]] = [list(table)]
+    for field_number in range(len(Entry._fields)):
+        columns.append([entry[field_number] for entry in table.values()])
+    return columns
 
 
 def _history_columns(rows: list[HistoryRow]) -> list[Any]:
-    if not rows:
-        return [[], "", [], [], [], []]
-    seqs, kinds, ids, digests, at_ms, sizes = zip(*rows, strict=True)
-    return [list(seqs), "".join(kinds), list(ids), list(digests), list(at_ms), list(sizes)]
+    columns: list[Any] = [[row[n] for row in rows] for n in range(6)]
+    columns[1] = "".join(columns[1])
+    return columns
+
+
+def _head(major: int, length: int) -> bytes:
+    """A CBOR head, shortest form (as cbor2 writes it)."""
+    if length < 24:
+        return bytes([major << 5 | length])
+    for extra, size in ((24, 1), (25, 2), (26, 4), (27, 8)):
+        if length < 1 << (8 * size):
+            return bytes([major << 5 | extra]) + length.to_bytes(size, "big")
+    raise ValueError("length beyond 64 bits")
+
+
+def encode_in_pieces(value: Any, out: list[bytes]) -> None:
+    """Append value's CBOR to out, no dumps call taking more than PIECE_ITEMS items."""
+    if isinstance(value, dict):
+        out.append(_head(5, len(value)))
+        for key, item in value.items():
+            out.append(cbor2.dumps(key))
+            encode_in_pieces(item, out)
+    elif isinstance(value, list) and len(value) > PIECE_ITEMS:
+        out.append(_head(4, len(value)))
+        for start in range(0, len(value), PIECE_ITEMS):
+            piece = value[start : start + PIECE_ITEMS]
+            out.append(cbor2.dumps(piece)[len(_head(4, len(piece))) :])
+    elif isinstance(value, list) and any(isinstance(item, (list, dict)) for item in value):
+        out.append(_head(4, len(value)))
+        for item in value:
+            encode_in_pieces(item, out)
+    else:
+        out.append(cbor2.dumps(value))
 
 
 def _history_rows(columns: list[Any]) -> list[HistoryRow]:
@@ -101,14 +141,16 @@ def encode_checkpoint(state: CheckpointState, sealer: Sealer) -> bytes:
         "next_segment": state.next_segment,
         "segments": sorted(state.segments.items()),
         "entries": {
-            kind: _entry_columns(state.index.items(kind))
+            kind: _entry_columns(state.index.table(kind))
             for kind in state.index.kinds()
             if state.index.count(kind)
         },
         "history": _history_columns(state.history),
         "damaged": state.damaged,
     }
-    sealed = sealer.seal(cbor2.dumps(payload), ASSOCIATED_DATA)
+    pieces: list[bytes] = []
+    encode_in_pieces(payload, pieces)
+    sealed = sealer.seal(b"".join(pieces), ASSOCIATED_DATA)
     return CKPT_HEAD.pack(CKPT_MAGIC, xxhash.xxh3_64_intdigest(sealed)) + sealed
 
 

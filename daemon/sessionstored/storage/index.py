@@ -24,6 +24,15 @@ class Entry(NamedTuple):
     length: int
 
 
+class Prepared(NamedTuple):
+    """A large batch's changes, ready to install (Index.prepare)."""
+
+    tables: dict[str, dict[str, Entry]]  # kind -> its new table
+    keys: dict[str, list[bytes]]  # kind -> its new sorted keys
+    live_delta: defaultdict[int, int]  # segment -> change in live bytes
+    removed: set[tuple[str, str]]  # (kind, id) of the documents it removed
+
+
 class KeyRange(NamedTuple):
     """The keys of one kind that start with prefix and lie strictly between after and
     before: at most limit of them, in UTF-8 byte order (descending when reverse)."""
@@ -115,51 +124,73 @@ class Index:
         keys = self._sorted_keys[kind]
         del keys[bisect.bisect_left(keys, doc_id.encode("utf-8"))]
 
-    def apply(self, changes: Sequence[tuple[str, str, Entry | None]]) -> None:
+    def apply(
+        self, changes: Sequence[tuple[str, str, Entry | None]], prepared: Prepared | None = None
+    ) -> None:
         """A batch's changes (None: removed), as put() and remove() one by one would make
-        them. A large batch edits each sorted key list once: an insort or a delete in a
-        list of n keys moves up to n pointers, so 100,000 removals from 500,000 keys cost
-        seconds one by one, and a filter and one merge of two sorted runs instead."""
-        if len(changes) <= BULK_CHANGES:
+        them. A large batch is prepare()d first, wherever that stalls no one, and installed
+        here by swapping whole tables; one prepared here otherwise."""
+        if prepared is None and len(changes) <= BULK_CHANGES:
             for kind, doc_id, entry in changes:
                 if entry is None:
                     self.remove(kind, doc_id)
                 else:
                     self.put(kind, doc_id, entry)
             return
-        membership: dict[str, dict[str, bool]] = {}  # kind -> key -> present after the batch
+        if prepared is None:
+            prepared = self.prepare(changes)
+        self._entries.update(prepared.tables)
+        self._sorted_keys.update(prepared.keys)
+        for segment, delta in prepared.live_delta.items():
+            self.live_bytes[segment] += delta
+
+    def prepare(self, changes: Sequence[tuple[str, str, Entry | None]]) -> Prepared:
+        """The tables and sorted key lists of the kinds that changes touch, built beside the
+        published ones, which it only reads: the writer's thread does this while readers go
+        on, and apply() swaps them in at once, so no reader sees half a batch. Each sorted
+        list is edited once, a filter and one merge of two sorted runs: an insort or a
+        delete in a list of n keys moves up to n pointers, so 100,000 removals from 500,000
+        keys cost seconds one by one."""
+        prepared = Prepared({}, {}, defaultdict(int), set())
+        tables = prepared.tables
         was_present: dict[str, dict[str, bool]] = {}
         for kind, doc_id, entry in changes:
-            found = self._entries.get(kind) if entry is None else self._entries.setdefault(kind, {})
-            if found is None:
-                continue  # nothing of that kind to remove
-            table = found
+            table = tables.get(kind)
+            if table is None:
+                if entry is None and kind not in self._entries:
+                    continue  # nothing of that kind to remove
+                table = tables[kind] = dict(self._entries.get(kind, {}))
             before = was_present.setdefault(kind, {})
             if doc_id not in before:
                 before[doc_id] = doc_id in table
             old = table.pop(doc_id, None) if entry is None else table.get(doc_id)
             if old is not None:
-                self.live_bytes[old.segment] -= old.length
-            if entry is not None:
+                prepared.live_delta[old.segment] -= old.length
+            if entry is None:
+                prepared.removed.add((kind, doc_id))
+            else:
                 table[doc_id] = entry
-                self.live_bytes[entry.segment] += entry.length
-            membership.setdefault(kind, {})[doc_id] = entry is not None
-        for kind, after in membership.items():
-            before = was_present[kind]
-            added = [key.encode("utf-8") for key, now in after.items() if now and not before[key]]
-            gone = {key.encode("utf-8") for key, now in after.items() if not now and before[key]}
-            if not added and not gone:
-                continue
+                prepared.live_delta[entry.segment] += entry.length
+        for kind, before in was_present.items():
+            table = tables[kind]
+            added = [key.encode("utf-8") for key, was in before.items() if not was and key in table]
+            gone = {key.encode("utf-8") for key, was in before.items() if was and key not in table}
             keys = self._sorted_keys.get(kind, [])
             if gone:
                 keys = [key for key in keys if key not in gone]
             if added:
-                keys.extend(sorted(added))
+                keys = keys + sorted(added)  # a new list: the published one is only read
                 keys.sort()  # two sorted runs: one merge
-            self._sorted_keys[kind] = keys
+            prepared.keys[kind] = keys
+        return prepared
 
     def count(self, kind: str) -> int:
         return len(self._entries.get(kind, {}))
+
+    def table(self, kind: str) -> dict[str, Entry]:
+        """One kind's id -> entry, to read. The writer's thread reads it between batches,
+        when nothing edits it: publish() runs only once the writer's call returned."""
+        return self._entries.get(kind, {})
 
     def items(self, kind: str) -> list[tuple[str, Entry]]:
         return list(self._entries.get(kind, {}).items())

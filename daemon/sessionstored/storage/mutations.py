@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from sessionstore.codes import ErrorCode
 
-from .index import Entry
+from .index import Entry, Prepared
 from .txn import Require, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut, txn_body_bytes
 
 
@@ -154,3 +154,4 @@ class Batch:
     committed: list[Committed] = field(default_factory=list)
     last_seq: int = 0
     lease_body: bytes | None = None
+    prepared: Prepared | None = None  # the index's new tables, for a large batch

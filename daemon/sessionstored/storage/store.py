@@ -42,7 +42,7 @@ from .durable import Failpoint, no_failpoint
 from .errors import CorruptRecord, FatalStorageError, InjectedFault, NoSpace
 from .fs import ENOSPC_ERRNOS, FileSystem
 from .history import History
-from .index import Entry, Found, Index, KeyRange, session_page
+from .index import BULK_CHANGES, Entry, Found, Index, KeyRange, session_page
 from .log import DEFAULT_SEGMENT_BYTES, Log
 from .mutations import (
     LEASE,
@@ -298,6 +298,8 @@ class Store:
             raise
         batch.outcomes = fold_txn_results(outcomes, txn_results)
         assert len(batch.outcomes) == len(mutations)
+        if len(batch.changes) > BULK_CHANGES:  # publish() then only swaps tables in
+            batch.prepared = self.index.prepare(batch.changes)
         return batch
 
     def _write_batch(
@@ -377,11 +379,15 @@ class Store:
 
     def publish(self, batch: Batch) -> None:
         """Make a durable batch visible to readers (the event loop's thread in the daemon)."""
-        self.index.apply(batch.changes)
-        for kind, doc_id, entry in batch.changes:
-            if entry is None:
-                self.cache.discard(kind, doc_id)
-            if self.damaged:
+        self.index.apply(batch.changes, batch.prepared)
+        if batch.prepared is not None:
+            self.cache.discard_all(batch.prepared.removed)
+        else:
+            for kind, doc_id, entry in batch.changes:
+                if entry is None:
+                    self.cache.discard(kind, doc_id)
+        if self.damaged:
+            for kind, doc_id, _entry in batch.changes:
                 for id_hash in self.sealer.id_hashes(kind, doc_id):
                     self.damaged.pop(id_hash, None)
         self.history.extend(batch.committed)
