@@ -144,3 +144,22 @@ def _summary(latencies: list[float]) -> dict[str, Any]:
         "ping_p99_ms": round(ordered[int(0.99 * (len(ordered) - 1))] * 1e3, 2),
         "ping_max_ms": round(ordered[-1] * 1e3, 2),
     }
+
+
+def main() -> None:
+    """`python -m bench.loop_stall [--quick]`: this part of `make bench` alone."""
+    import argparse
+    import tempfile
+
+    from .__main__ import Daemon
+
+    parser = argparse.ArgumentParser(prog="python -m bench.loop_stall")
+    parser.add_argument("--quick", action="store_true", help="without the 63 MiB save")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="loop-stall-") as workdir:
+        for name, figures in run(Daemon, Path(workdir), quick=args.quick).items():
+            print(f"loop stall: {name}: {json.dumps(figures)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,9 +1,18 @@
 # Runs inside the test VM with the installed client: writes sessions and checks
-# them later. Prints one JSON line; exits 1 when a check fails.
+# them later. Prints one JSON line; exits 1 when a check fails. For the power
+# cuts, power-load writes until the VM is killed, one line per request before it
+# is sent (VMTRY) and per acknowledgement (VMACK), and power-dump reports what
+# the daemon serves; the host judges the two against each other.
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
+import random
+import secrets
 import sys
+import termios
+import threading
 from typing import Any
 
 from sessionstore import snapshot_digest
@@ -80,6 +89,84 @@ def large() -> int:
     return 0 if ok else 1
 
 
+POWER_WORKERS = 4
+POWER_KEYS = 10  # per worker, of each kind: a worker alone writes its own keys
+_print_lock = threading.Lock()
+
+
+def _line(tag: str, record: dict[str, Any]) -> None:
+    """One record on the serial console, all of it out of the guest before this returns:
+    a VMTRY is on the host before its request is sent."""
+    with _print_lock:
+        print(f"{tag} {json.dumps(record, sort_keys=True)}", flush=True)
+        with contextlib.suppress(termios.error, OSError):  # not a terminal: nothing to wait for
+            termios.tcdrain(sys.stdout.fileno())
+
+
+def _power_worker(worker: int, run: str) -> None:
+    rng = random.Random(f"{run}-{worker}")
+    with Client(SOCKET, timeout=300) as client:
+        for number in itertools.count():
+            token = f"{run}:{worker}:{number}"
+            roll = rng.random()
+            effects: dict[str, str | None]
+            if roll < 0.5:
+                session_id = f"pc-{worker}-{rng.randrange(POWER_KEYS)}"
+                snapshot = _snapshot(session_id, number) | {"token": token}
+                effects = {f"s:{session_id}": snapshot_digest(snapshot)}
+                _line("VMTRY", {"w": worker, "n": number, "effects": effects})
+                seq = client.save(snapshot)["seq"]
+            elif roll < 0.85:
+                puts, gone = rng.sample(range(POWER_KEYS), 3), rng.randrange(POWER_KEYS)
+                ops: list[dict[str, Any]] = [
+                    {"op": "put", "kind": "kv", "key": f"pc/{worker}/{k}", "value": {"t": token}}
+                    for k in puts
+                ]
+                effects = {f"kv:pc/{worker}/{k}": token for k in puts}
+                if gone not in puts:
+                    ops.append({"op": "delete", "kind": "kv", "key": f"pc/{worker}/{gone}"})
+                    effects[f"kv:pc/{worker}/{gone}"] = None
+                _line("VMTRY", {"w": worker, "n": number, "effects": effects})
+                seq = client.txn(ops)["seq"]
+            else:
+                session_id = f"pc-{worker}-{rng.randrange(POWER_KEYS)}"
+                effects = {f"s:{session_id}": None}
+                _line("VMTRY", {"w": worker, "n": number, "effects": effects})
+                seq = client.delete(session_id)["seq"]
+            _line("VMACK", {"w": worker, "n": number, "seq": seq, "effects": effects})
+
+
+def power_load() -> int:
+    """Saves, txns and deletes from POWER_WORKERS clients at once, until the VM dies."""
+    run = secrets.token_hex(4)
+    threads = [
+        threading.Thread(target=_power_worker, args=(worker, run), daemon=True)
+        for worker in range(POWER_WORKERS)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return 1  # a worker failed: the daemon should have answered every request
+
+
+def power_dump() -> None:
+    served: dict[str, str | None] = {}
+    with Client(SOCKET, timeout=300) as client:
+        for session_id in client.iter_ids("pc-"):
+            served[f"s:{session_id}"] = client.head(session_id)["digest"]
+        after = None
+        while True:
+            page = client.checkpoint_scan("kv", "pc/", after=after, limit=1000)
+            for item in page["items"]:
+                served[f"kv:{item['key']}"] = item["value"]["t"]
+            if page["next"] is None:
+                break
+            after = page["next"]
+        stats, problems = client.stats(), client.verify()["problems"]
+    print(json.dumps({"seq": stats["seq"], "served": served, "problems": problems}))
+
+
 def hello() -> None:
     with Client(SOCKET, timeout=120) as client:
         print(json.dumps(client.hello()["capabilities"]))
@@ -98,6 +185,11 @@ def main(argv: list[str]) -> int:
         return large()
     if command == "hello":
         hello()
+        return 0
+    if command == "power-load":
+        return power_load()
+    if command == "power-dump":
+        power_dump()
         return 0
     raise SystemExit(f"vmcheck: unknown command {command!r}")
 
