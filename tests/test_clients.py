@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from pathlib import Path
 
 import pytest
+import trio
 
 from sessionstore import Conflict
 from sessionstore.aclient import AsyncClient
 from sessionstore.asyncio_client import AsyncioClient
 from sessionstore.client import Client
-from sessionstore.errors import Fenced
+from sessionstore.errors import ConnectionLost, Fenced, NoDaemon
 
 from .conftest import DaemonProcess, snapshot
 
@@ -67,3 +69,44 @@ def test_the_asyncio_client(running: DaemonProcess) -> None:
     asyncio.run(scenario())
     with Client(running.socket_path) as blocking:
         assert blocking.exists("x1") is True and blocking.load("x2") is None
+
+
+def test_with_no_daemon_every_client_and_adapter_names_the_socket_and_how_to_start_one(
+    short_tmp: Path,
+) -> None:
+    nowhere = str(short_tmp / "nobody-here.sock")
+
+    def check(error: BaseException) -> None:
+        assert isinstance(error, NoDaemon) and isinstance(error, ConnectionLost)
+        assert nowhere in str(error) and f"sessionstored --socket {nowhere}" in str(error)
+
+    with pytest.raises(NoDaemon) as caught:
+        Client(nowhere).ping()
+    check(caught.value)
+
+    async def on_asyncio() -> None:
+        async with AsyncioClient(nowhere) as client:
+            await client.ping()
+
+    with pytest.raises(NoDaemon) as caught:
+        asyncio.run(on_asyncio())
+    check(caught.value)
+
+    async def on_trio() -> None:
+        async with AsyncClient(nowhere) as client:
+            await client.ping()
+
+    with pytest.raises(NoDaemon) as caught:
+        trio.run(on_trio)
+    check(caught.value)
+
+    from sessionstore.agents import SessionStoreSession
+    from sessionstore.langgraph import SessionStoreSaver
+
+    with pytest.raises(NoDaemon) as caught:
+        asyncio.run(SessionStoreSession("s", nowhere).get_items())
+    check(caught.value)
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    with pytest.raises(NoDaemon) as caught:
+        SessionStoreSaver(nowhere).get_tuple(config)  # type: ignore[arg-type]
+    check(caught.value)

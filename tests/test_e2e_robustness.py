@@ -10,6 +10,8 @@ import random
 import shutil
 import socket
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -543,3 +545,80 @@ def test_bit_rot_in_a_delete_prefix_commit_never_brings_the_keys_back(
         assert client.checkpoint_scan("kv", prefix="w/")["items"] == []
         assert client.verify()["problems"] == []
     assert "ERROR" in daemon.log() and "CORRUPTION" in daemon.log()
+
+
+_PRIVATE_TMP = r"""
+set -u
+mount -t tmpfs -o size=16m tmpfs /tmp || exit 90
+fallback=/tmp/sessionstored-0
+case $1 in
+  nobodys) mkdir -m 0700 $fallback && chown 65534:65534 $fallback ;;
+  open) mkdir $fallback && chmod 0777 $fallback ;;
+  link) mkdir /tmp/x && chown 65534:65534 /tmp/x && ln -s /tmp/x $fallback ;;
+  none) ;;
+esac
+if [ $1 = none ]; then
+  "$PYTHON" -m sessionstored --state-dir "$STATE" 2>"$STATE.err" &
+  daemon=$!
+  for _ in $(seq 600); do [ -S $fallback/sessionstored.sock ] && break; sleep 0.1; done
+  stat -c 'dir %u %a' $fallback
+  "$PYTHON" -c 'from sessionstore.client import Client; Client().ping(); print("ping ok")'
+  kill $daemon; wait $daemon
+  echo "daemon exit $?"
+else
+  "$PYTHON" -m sessionstored --state-dir "$STATE" 2>&1; echo "daemon exit $?"
+  "$PYTHON" -c 'from sessionstore.client import Client; Client().ping()' 2>&1 | tail -1
+fi
+"""
+
+
+def _in_private_tmp(case: str, state: Path) -> list[str]:
+    """The case run as root in a mount namespace of its own with a fresh /tmp, so that
+    root's real /tmp/sessionstored-0 is never touched."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(state), "PYTHON": sys.executable}
+    env["STATE"] = str(state)
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "bash", "-c", _PRIVATE_TMP, "-", case],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )  # fmt: skip
+    if done.returncode == 90 or "unshare failed" in done.stderr:
+        pytest.skip(f"no private mount namespace here: {done.stderr.strip()}")
+    return done.stdout.strip().splitlines()
+
+
+@needs_root
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("nobodys", "/tmp/sessionstored-0 belongs to uid 65534, not to uid 0"),
+        ("open", "/tmp/sessionstored-0 has mode 0777, not 0700"),
+        ("link", "/tmp/sessionstored-0 is a symlink"),
+    ],
+)
+def test_a_socket_directory_in_tmp_that_is_not_ours_and_private_is_refused(
+    case: str, reason: str
+) -> None:
+    """No XDG_RUNTIME_DIR: the fallback is /tmp/sessionstored-$UID. If another user (here
+    nobody) made it, or anyone may write in it, whoever can could swap the socket and
+    receive every client's snapshots; the daemon refuses to start, the clients to
+    connect, each in one line."""
+    state = Path(tempfile.mkdtemp(prefix="sessionstored-private-", dir="/var/tmp"))
+    try:
+        started, exit_line, told = _in_private_tmp(case, state)
+        assert started.startswith(f"sessionstored: {reason}"), started  # before recovery
+        assert "set XDG_RUNTIME_DIR" in started
+        assert exit_line != "daemon exit 0"
+        assert told.startswith("sessionstore.errors.UnsafeSocketDirectory: " + reason), told
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@needs_root
+def test_the_daemon_makes_its_tmp_socket_directory_private_and_serves_there() -> None:
+    state = Path(tempfile.mkdtemp(prefix="sessionstored-private-", dir="/var/tmp"))
+    try:
+        lines = _in_private_tmp("none", state)
+        assert lines[:2] == ["dir 0 700", "ping ok"], (lines, (state.parent / f"{state.name}.err"))
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+        Path(f"{state}.err").unlink(missing_ok=True)

@@ -11,7 +11,8 @@ import trio
 
 from .async_core import AsyncCore
 from .client import DEFAULT_TIMEOUT_S, RECEIVE_BYTES, answers_after_broken_send
-from .errors import ConnectionLost
+from .errors import ConnectionLost, NoDaemon
+from .paths import checked_socket
 from .protocol import ProtocolError
 
 _LOST = (OSError, ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError)
@@ -34,10 +35,11 @@ class AsyncClient(AsyncCore):
     async def connect(self) -> None:
         if self._stream is not None:
             return
+        path = checked_socket(self._socket)
         try:
-            self._stream = await trio.open_unix_socket(self.socket_path)
+            self._stream = await trio.open_unix_socket(path)
         except OSError as error:
-            raise ConnectionLost(f"cannot connect to {self.socket_path}: {error}") from error
+            raise NoDaemon(self.socket_path, error) from error
         self._new_connection()
 
     async def aclose(self) -> None:

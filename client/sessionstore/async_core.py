@@ -17,7 +17,7 @@ from .client import (
 )
 from .errors import ConnectionLost
 from .op_methods import OpMethods
-from .paths import client_socket_path
+from .paths import client_socket
 from .protocol import Connection, Mode, ProtocolError
 from .requests import UNSET, Call, make
 
@@ -26,7 +26,8 @@ class AsyncCore(OpMethods):
     def __init__(
         self, socket_path: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT_S
     ) -> None:
-        self.socket_path = client_socket_path(socket_path)
+        self._socket = client_socket(socket_path)
+        self.socket_path = self._socket.path
         self.timeout = timeout
         self._conn = Connection(max_message_bytes=MAX_RESPONSE_BYTES, mode=Mode.CBOR)
 

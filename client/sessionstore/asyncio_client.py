@@ -10,7 +10,8 @@ from typing import Any
 
 from .async_core import AsyncCore
 from .client import DEFAULT_TIMEOUT_S, RECEIVE_BYTES, answers_after_broken_send
-from .errors import ConnectionLost
+from .errors import ConnectionLost, NoDaemon
+from .paths import checked_socket
 from .protocol import ProtocolError
 
 
@@ -32,12 +33,13 @@ class AsyncioClient(AsyncCore):
     async def connect(self) -> None:
         if self._writer is not None:
             return
+        path = checked_socket(self._socket)
         try:
             self._reader, self._writer = await asyncio.open_unix_connection(
-                self.socket_path, limit=RECEIVE_BYTES
+                path, limit=RECEIVE_BYTES
             )
         except OSError as error:
-            raise ConnectionLost(f"cannot connect to {self.socket_path}: {error}") from error
+            raise NoDaemon(self.socket_path, error) from error
         self._new_connection()
 
     async def aclose(self) -> None:

@@ -19,7 +19,7 @@ import cbor2
 from . import a3s_import, jsonform
 from .client import UNSET, Client
 from .codes import ErrorCode
-from .errors import ConnectionLost, SessionStoreError
+from .errors import NoDaemon, SessionStoreError
 from .helpformat import DefaultsShown
 from .jsonform import from_json_value, to_json_value
 from .paths import client_socket, default_socket, state_dir
@@ -546,18 +546,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _error_message(error: SessionStoreError, socket_path: str) -> str:
-    if isinstance(error, ConnectionLost) and error.message.startswith("cannot connect"):
+    if isinstance(error, NoDaemon):
         choice = client_socket(socket_path)
         return (
             f"no daemon is listening on {choice.path} ({choice.reason}). Start one with "
             "`make run` in the repository (or `sessionstored`), or point --socket at it; "
-            "`sessionstore where` shows the search"
+            "`sessionstore where` shows where clients look"
         )
     message = f"{error.code}: {error.message}"
     if error.code == ErrorCode.FENCED and error.details.get("holder") is not None:
-        holder, epoch = error.details["holder"], error.details.get("epoch")
-        held = f"the lease is held by {holder!r} (epoch {epoch})"
-        return f"fenced: {held}; pass --lease {holder}:{epoch}"
+        # never the epoch to copy: a stale holder that pasted it would defeat the fence
+        return (
+            f"fenced: the lease is held by {error.details['holder']!r}, and only its holder "
+            "may write; to take over, `sessionstore lease acquire --holder NAME` and write "
+            "with the --lease it prints"
+        )
     if error.code == ErrorCode.CONFLICT:
         current = error.details.get("current")
         return f"{message} (current digest: {current or 'none'})"

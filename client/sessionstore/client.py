@@ -8,9 +8,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from . import requests as r
-from .errors import ConnectionLost, SessionStoreError, error_from_wire
+from .errors import ConnectionLost, NoDaemon, SessionStoreError, error_from_wire
 from .op_methods import OpMethods
-from .paths import client_socket_path
+from .paths import checked_socket, client_socket
 from .protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, ProtocolError
 from .requests import UNSET, Call
 
@@ -59,7 +59,8 @@ class Client(OpMethods):
     def __init__(
         self, socket_path: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT_S
     ) -> None:
-        self.socket_path = client_socket_path(socket_path)
+        self._socket = client_socket(socket_path)
+        self.socket_path = self._socket.path
         self.timeout = timeout
         self._sock: socket.socket | None = None
         self._conn = Connection(max_message_bytes=MAX_RESPONSE_BYTES, mode=Mode.CBOR)
@@ -73,13 +74,14 @@ class Client(OpMethods):
     def connect(self) -> None:
         if self._sock is not None:
             return
+        path = checked_socket(self._socket)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self.timeout)
         try:
-            sock.connect(self.socket_path)
+            sock.connect(path)
         except OSError as error:
             sock.close()
-            raise ConnectionLost(f"cannot connect to {self.socket_path}: {error}") from error
+            raise NoDaemon(path, error) from error
         self._sock = sock
         self._conn = Connection(max_message_bytes=MAX_RESPONSE_BYTES, mode=Mode.CBOR)
 

@@ -18,6 +18,23 @@ class ConnectionLost(SessionStoreError):
     code = "connection_lost"
 
 
+class NoDaemon(ConnectionLost):
+    """Nothing answers at the socket: no daemon runs there."""
+
+    def __init__(self, socket_path: str, error: OSError) -> None:
+        super().__init__(
+            f"no daemon answers at {socket_path} ({error.strerror or error}): start one with "
+            f"`sessionstored --socket {socket_path}` (or `make run` in a checkout), or pass "
+            "the socket of the one you run (--socket, $SESSIONSTORE_SOCKET)"
+        )
+        self.socket_path = socket_path
+
+
+class UnsafeSocketDirectory(ConnectionLost):
+    """The /tmp fallback's directory is not ours and 0700: someone else could have put a
+    socket of their own there."""
+
+
 class BadRequest(SessionStoreError):
     code = ErrorCode.BAD_REQUEST
 

@@ -14,6 +14,9 @@ from typing import Any
 
 import trio
 
+from sessionstore.errors import UnsafeSocketDirectory
+from sessionstore.paths import FALLBACK, Choice, refuse_unsafe
+
 from .config import Config, ConfigError, build_config
 from .failpoints import Failpoints
 from .keyfile import load_key
@@ -133,6 +136,11 @@ def _open_database(config: Config, key: Key | None) -> tuple[Any, Any] | int:
 def run(config: Config) -> int:
     _setup_logging(config.log_level)
     _raise_open_files_limit()
+    if config.private_socket_dir and config.socket_path is not None:
+        try:  # before anything is opened (the listener checks again when it binds)
+            refuse_unsafe(Choice(config.socket_path, FALLBACK), os.getuid())
+        except UnsafeSocketDirectory as error:
+            return _fail(str(error), EXIT_CANNOT_START)
     try:
         key = load_key(config.key_file, os.environ)
     except KeyFileError as error:

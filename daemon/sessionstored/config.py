@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sessionstore.helpformat import DefaultsShown
-from sessionstore.paths import default_socket_path, state_dir
+from sessionstore.paths import FALLBACK, default_socket, state_dir
 from sessionstore.protocol import DEFAULT_MAX_REQUEST_BYTES
 
 from . import __version__
@@ -45,6 +45,7 @@ class Config:
     max_connections: int
     request_timeout_s: float
     key_file: str | None
+    private_socket_dir: bool = False  # the /tmp fallback: its directory must be ours, 0700
     database_url: str | None = None  # PostgreSQL instead of the embedded log
     database_password: str | None = None
 
@@ -234,8 +235,10 @@ def build_config(
     explicit_socket = args.socket or env.get("SESSIONSTORE_SOCKET") or None
     inherited = None if explicit_socket else _inherited_fd(env, pid)
     socket_path = explicit_socket
+    private_socket_dir = False
     if socket_path is None and inherited is None:
-        socket_path = default_socket_path(env, uid)
+        chosen = default_socket(env, uid)
+        socket_path, private_socket_dir = chosen.path, chosen.reason == FALLBACK
     database_url = args.database or env.get("SESSIONSTORED_DATABASE_URL") or None
     if database_url is not None and not database_url.startswith(("postgresql://", "postgres://")):
         raise ConfigError(f"--database must be a postgresql:// URL, not {database_url[:40]!r}")
@@ -246,6 +249,7 @@ def build_config(
     return Config(
         state_dir=resolve_state_dir(args.state_dir, env),
         socket_path=socket_path,
+        private_socket_dir=private_socket_dir,
         inherited_fd=inherited,
         socket_mode=socket_mode,
         log_level=args.log_level,

@@ -37,6 +37,8 @@ from typing import Any
 import trio
 
 from sessionstore.codes import ErrorCode
+from sessionstore.errors import UnsafeSocketDirectory
+from sessionstore.paths import FALLBACK, Choice, refuse_unsafe
 from sessionstore.protocol import (
     END_OF_STREAM,
     MORE_WORK,
@@ -114,10 +116,16 @@ class StartupError(Exception):
     pass
 
 
-def _prepare_socket_path(path: str) -> None:
+def _prepare_socket_path(path: str, private_directory: bool) -> None:
+    """private_directory: the /tmp fallback, whose directory must be ours and 0700."""
     directory = os.path.dirname(path) or "."
-    if not os.path.isdir(directory):
+    if not os.path.lexists(directory):
         os.makedirs(directory, mode=0o700, exist_ok=True)
+    if private_directory:
+        try:
+            refuse_unsafe(Choice(path, FALLBACK), os.getuid())
+        except UnsafeSocketDirectory as error:
+            raise StartupError(str(error)) from None
     if os.path.lexists(path):
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             raise StartupError(f"{path} exists and is not a socket; refusing to replace it")
@@ -142,7 +150,7 @@ async def open_listener(config: Config) -> tuple[trio.SocketListener, str | None
     assert config.socket_path is not None
     path = config.socket_path
     try:
-        _prepare_socket_path(path)
+        _prepare_socket_path(path, config.private_socket_dir)
         sock = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
         await sock.bind(path)
         os.chmod(path, config.socket_mode)
