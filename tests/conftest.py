@@ -21,6 +21,13 @@ from .postgres_server import PostgresServer, start_server
 
 READY_TIMEOUT_S = 30.0
 
+# A test reaches only daemons that it started, and never the user's store: a client or
+# daemon that forgets to name its own socket or state directory lands on these, which
+# no daemon serves, instead of on the defaults that `make run` beside the suite uses.
+UNSERVED_SOCKET = "/nonexistent/sessionstore-tests-must-name-their-socket.sock"
+os.environ["SESSIONSTORE_SOCKET"] = UNSERVED_SOCKET
+os.environ["SESSIONSTORED_STATE_DIR"] = "/nonexistent/sessionstore-tests-must-name-their-state"
+
 
 def snapshot(session_id: str, **extra: Any) -> dict[str, Any]:
     return {"schema_version": 1, "session": {"id": session_id, **extra}}

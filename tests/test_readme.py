@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from sessionstore.client import Client
 from sessionstore.paths import default_socket
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,44 +72,122 @@ def _environment(kind: str, home: Path) -> dict[str, str]:
     return env
 
 
+def _listener_pid(socket_path: str) -> int | None:
+    """The pid of whoever listens at socket_path (SO_PEERCRED), or None."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(2)
+        try:
+            sock.connect(socket_path)
+        except OSError:
+            return None
+        credentials = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        pid: int = struct.unpack("3i", credentials)[0]
+        return pid
+
+
+@dataclass
+class Sandbox:
+    """Where the README runs: the commands get prefix, so that without XDG variables,
+    as root, they run in a mount namespace whose /tmp is its own, and the fallback
+    socket /tmp/sessionstored-$UID is never one that `make run` beside us serves."""
+
+    base: Path
+    env: dict[str, str]
+    prefix: list[str]
+
+    def command(self, command: list[str], cwd: Path | None = None) -> list[str]:
+        if not self.prefix:
+            return command
+        # entering a mount namespace moves to its root: name the directory again
+        return [*self.prefix, f"--wd={cwd or os.getcwd()}", "--", *command]
+
+    def run(
+        self, command: list[str], cwd: Path | None = None, **options: object
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.command(command, cwd), cwd=cwd, env=self.env, **options)  # type: ignore[call-overload, no-any-return]
+
+
+def _sandbox(kind: str, tmp_path: Path) -> Iterator[Sandbox]:
+    if kind == "xdg":
+        yield Sandbox(tmp_path, _environment(kind, tmp_path), [])
+        return
+    base = Path(tempfile.mkdtemp(prefix="sessionstore-readme-", dir="/var/tmp"))
+    env = _environment(kind, base)
+    holder = None
+    try:
+        if os.geteuid() == 0 and shutil.which("unshare") and shutil.which("nsenter"):
+            holder = subprocess.Popen(
+                ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                 "mount -t tmpfs -o size=64m tmpfs /tmp && echo ready && exec sleep infinity"],
+                stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+            yield Sandbox(base, env, ["nsenter", "--target", str(holder.pid), "--mount"])
+            return
+        fallback = default_socket(env, os.getuid()).path
+        if _listener_pid(fallback) is not None:
+            pytest.skip(f"a daemon we did not start listens on {fallback}, the fallback socket")
+        yield Sandbox(base, env, [])
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.mark.parametrize("kind", ["xdg", "no-xdg"])
 def test_the_readme_runs_as_written(kind: str, tmp_path: Path) -> None:
-    workdir = tmp_path / "clone"
+    for sandbox in _sandbox(kind, tmp_path):
+        _run_readme(sandbox)
+
+
+def _run_readme(sandbox: Sandbox) -> None:
+    base, env = sandbox.base, sandbox.env
+    workdir = base / "clone"
     workdir.mkdir()
     (workdir / ".venv").symlink_to(ROOT / ".venv")  # what `make` made in a clone
-    env = _environment(kind, tmp_path)
     socket_path = default_socket(env, os.getuid()).path
     daemon = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "sessionstored")],  # `make run` with no ARGS
+        sandbox.command([str(ROOT / ".venv" / "bin" / "sessionstored")]),  # `make run`, no ARGS
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
+    ours = f"""
+import socket, struct, sys
+sock = socket.socket(socket.AF_UNIX)
+sock.connect({socket_path!r})
+pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+print(pid)
+"""
     try:
         deadline = time.monotonic() + 30
         while True:
-            try:
-                with Client(socket_path, timeout=2) as client:
-                    client.ping()
+            probe = sandbox.run(
+                [str(ROOT / ".venv" / "bin" / "python"), "-c", ours],
+                capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            if probe.returncode == 0:
+                # never a daemon we did not start: the one listening is the one we ran
+                # (nsenter execs it, so the pid is the same)
+                assert int(probe.stdout) == daemon.pid, "another daemon serves that socket"
                 break
-            except Exception:
-                assert daemon.poll() is None, daemon.communicate()[1]
-                assert time.monotonic() < deadline, "the daemon did not come up"
-                time.sleep(0.1)
+            assert daemon.poll() is None, daemon.communicate()[1]
+            assert time.monotonic() < deadline, "the daemon did not come up"
+            time.sleep(0.1)
         for block in readme_blocks():
             if block.skip_reason is not None:
                 continue
             if block.lang == "sh":
                 command = ["bash", "-e", "-o", "pipefail", "-c", block.body]
             else:
-                script = tmp_path / f"readme_{block.line}.py"
+                script = base / f"readme_{block.line}.py"
                 script.write_text(block.body)
                 command = [str(ROOT / ".venv" / "bin" / "python"), str(script)]
-            result = subprocess.run(
+            result = sandbox.run(
                 command,
                 cwd=workdir,
-                env=env,
                 capture_output=True,
                 text=True,
                 timeout=BLOCK_TIMEOUT_S,
@@ -118,9 +200,10 @@ def test_the_readme_runs_as_written(kind: str, tmp_path: Path) -> None:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(30)
     assert daemon.returncode == 0
-    assert not os.path.exists(socket_path)
+    if not sandbox.prefix:
+        assert not os.path.exists(socket_path)
     if sys.platform == "linux":
-        state = env.get("XDG_STATE_HOME", str(tmp_path / ".local" / "state"))
+        state = env.get("XDG_STATE_HOME", str(base / ".local" / "state"))
         assert (Path(state) / "sessionstored" / "FORMAT").exists()
 
 
