@@ -108,3 +108,28 @@ def test_the_adapters_are_optional() -> None:
     for path in (ROOT / "client" / "sessionstore").glob("*.py"):
         frameworks = _imports(path) & {"langgraph", "agents", "langchain_core"}
         assert not frameworks or path.stem in {"langgraph", "agents"}, path
+
+
+def test_each_extra_installs_what_the_readme_examples_import() -> None:
+    """`pip install -e '.[langgraph]'` (or `[agents]`) must bring every distribution whose
+    modules the README's examples of that adapter import."""
+    import importlib.metadata
+    import re
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    readme = (ROOT / "README.md").read_text()
+    owners: dict[str, set[str]] = {}
+    for dist in importlib.metadata.distributions():
+        for file in dist.files or []:
+            if file.suffix == ".py":
+                module = ".".join(file.with_suffix("").parts).removesuffix(".__init__")
+                owners.setdefault(module, set()).add(dist.metadata["Name"].lower())
+    for extra, top in (("langgraph", "langgraph"), ("agents", "agents")):
+        wanted = {re.split(r"[<>=\[ ;]", r)[0].lower() for r in extras[extra]}
+        imported = set(re.findall(rf"^\s*(?:from|import) ({top}(?:\.\w+)*)", readme, re.M))
+        assert imported, f"the README shows no {top} import"
+        for module in imported:
+            assert owners.get(module, set()) & wanted, (extra, module, owners.get(module))

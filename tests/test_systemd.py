@@ -164,3 +164,44 @@ def test_journal_priority_prefixes_under_systemd(daemon: DaemonProcess) -> None:
     lines = [line for line in daemon.log().splitlines() if line.strip()]
     assert lines and all(re.match(r"<[0-7]>sessionstored", line) for line in lines), lines
     assert any(line.startswith("<6>sessionstored.server: serving on") for line in lines)
+
+
+@pytest.mark.log_only  # about the embedded log's files
+def test_corruption_at_start_is_an_error_in_the_journal_and_a_torn_tail_a_warning(
+    daemon: DaemonProcess,
+) -> None:
+    """`journalctl -p warning` must show both, and `-p err` the corruption."""
+    from .storage_helpers import locate_record
+
+    journal = {"JOURNAL_STREAM": "8:12345"}
+    daemon.start(env=journal)
+    with daemon.client() as client:
+        for n in range(4):
+            client.save(snapshot(f"p{n}"))
+    assert daemon.stop() == 0
+
+    def recovered_line() -> str:
+        [line] = [x for x in daemon.log().splitlines() if "sessionstored: recovered " in x][-1:]
+        return line
+
+    assert recovered_line().startswith("<6>")  # a clean start: info
+    path, offset, length = locate_record(daemon.state_dir, "s", "p3")
+    segment = Path(path)
+    data = bytearray(segment.read_bytes())
+    end = offset + length + 76  # after p3's record and its batch's commit record
+    data[end : end + 40] = b"\x01" * 40  # half a batch that never reached its sync
+    segment.write_bytes(bytes(data))
+    daemon.start(env=journal)
+    assert daemon.stop() == 0
+    assert recovered_line().startswith("<4>") and "torn log tail" in recovered_line()
+    path, offset, _ = locate_record(daemon.state_dir, "s", "p1")
+    data = bytearray(segment.read_bytes())
+    data[offset + 100] ^= 0x40  # rot in a committed record that later batches follow
+    segment.write_bytes(bytes(data))
+    daemon.start(env=journal)
+    with daemon.client() as client:
+        with pytest.raises(SessionStoreError):
+            client.load("p1")
+        client.delete("p1")  # so that the suite's closing verify is clean
+    assert daemon.stop() == 0
+    assert recovered_line().startswith("<3>") and "CORRUPTION" in recovered_line()
