@@ -246,12 +246,20 @@ def test_watch_says_where_it_starts_and_stops_cleanly_on_ctrl_c(running: DaemonP
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a shell runs a background job with SIGINT ignored, and a child inherits that:
+        # Ctrl-C reaches the watch as it would in a terminal only with it restored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    time.sleep(1.5)
-    cli("put", "-", socket_path=sock, stdin=json.dumps(snapshot("w2")))
-    time.sleep(1.0)
-    watcher.send_signal(signal.SIGINT)
-    out, err = watcher.communicate(timeout=30)
+    try:
+        time.sleep(1.5)
+        cli("put", "-", socket_path=sock, stdin=json.dumps(snapshot("w2")))
+        time.sleep(1.0)
+        watcher.send_signal(signal.SIGINT)
+        out, err = watcher.communicate(timeout=30)
+    finally:  # never left behind, whatever failed above
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.communicate()
     assert watcher.returncode == 130
     assert "watching changes after seq 1" in err and "Traceback" not in err
     assert [json.loads(line)["session_id"] for line in out.splitlines()] == ["w2"]

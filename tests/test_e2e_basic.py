@@ -9,6 +9,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -554,3 +555,25 @@ def test_an_oversized_save_is_too_large_for_every_client(short_tmp: Path) -> Non
     finally:
         assert daemon.stop() == 0, daemon.log()
         daemon.cleanup()
+
+
+def test_stats_seq_is_never_behind_a_reply_already_received(running: DaemonProcess) -> None:
+    """Four writers at once; after each acknowledged save, that writer's stats must show
+    its seq (on PostgreSQL a daemon learns other commits from ss_changes a moment later,
+    but never lags its own)."""
+    behind: list[tuple[int, int]] = []
+
+    def writer(number: int) -> None:
+        with running.client() as client:
+            for n in range(60):
+                seq = client.save(snapshot(f"seq-{number}-{n}"))["seq"]
+                shown = client.stats()["seq"]
+                if shown < seq:
+                    behind.append((seq, shown))
+
+    threads = [threading.Thread(target=writer, args=(number,)) for number in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert behind == []

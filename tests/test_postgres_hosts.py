@@ -428,3 +428,18 @@ def test_while_the_database_is_down_requests_get_io_error_then_it_serves_again(
         assert daemon.stop() == 0
     finally:
         daemon.cleanup()
+
+
+def test_a_database_host_that_does_not_resolve_at_start_is_a_configuration_error(
+    short_tmp: Path,
+) -> None:
+    """A typo in the URL's host exits 2 with one line (retrying would wait for ever); a
+    name that stops resolving later is an outage, and the daemon retries."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionstored", "--socket", str(short_tmp / "s.sock"),
+         "--database", "postgresql://someone@no-such-host.invalid/db"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert "no-such-host.invalid" in line and "does not resolve" in line  # and no retry line

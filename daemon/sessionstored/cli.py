@@ -126,6 +126,8 @@ def _open_database(config: Config, key: Key | None) -> tuple[Any, Any] | int:
         except DatabaseRefused as error:
             return _fail(str(error), EXIT_BAD_CONFIG)
         except DatabaseUnreachable as error:
+            if error.unresolved and attempt == 0:  # a typo in the URL, not an outage
+                return _fail(f"{error} (the host does not resolve)", EXIT_BAD_CONFIG)
             wait_s = DATABASE_RETRY_S[min(attempt, len(DATABASE_RETRY_S) - 1)]
             attempt += 1
             notify(f"STATUS=waiting for PostgreSQL at {redacted(config.database_url)}: {error}")

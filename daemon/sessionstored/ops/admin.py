@@ -81,7 +81,7 @@ def stats(ops: Ops, request: Request) -> Step:
         return ok_response(
             request,
             sessions=await ops.query(ops.store.session_count),
-            seq=ops.store.seq,
+            seq=ops.store.acknowledged_seq,
             uptime_s=round(time.monotonic() - ops.started, 3),
             watchers=ops.broadcaster.watchers,
             watchers_cut_off=ops.broadcaster.cut_off,

@@ -21,7 +21,8 @@ class Backend(Protocol):
     has_log: bool
     blocking_reads: bool
     shared: bool
-    seq: int
+    seq: int  # the watch history's: every change up to it is in history
+    acknowledged_seq: int  # at least seq, and every seq this daemon acknowledged
     lease: dict[str, Any] | None
     history: History
     sealer: Sealer

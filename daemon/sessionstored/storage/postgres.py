@@ -99,6 +99,16 @@ SCHEMA_LOCK = 0x5E55_1057  # pg_advisory_xact_lock key: one daemon creates the s
 class DatabaseUnreachable(Exception):
     """PostgreSQL does not answer (yet): the daemon waits and retries."""
 
+    def __init__(self, message: str, *, unresolved: bool = False) -> None:
+        super().__init__(message)
+        self.unresolved = unresolved  # the host name does not resolve (not a DNS outage)
+
+
+# getaddrinfo's words (glibc, musl, BSD) for a name that does not exist (EAI_NONAME), as
+# psycopg and libpq pass them on; a DNS server that does not answer says "Temporary
+# failure in name resolution" (EAI_AGAIN) instead: an outage, retried
+UNRESOLVED_HOST = ("Name or service not known", "Name does not resolve", "nodename nor servname")
+
 
 class DatabaseUnavailable(OSError):
     """A read that the database failed or did not answer in time (io_error)."""
@@ -177,6 +187,7 @@ class PgStore:
         self.history_changes = history_changes
         self.max_document_bytes = max_document_bytes
         self.seq = 0
+        self._acknowledged = 0
         self.lease: dict[str, Any] | None = None
         self.checkpoint_seq = 0
         self.batches = 0
@@ -201,7 +212,10 @@ class PgStore:
                 for state in ("password authentication", "does not exist", "no password")
             ):
                 raise DatabaseRefused(f"{redacted(self.url)}: {text}") from None
-            raise DatabaseUnreachable(f"{redacted(self.url)}: {text}") from None
+            unresolved = any(words in text for words in UNRESOLVED_HOST)
+            raise DatabaseUnreachable(
+                f"{redacted(self.url)}: {text}", unresolved=unresolved
+            ) from None
         conn.execute("SET synchronous_commit TO on")
         conn.commit()
         return conn
@@ -573,9 +587,17 @@ class PgStore:
         )
         return cursor.rowcount
 
+    @property
+    def acknowledged_seq(self) -> int:
+        """`stats` reports this: the follower may not have reached this daemon's own
+        commits yet, and a reply's seq must not be ahead of what stats says after it."""
+        return max(self.seq, self._acknowledged)
+
     def publish(self, batch: Batch) -> None:
         """The watch history comes from follow(), in global seq order; a local batch
-        only refreshes the lease this daemon shows."""
+        only refreshes the lease this daemon shows, and the seq it has acknowledged."""
+        if batch.committed:
+            self._acknowledged = max(self._acknowledged, batch.last_seq)
         if batch.lease_body is not None:
             self.lease = cbor2.loads(batch.lease_body)
         elif any(c.kind == LEASE and c.digest is None for c in batch.committed):

@@ -193,6 +193,10 @@ class Store:
             raise CorruptRecord(path, offset, f"{reason} (it held seq {seq} of this document)")
         return self.index.get(kind, doc_id)
 
+    @property
+    def acknowledged_seq(self) -> int:
+        return self.seq  # one writer: what it publishes is what it acknowledged
+
     def damage_of(self, kind: str, doc_id: str) -> DamageRow | None:
         """A damaged committed record that holds this document's newest generation."""
         if not self.damaged:
