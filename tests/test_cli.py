@@ -190,10 +190,10 @@ def test_json_under_a_pipe_and_readable_on_a_terminal(running: DaemonProcess) ->
     sock = running.socket_path
     for name in ("b", "a", "c"):
         cli("put", "-", socket_path=sock, stdin=json.dumps(snapshot(name)))
-    assert json.loads(cli("ls", socket_path=sock).stdout) == ["a", "b", "c"]
+    assert cli("ls", socket_path=sock).stdout.split() == ["a", "b", "c"]
     assert len(cli("stats", socket_path=sock).stdout.strip().splitlines()) == 1
     assert on_a_terminal("ls", socket_path=sock).split() == ["a", "b", "c"]
-    assert json.loads(on_a_terminal("ls", "--json", socket_path=sock)) == ["a", "b", "c"]
+    assert json.loads(on_a_terminal("ls", "--json", socket_path=sock))["ids"] == ["a", "b", "c"]
     stats = on_a_terminal("stats", socket_path=sock)
     assert len(stats.splitlines()) > 5 and json.loads(stats)["sessions"] == 3
     assert on_a_terminal("exists", "a", socket_path=sock).strip() == "yes"
@@ -209,21 +209,28 @@ def test_where_says_which_socket_and_state_dir_and_why(
             ("XDG_", "SESSIONSTORE", "RUNTIME_DIRECTORY", "STATE_DIRECTORY", "SESSIONSTORED")
         )
     }
+    (tmp_path / "run").mkdir(mode=0o700)  # never the fallback, where `make run` may serve
     env_run = subprocess.run(
         [sys.executable, "-m", "sessionstore.cli", "--json", "where"],
         capture_output=True,
         text=True,
-        env={**bare, "HOME": str(tmp_path)},
+        env={**bare, "HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(tmp_path / "run")},
         check=True,
     )
     report = json.loads(env_run.stdout)
-    assert report["socket"] == f"/tmp/sessionstored-{os.getuid()}/sessionstored.sock"
+    assert report["socket"] == f"{tmp_path}/run/sessionstored.sock"
+    assert report["socket_reason"] == "$XDG_RUNTIME_DIR" and report["serves"] is None
     assert report["state_dir"] == f"{tmp_path}/.local/state/sessionstored"
     pointed = cli("--json", "where", env={"SESSIONSTORE_SOCKET": running.socket_path})
     report = json.loads(pointed.stdout)
     assert report["socket"] == running.socket_path
     assert report["socket_reason"] == "$SESSIONSTORE_SOCKET"
     assert report["socket_status"] == "a daemon is listening"
+    # asked over the socket: the state directory that daemon serves, not the defaults
+    served = report["serves"]
+    assert served == str(running.state_dir) or served.startswith("postgresql://"), served
+    human = on_a_terminal("where", socket_path=running.socket_path)
+    assert "(" not in human.splitlines()[0], human  # no brackets within brackets
 
 
 def test_the_client_falls_back_to_the_systemd_socket(
@@ -323,3 +330,58 @@ def test_verify_shows_its_elapsed_time_on_a_terminal(running: DaemonProcess) -> 
     )
     assert result.returncode == 0 and json.loads(result.stdout)["problems"] == []
     assert b"verify: 00:0" in shown
+
+
+def test_the_cli_takes_its_options_anywhere_and_refuses_what_it_cannot_use(
+    running: DaemonProcess,
+) -> None:
+    sock = running.socket_path
+    cli("put", "-", socket_path=sock, stdin=json.dumps(snapshot("o")))
+    for args in (
+        ["--socket", sock, "--json", "--timeout", "5", "ls"],
+        ["ls", "--socket", sock, "--json", "--timeout", "5"],
+        ["--json", "ls", "--socket", sock],
+    ):
+        done = cli(*args)
+        assert done.returncode == 0 and json.loads(done.stdout) == {"ids": ["o"], "next": None}
+    for args, words in (
+        (["--timeout", "-1", "ls"], "--timeout: -1 is not a positive number of seconds"),
+        (["ls", "--timeout", "0"], "--timeout: 0 is not a positive number of seconds"),
+        (["watch", "--count", "0"], "--count: 0 is not 1 or more"),
+        (["watch", "--since", "-1"], "--since: -1 is not a seq"),
+        (["checkpoint", "get", "kv", "k", "extra"], "checkpoint get takes no value: unexpected"),
+        (["ping", "extra"], "unrecognized arguments: extra"),
+    ):
+        done = cli(*args, socket_path=sock)
+        assert done.returncode == 2, (args, done.stderr)
+        [line] = done.stderr.strip().splitlines()
+        assert words in line and done.stdout == "", (args, line)
+    bad = cli("call", "ping", "{", socket_path=sock)
+    assert bad.returncode == 2 and "ARGS is not valid JSON" in bad.stderr
+
+
+def test_ls_is_one_id_per_line_and_one_json_shape_whatever_the_flags(
+    running: DaemonProcess,
+) -> None:
+    sock = running.socket_path
+    for name in ("b", "a", "c"):
+        cli("put", "-", socket_path=sock, stdin=json.dumps(snapshot(name)))
+    for n in range(3):
+        cli("checkpoint", "put", "kv", f"k/{n}", "{}", socket_path=sock)
+    assert cli("ls", socket_path=sock).stdout == "a\nb\nc\n"
+    page = cli("ls", "--limit", "2", socket_path=sock)
+    assert page.stdout == "a\nb\n" and "--after 'b'" in page.stderr
+    assert cli("ls", "--limit", "2", "--after", "b", socket_path=sock).stdout == "c\n"
+    assert json.loads(cli("ls", "--json", socket_path=sock).stdout) == {
+        "ids": ["a", "b", "c"],
+        "next": None,
+    }
+    assert json.loads(cli("ls", "--json", "--limit", "2", socket_path=sock).stdout) == {
+        "ids": ["a", "b"],
+        "next": "b",
+    }
+    assert cli("ls", "--kind", "kv", "--prefix", "k/", socket_path=sock).stdout == (
+        "k/0\nk/1\nk/2\n"
+    )
+    assert on_a_terminal("ls", socket_path=sock).split() == ["a", "b", "c"]
+    assert cli("ls", "--kind", "loop", socket_path=sock).stdout == ""

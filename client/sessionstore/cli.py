@@ -12,12 +12,12 @@ import threading
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import cbor2
 
 from . import a3s_import, jsonform
-from .client import UNSET, Client
+from .client import DEFAULT_TIMEOUT_S, UNSET, Client
 from .codes import ErrorCode
 from .errors import NoDaemon, SessionStoreError
 from .helpformat import DefaultsShown
@@ -197,16 +197,40 @@ def _rm(client: Client, args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+def _ls_page(
+    client: Client, args: argparse.Namespace, after: str | None, limit: int
+) -> tuple[list[str], str | None]:
+    if args.kind == "session":
+        page = client.list(args.prefix, after=after, limit=limit)
+        return page["ids"], page["next"]
+    found = client.checkpoint_scan(
+        args.kind, args.prefix, after=after, limit=min(limit, 1000), values=False
+    )
+    return [item["key"] for item in found["items"]], found["next"]
+
+
 def _ls(client: Client, args: argparse.Namespace, out: Output) -> int:
-    if args.limit is not None:
-        page = client.list(args.prefix, after=args.after, limit=args.limit)
-        human = "\n".join(page["ids"]) + (
-            f"\n(more after {page['next']!r})" if page["next"] else ""
-        )
-        out.emit(page, lambda _: human.strip("\n") or "(none)")
+    """One id (or key) per line, on a terminal or through a pipe; with --json one line
+    {"ids": [...], "next": cursor or null}, the same shape with or without --limit."""
+    ids: list[str] = []
+    after, cursor = args.after, None
+    while True:
+        want = args.limit - len(ids) if args.limit is not None else 1000
+        page, cursor = _ls_page(client, args, after, want)
+        ids.extend(page)
+        if cursor is None or (args.limit is not None and len(ids) >= args.limit):
+            break
+        after = cursor
+    if args.json:
+        out.emit({"ids": ids, "next": cursor})
     else:
-        ids = list(client.iter_ids(args.prefix))
-        out.emit(ids, lambda value: "\n".join(value) if value else "(none)")
+        for doc_id in ids:
+            sys.stdout.write(doc_id + "\n")
+        sys.stdout.flush()
+        if not ids and sys.stdout.isatty():
+            print("(none)", file=sys.stderr)
+    if cursor is not None and not args.json:
+        print(f"sessionstore: more after {cursor!r}: pass --after {cursor!r}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -245,6 +269,8 @@ def _fork(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def _checkpoint(client: Client, args: argparse.Namespace, out: Output) -> int:
+    if args.action != "put" and args.value is not None:
+        raise UsageError(f"checkpoint {args.action} takes no value: unexpected {args.value!r}")
     lease = _lease_option(args)
     if args.action == "put":
         text = sys.stdin.read() if args.value in (None, "-") else args.value
@@ -280,9 +306,15 @@ def _lease(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def _watch(client: Client, args: argparse.Namespace, out: Output) -> int:
-    since = args.since if args.since is not None else client.stats()["seq"]
+    current = client.stats()["seq"]
+    since = args.since if args.since is not None else current
     stop = f", stopping after {args.count} events" if args.count else " (Ctrl-C to stop)"
     print(f"sessionstore: watching changes after seq {since}{stop}", file=sys.stderr)
+    if since > current:
+        print(
+            f"sessionstore: the store is at seq {current}: waiting until it passes {since}",
+            file=sys.stderr,
+        )
     single_line = Output(force_json=True)  # one line per event, on a terminal too
     for count, event in enumerate(client.watch(since), start=1):
         single_line.emit(event)
@@ -292,7 +324,7 @@ def _watch(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def _call(client: Client, args: argparse.Namespace, out: Output) -> int:
-    fields = _json_arg(args.args, "the arguments") if args.args else {}
+    fields = _json_arg(args.args, "ARGS") if args.args else {}
     if not isinstance(fields, dict):
         raise UsageError('call: the arguments must be a JSON object, e.g. \'{"session_id": "x"}\'')
     out.emit(client.call(args.op, **fields))
@@ -378,40 +410,83 @@ def _where(args: argparse.Namespace) -> int:
         return EXIT_OK
     daemon_socket = default_socket(os.environ, os.getuid())
     state = state_dir(None, os.environ)
-    listening = "a daemon is listening" if _answers(socket.path) else "no daemon answers there"
+    served = _served(socket.path)
+    listening = "a daemon is listening" if served is not None else "no daemon answers there"
     report = {
         "socket": socket.path,
         "socket_reason": socket.reason,
         "socket_status": listening,
+        "serves": served,  # what that daemon says it serves: its state dir or database
         "daemon_default_socket": daemon_socket.path,
         "daemon_default_socket_reason": daemon_socket.reason,
         "state_dir": state.path,
         "state_dir_reason": state.reason,
     }
-    Output(args.json).emit(
-        report,
-        lambda r: "\n".join(
-            [
-                f"socket     {r['socket']}  ({r['socket_reason']}; {r['socket_status']})",
-                f"daemon     binds {r['daemon_default_socket']} by default"
-                f"  ({r['daemon_default_socket_reason']})",
-                f"state dir  {r['state_dir']}  ({r['state_dir_reason']})",
-            ]
-        ),
-    )
+
+    def human(r: dict[str, Any]) -> str:
+        lines = [f"socket     {r['socket']}: {r['socket_reason']}; {r['socket_status']}"]
+        if r["serves"] is not None:
+            lines.append(f"serves     {r['serves']}: as that daemon says")
+        lines.append(
+            f"defaults   a daemon started here binds {r['daemon_default_socket']}: "
+            f"{r['daemon_default_socket_reason']}; keeps its state in {r['state_dir']}: "
+            f"{r['state_dir_reason']}"
+        )
+        return "\n".join(lines)
+
+    Output(args.json).emit(report, human)
     return EXIT_OK
 
 
-def _answers(path: str) -> bool:
+def _served(path: str) -> str | None:
+    """The state directory (or database) the daemon at path serves, or None if no daemon
+    answers there."""
     try:
         with Client(path, timeout=2) as client:
-            client.ping()
-        return True
+            stats = client.stats()
     except (SessionStoreError, OSError):
-        return False
+        return None
+    return str(stats.get("state_dir") or stats.get("database") or "an unnamed store")
 
 
 # -- the parser ------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not 1 or more")
+    return value
+
+
+def _seq(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seq (a whole number)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a seq: seqs start at 0")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line on stderr and exit 2, as every other refusal is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"sessionstore: {message} (see `{self.prog} --help`)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -425,14 +500,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     formatter = DefaultsShown
 
-    common = argparse.ArgumentParser(add_help=False)
+    # before or after the command alike (`sessionstore --json ls`, `sessionstore ls --json`)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--json",
         action="store_true",
         default=argparse.SUPPRESS,
         help="one compact JSON line per result, on a terminal too (the format under a pipe)",
     )
-    parser = argparse.ArgumentParser(
+    common.add_argument(
+        "--socket",
+        default=argparse.SUPPRESS,
+        help="the daemon's socket (default: the search order below)",
+    )
+    common.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=argparse.SUPPRESS,
+        help=f"seconds to wait for each reply (default: {DEFAULT_TIMEOUT_S})",
+    )
+    parser = _Parser(
         prog="sessionstore",
         description="Client for sessionstored, the crash-safe session store.",
         epilog=epilog,
@@ -440,10 +527,6 @@ def _parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     parser.add_argument("--version", action="version", version=f"sessionstore {_version()}")
-    parser.add_argument("--socket", help="the daemon's socket (default: the search order below)")
-    parser.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds to wait for each reply"
-    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Any, help_text: str, *, local: bool = False) -> Any:
@@ -495,10 +578,16 @@ def _parser() -> argparse.ArgumentParser:
     rm.add_argument("session_id")
     expect_options(rm)
     lease_option(rm)
-    ls = command("ls", _ls, "list session ids in UTF-8 byte order (every page unless --limit)")
+    ls = command("ls", _ls, "list session ids, or a kind's keys, in UTF-8 byte order, one per line")
+    ls.add_argument(
+        "--kind",
+        choices=("session", "kv", "loop", "workflow"),
+        default="session",
+        help="sessions, or the keyed documents of a kind",
+    )
     ls.add_argument("--prefix", default="", help="only ids that start with this")
     ls.add_argument("--after", help="start after this id (with --limit: the previous page's next)")
-    ls.add_argument("--limit", type=int, help="one page of at most this many ids")
+    ls.add_argument("--limit", type=_positive_int, help="at most this many (then a `next`)")
     update = command("update", _update, "replace one component of a session")
     update.add_argument("session_id")
     update.add_argument("component", help="session, artifacts, trace_events, run_records, ...")
@@ -522,12 +611,16 @@ def _parser() -> argparse.ArgumentParser:
     lease.add_argument("--epoch", type=int, help="the epoch acquire gave (release)")
     watch = command("watch", _watch, "stream committed changes, one JSON line each")
     watch.add_argument(
-        "--since", type=int, help="replay retained changes after this seq (default: now)"
+        "--since", type=_seq, help="replay retained changes after this seq (default: now)"
     )
-    watch.add_argument("--count", type=int, help="stop after this many events (default: never)")
+    watch.add_argument(
+        "--count", type=_positive_int, help="stop after this many events (default: never)"
+    )
     call = command("call", _call, "send any op with JSON arguments")
     call.add_argument("op")
-    call.add_argument("args", nargs="?", help='a JSON object, e.g. \'{"session_id": "x"}\'')
+    call.add_argument(
+        "args", nargs="?", metavar="ARGS", help='a JSON object, e.g. \'{"session_id": "x"}\''
+    )
     migrate = command(
         "import-a3s",
         _import_a3s,
@@ -571,6 +664,8 @@ def _error_message(error: SessionStoreError, socket_path: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     args.json = getattr(args, "json", False)
+    args.socket = getattr(args, "socket", None)
+    args.timeout = getattr(args, "timeout", DEFAULT_TIMEOUT_S)
     try:
         if args.local:
             code: int = args.handler(args)

@@ -14,7 +14,7 @@ from .errors import UnsafeSocketDirectory
 
 SOCKET_NAME = "sessionstored.sock"
 SYSTEMD_SOCKET = f"/run/sessionstored/{SOCKET_NAME}"
-FALLBACK = "the fallback (no runtime dir set)"
+FALLBACK = "the fallback: no runtime dir is set"
 
 
 class Choice(NamedTuple):
@@ -27,7 +27,7 @@ def default_socket(env: Mapping[str, str], uid: int) -> Choice:
     caller's)."""
     if env.get("RUNTIME_DIRECTORY"):
         directory = env["RUNTIME_DIRECTORY"].split(":")[0]
-        return Choice(os.path.join(directory, SOCKET_NAME), "$RUNTIME_DIRECTORY (systemd)")
+        return Choice(os.path.join(directory, SOCKET_NAME), "$RUNTIME_DIRECTORY, from systemd")
     if env.get("XDG_RUNTIME_DIR"):
         return Choice(os.path.join(env["XDG_RUNTIME_DIR"], SOCKET_NAME), "$XDG_RUNTIME_DIR")
     return Choice(f"/tmp/sessionstored-{uid}/{SOCKET_NAME}", FALLBACK)
@@ -81,13 +81,13 @@ def client_socket(
 ) -> Choice:
     env = os.environ if env is None else env
     if explicit:
-        return Choice(explicit, "given explicitly (--socket / socket_path)")
+        return Choice(explicit, "given explicitly: --socket or socket_path")
     if env.get("SESSIONSTORE_SOCKET"):
         return Choice(env["SESSIONSTORE_SOCKET"], "$SESSIONSTORE_SOCKET")
     uid = os.getuid() if uid is None else uid
     contract = default_socket(env, uid)
     if not _is_socket(contract.path) and _is_socket(SYSTEMD_SOCKET):
-        return Choice(SYSTEMD_SOCKET, f"the systemd socket (nothing at {contract.path})")
+        return Choice(SYSTEMD_SOCKET, f"the systemd socket: nothing is at {contract.path}")
     return contract
 
 
@@ -107,7 +107,7 @@ def state_dir(explicit: str | None, env: Mapping[str, str]) -> Choice:
     if env.get("SESSIONSTORED_STATE_DIR"):
         return Choice(env["SESSIONSTORED_STATE_DIR"], "$SESSIONSTORED_STATE_DIR")
     if env.get("STATE_DIRECTORY"):
-        return Choice(env["STATE_DIRECTORY"].split(":")[0], "$STATE_DIRECTORY (systemd)")
+        return Choice(env["STATE_DIRECTORY"].split(":")[0], "$STATE_DIRECTORY, from systemd")
     if env.get("XDG_STATE_HOME"):
         return Choice(os.path.join(env["XDG_STATE_HOME"], "sessionstored"), "$XDG_STATE_HOME")
     home = env.get("HOME") or os.path.expanduser("~")

@@ -518,6 +518,7 @@ class Store:
     def stats(self) -> dict[str, Any]:
         dead, used = compaction.dead_bytes(self)
         return {
+            "state_dir": self.root,  # `sessionstore where` asks the daemon, not the defaults
             "wal_bytes": self.log.size_bytes,
             "live_bytes": sum(self.index.live_bytes.values()),
             "log_segments": len(self.log.used),
