@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 BIN := $(VENV)/bin
 
-.PHONY: run test test-systemd lint bench fuzz clean
+.PHONY: run test test-systemd lint bench fuzz clean install
 
 HELPER := client/sessionstore/_cbor_bytes.c client/sessionstore/cbor_core.c client/sessionstore/cbor_core.h
 
@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml setup.py $(HELPER)
 
 run: $(STAMP)
 	$(BIN)/sessionstored $(ARGS)
+
+# the CLI's bash and zsh completion and man pages, generated from its parser
+PREFIX ?= $(HOME)/.local
+install: $(STAMP)
+	$(BIN)/python -m sessionstore.install_docs $(PREFIX)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

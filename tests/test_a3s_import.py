@@ -118,6 +118,18 @@ def test_not_a_store_is_a_usage_error(running: DaemonProcess, tmp_path: Path) ->
     assert code == 2 and "not an a3s-code-core session store" in err
 
 
+def test_a_missing_directory_or_key_file_is_one_line_naming_it(
+    running: DaemonProcess, tmp_path: Path
+) -> None:
+    for args, said in (
+        ([str(tmp_path / "gone")], f"{tmp_path / 'gone'}: no such directory"),
+        ([str(tmp_path), "--key-file", str(tmp_path / "k")], f"{tmp_path / 'k'}: no such key file"),
+    ):
+        code, _, err = run_import(running, *args)
+        assert code == 2 and err.strip() == f"sessionstore: {said}", err
+        assert "Errno" not in err
+
+
 def test_a_progress_bar_shows_on_a_terminal(running: DaemonProcess, tmp_path: Path) -> None:
     from .test_cli import with_stderr_on_a_terminal
 

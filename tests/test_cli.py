@@ -385,3 +385,23 @@ def test_ls_is_one_id_per_line_and_one_json_shape_whatever_the_flags(
     )
     assert on_a_terminal("ls", socket_path=sock).split() == ["a", "b", "c"]
     assert cli("ls", "--kind", "loop", socket_path=sock).stdout == ""
+
+
+def test_completion_and_man_pages_come_from_the_parser(tmp_path: Path) -> None:
+    from sessionstore.install_docs import install
+
+    written = install(tmp_path)
+    commands = ["ls", "put", "watch", "checkpoint", "where", "completion"]
+    bash = (tmp_path / "share/bash-completion/completions/sessionstore").read_text()
+    assert subprocess.run(["bash", "-n"], input=bash, text=True, check=False).returncode == 0
+    assert all(name in bash for name in commands)
+    assert (
+        "--kind" in bash
+        and "_sessionstore" in (tmp_path / "share/zsh/site-functions/_sessionstore").read_text()
+    )
+    pages = {p.name for p in written if p.suffix == ".1"}
+    assert {"sessionstore.1", *(f"sessionstore-{name}.1" for name in commands)} <= pages
+    ls_page = (tmp_path / "share/man/man1/sessionstore-ls.1").read_text()
+    assert ls_page.startswith(".TH") and "\\-\\-kind" in ls_page
+    printed = cli("completion", "bash")
+    assert printed.returncode == 0 and printed.stdout.strip() == bash.strip()

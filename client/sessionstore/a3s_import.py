@@ -90,7 +90,13 @@ def is_temp_file(name: str) -> bool:
 
 
 def read_key(path: str) -> bytes:
-    data = Path(path).read_bytes()
+    """The host key; ValueError naming the file, in one line, if it cannot be read."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such key file") from None
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read the key file ({error.strerror})") from None
     if len(data) == 32:
         return data
     text = data.strip()
@@ -372,6 +378,8 @@ def import_store(
     progress: Callable[[Iterator[Document], int], Iterator[Document]] = lambda items, _: items,
 ) -> Report:
     report = Report()
+    if not root.is_dir():
+        raise ImportProblem(root, "no such directory" if not root.exists() else "not a directory")
     if not (root / "v1").is_dir() and not any(root.glob("*.json")):
         raise ImportProblem(
             root, "not an a3s-code-core session store (no v1/ and no session files)"

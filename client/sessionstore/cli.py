@@ -403,6 +403,28 @@ def _decode(args: argparse.Namespace) -> int:
         out.emit(message)
 
 
+def _completion(args: argparse.Namespace) -> int:
+    """Completion generated from this very parser (shtab), so that it never drifts."""
+    import shtab
+
+    print(shtab.complete(_parser(), shell=args.shell))
+    return EXIT_OK
+
+
+def manual_pages() -> dict[str, str]:
+    """A man page (roff) for `sessionstore` and one for each command, from the parser
+    (argparse-manpage): name -> text. `make install` writes them."""
+    from argparse_manpage.manpage import Manpage
+
+    parser = _parser()
+    pages = {"sessionstore": str(Manpage(parser))}
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, sub in commands.choices.items():
+        sub.prog = f"sessionstore {name}"
+        pages[f"sessionstore-{name}"] = str(Manpage(sub))
+    return pages
+
+
 def _where(args: argparse.Namespace) -> int:
     socket = client_socket(args.socket)
     if args.path_only:
@@ -633,6 +655,10 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_argument(
         "--overwrite", action="store_true", help="replace documents that changed since"
     )
+    completion = command(
+        "completion", _completion, "print a bash or zsh completion script", local=True
+    )
+    completion.add_argument("shell", choices=("bash", "zsh"))
     command("encode", _encode, "JSON on stdin -> CBOR on stdout (for socat)", local=True)
     command("decode", _decode, "a CBOR sequence on stdin -> JSON lines on stdout", local=True)
     return parser
