@@ -405,3 +405,19 @@ def test_completion_and_man_pages_come_from_the_parser(tmp_path: Path) -> None:
     assert ls_page.startswith(".TH") and "\\-\\-kind" in ls_page
     printed = cli("completion", "bash")
     assert printed.returncode == 0 and printed.stdout.strip() == bash.strip()
+
+
+def test_watch_since_beyond_the_store_says_that_it_waits(running: DaemonProcess) -> None:
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "sessionstore.cli", "--socket", running.socket_path, "watch",
+         "--since", "999"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert watcher.stderr is not None
+        first, second = watcher.stderr.readline(), watcher.stderr.readline()
+    finally:
+        watcher.kill()
+        watcher.communicate()
+    assert "watching changes after seq 999" in first
+    assert "the store is at seq 0: waiting until it passes 999" in second
