@@ -21,7 +21,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agents.memory.session_settings import SessionSettings, resolve_session_limit
+import cbor2
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
 
 from .asyncio_client import AsyncioClient, ClientPerLoop
 from .errors import Conflict, TooLarge
@@ -42,12 +47,18 @@ class SessionStoreSession:
         session_id: str,
         socket_path: str | None = None,
         *,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         prefix: str = "agents/",
         timeout: float | None = 60.0,
     ) -> None:
         self.session_id = session_id
-        self.session_settings = session_settings
+        # as the SDK's own backends take it: a dict becomes SessionSettings (TypeError at
+        # once for a key it does not know), and none is the default settings
+        self.session_settings = (
+            coerce_session_settings(session_settings)
+            if session_settings is not None
+            else SessionSettings()
+        )
         self.socket_path = socket_path
         self.timeout = timeout
         self.items_prefix = f"{prefix}{key_part(session_id)}/"
@@ -96,6 +107,11 @@ class SessionStoreSession:
             return
         append = {"op": "append", "kind": KIND, "prefix": self.items_prefix}
         ops = [{**append, "value": {"item": item}} for item in items]
+        try:  # every item before any txn goes, so that a bad one stores nothing
+            cbor2.dumps(ops)
+        except (cbor2.CBOREncodeError, TypeError, ValueError) as error:
+            # a TypeError, as json.dumps raises for the SDK's own backends
+            raise TypeError(f"an item cannot be stored: {error}") from error
         for start in range(0, len(ops), TXN_OPS):
             await self._client().txn(ops[start : start + TXN_OPS])
 

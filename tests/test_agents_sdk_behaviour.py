@@ -1,0 +1,67 @@
+# What the OpenAI Agents SDK's own session tests expect of any backend, as its
+# bundled SQLiteSession does it (issue 25): session_settings taken as a dict, a
+# SessionSettings or nothing; an item that cannot be serialised is a TypeError,
+# stores nothing, and leaves the session usable. Through the SDK's Runner and
+# its offline ScriptedModel, on both backends.
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
+
+from agents import Agent, Runner
+from agents.memory import SessionSettings
+from agents.testing import ScriptedModel, assistant_message
+
+from sessionstore.agents import SessionStoreSession
+
+from .conftest import DaemonProcess
+
+
+def test_session_settings_are_taken_as_the_sdks_backends_take_them(
+    running: DaemonProcess,
+) -> None:
+    sock = running.socket_path
+    assert SessionStoreSession("s", sock).session_settings == SessionSettings()
+    given = SessionStoreSession("s", sock, session_settings={"limit": 5})
+    assert given.session_settings == SessionSettings(limit=5)
+    with pytest.raises(TypeError):
+        SessionStoreSession("s", sock, session_settings={"limitt": 1})
+
+    async def main() -> list[Any]:
+        session = SessionStoreSession("limited", sock, session_settings={"limit": 2})
+        try:
+            for turn in range(3):
+                model = ScriptedModel([[assistant_message(f"answer {turn}")]])
+                agent = Agent(name="assistant", instructions="Answer.", model=model)
+                result = await Runner.run(agent, f"question {turn}", session=session)
+                assert result.final_output == f"answer {turn}"
+            return await session.get_items()
+        finally:
+            await session.close()
+
+    items = asyncio.run(main())
+    assert len(items) == 2  # the limit of the settings given as a dict
+
+
+def test_an_item_that_cannot_be_serialised_is_a_type_error_and_stores_nothing(
+    running: DaemonProcess,
+) -> None:
+    async def main() -> None:
+        session = SessionStoreSession("bad", running.socket_path)
+        try:
+            await session.add_items([{"role": "user", "content": "kept"}])  # type: ignore[list-item]
+            good = [{"role": "user", "content": "fine"}] * 10
+            with pytest.raises(TypeError):
+                await session.add_items([*good, {"content": object()}])  # type: ignore[list-item]
+            assert await session.get_items() == [{"role": "user", "content": "kept"}]
+            await session.add_items([{"role": "user", "content": "after"}])  # type: ignore[list-item]
+            assert len(await session.get_items()) == 2  # still usable
+        finally:
+            await session.close()
+
+    asyncio.run(main())
