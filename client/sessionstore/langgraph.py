@@ -20,11 +20,14 @@
 # before their writes; a put_writes cut short is finished by the task's next run
 # (regular writes are stored only where absent).
 #
-# Deleted stays deleted. A checkpoint put on a parent requires the parent to
-# be stored, so a run that goes on after delete_thread, prune or
-# delete_for_runs removed its checkpoints is refused at its next checkpoint
-# (DeletedCheckpoint) and recreates nothing. LangGraph chains one loop's puts,
-# so a live run's parent is always stored first. Its put_writes are not
+# Deleted stays deleted. delete_thread, prune and delete_for_runs leave
+# tombstones (d/THREAD and d/THREAD/NS: every checkpoint up to an id; x/...:
+# one checkpoint), and a checkpoint put on a parent that is not stored is
+# refused (DeletedCheckpoint) when a tombstone covers that parent, so a run
+# that goes on after its checkpoints were removed recreates nothing. A parent
+# that was never stored is taken, as every LangGraph saver takes it (the put
+# then requires the tombstones as they were read, so a deletion meanwhile is
+# not missed). The fast path, a parent that is stored, is one round trip. Its put_writes are not
 # chained (with durability="async" they may arrive before their checkpoint),
 # so they cannot be told from late ones and are stored; a write is only ever
 # read with its checkpoint, so a late one is never seen, and delete_thread and
@@ -39,7 +42,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Generator, Iterator, Sequence
+from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -50,13 +53,16 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
     get_checkpoint_id,
     get_serializable_checkpoint_metadata,
 )
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import requests as r
 from .asyncio_client import ClientPerLoop
+from .canonical import canonical_dumps, digest_bytes_of_canonical, digest_text
 from .client import Client
 from .errors import Conflict, SessionStoreError
 from .keyparts import key_part
@@ -71,6 +77,8 @@ KIND = "kv"
 PAGE = 100  # checkpoints per range read when listing
 SCAN_PAGE = 1000  # the daemon's largest range read
 TXN_OPS = 10_000  # the daemon's largest txn
+DELTA_METADATA = "counters_since_delta_snapshot"  # a checkpoint of a DeltaChannel graph
+PUT_ATTEMPTS = 8  # a put whose parent was never stored, while deletions change meanwhile
 
 
 class DeletedCheckpoint(SessionStoreError):
@@ -120,6 +128,20 @@ class _Keys:
 
     def thread_run(self, thread: str, run_id: str) -> str:
         return f"{self.thread_runs(thread)}{key_part(run_id)}"
+
+    # tombstones: what was deleted, so that a checkpoint built on it is refused while
+    # one whose parent was never stored is taken, as every LangGraph saver takes it
+    def thread_deleted(self, thread: str) -> str:
+        """{"upto": id}: delete_thread removed every checkpoint up to that id."""
+        return f"{self.prefix}d/{key_part(thread)}"
+
+    def namespace_pruned(self, thread: str, ns: str) -> str:
+        """{"upto": id}: prune removed every checkpoint of the namespace up to that id."""
+        return f"{self.prefix}d/{key_part(thread)}/{key_part(ns)}"
+
+    def checkpoint_deleted(self, thread: str, ns: str, checkpoint_id: str) -> str:
+        """delete_for_runs removed this one."""
+        return f"{self.prefix}x/{key_part(thread)}/{key_part(ns)}/{key_part(checkpoint_id)}"
 
 
 def _put(key: str, value: dict[str, Any], *, if_absent: bool = False) -> dict[str, Any]:
@@ -262,7 +284,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._run(self._put_writes(config, writes, task_id, task_path))
+        self._run(self._put_writes(config, _pairs(writes), task_id, task_path))
 
     async def aput_writes(
         self,
@@ -271,7 +293,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await self._arun(self._put_writes(config, writes, task_id, task_path))
+        await self._arun(self._put_writes(config, _pairs(writes), task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
         self._run(self._delete_threads([thread_id]))
@@ -280,10 +302,10 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         await self._arun(self._delete_threads([thread_id]))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._run(self._delete_for_runs(run_ids))
+        self._run(self._delete_for_runs(_ids(run_ids, "run_ids")))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self._arun(self._delete_for_runs(run_ids))
+        await self._arun(self._delete_for_runs(_ids(run_ids, "run_ids")))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         self._run(self._copy_thread(source_thread_id, target_thread_id))
@@ -292,10 +314,55 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         await self._arun(self._copy_thread(source_thread_id, target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._run(self._prune(thread_ids, strategy))
+        self._run(self._prune(_ids(thread_ids, "thread_ids"), strategy))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self._arun(self._prune(thread_ids, strategy))
+        await self._arun(self._prune(_ids(thread_ids, "thread_ids"), strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._run(self._delta_history(config, _ids(channels, "channels")))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await self._arun(self._delta_history(config, _ids(channels, "channels")))
+
+    def _delta_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Plan[dict[str, DeltaChannelHistory]]:
+        """The base class's contract, walked with a guard: a parent chain that comes back
+        to a checkpoint already seen (a put that made one its own ancestor) ends there,
+        where the inherited walk went round for ever."""
+        if not channels:
+            return {}
+        writes: dict[str, Any] = {channel: [] for channel in channels}
+        seeds: dict[str, Any] = {}
+        remaining: set[str] = set(channels)
+        target = yield from self._get_tuple(config)
+        seen = {target.checkpoint["id"]} if target is not None else set()
+        cursor = target.parent_config if target is not None else None
+        while cursor is not None and remaining:
+            ancestor = yield from self._get_tuple(cursor)
+            if ancestor is None or ancestor.checkpoint["id"] in seen:
+                break
+            seen.add(ancestor.checkpoint["id"])
+            for write in reversed(ancestor.pending_writes or []):
+                if write[1] in remaining:
+                    writes[write[1]].append(write)
+            values = ancestor.checkpoint["channel_values"]
+            for channel in [c for c in remaining if c in values]:
+                seeds[channel] = values[channel]
+                remaining.discard(channel)
+            cursor = ancestor.parent_config
+        history: dict[str, DeltaChannelHistory] = {}
+        for channel in channels:
+            entry: DeltaChannelHistory = {"writes": writes[channel][::-1]}
+            if channel in seeds:
+                entry["seed"] = seeds[channel]
+            history[channel] = entry
+        return history
 
     def get_next_version(self, current: int | None, channel: None) -> int:
         return 1 if current is None else int(current) + 1
@@ -345,20 +412,24 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             "checkpoint": checkpoint_bytes,
             "metadata_type": metadata_type,
             "metadata": metadata_bytes,
+            "delta": DELTA_METADATA in stored_metadata,  # prune refuses such threads
         }
         ops = [_put(self.keys.checkpoint(thread, ns, checkpoint_id), value)]
         if run_id is not None:
             ops.append(_put(self.keys.run_marker(str(run_id), thread, ns, checkpoint_id), {}))
             ops.append(_put(self.keys.thread_run(thread, str(run_id)), {}, if_absent=True))
         require = [] if not parent_id else [_exists(self.keys.checkpoint(thread, ns, parent_id))]
-        try:
-            yield [r.txn(ops, require)]
-        except Conflict as error:
-            raise DeletedCheckpoint(
-                f"checkpoint {parent_id!r} of thread {thread!r} (namespace {ns!r}) was deleted; "
-                "a checkpoint built on it is refused so that the deletion stands",
-                error.details,
-            ) from error
+        for _attempt in range(PUT_ATTEMPTS):
+            try:
+                yield [r.txn(ops, require)]
+                break
+            except Conflict as error:
+                assert parent_id
+                # the parent is not stored: deleted (refused, so that the deletion stands),
+                # or never stored (taken, on the tombstones as they are now)
+                require = yield from self._never_deleted(thread, ns, parent_id, error)
+        else:
+            raise SessionStoreError("the thread's tombstones kept changing under this put")
         return {
             "configurable": {
                 "thread_id": thread,
@@ -366,6 +437,35 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                 "checkpoint_id": checkpoint_id,
             }
         }
+
+    def _never_deleted(
+        self, thread: str, ns: str, parent_id: str, conflict: Conflict
+    ) -> Plan[Items]:
+        """Requirements that hold while no tombstone covers parent_id: the tombstones as
+        they are now. DeletedCheckpoint if one covers it."""
+        keys = [
+            self.keys.thread_deleted(thread),
+            self.keys.namespace_pruned(thread, ns),
+            self.keys.checkpoint_deleted(thread, ns, parent_id),
+        ]
+        values = yield [r.checkpoint_get(KIND, key) for key in keys]
+        thread_gone, ns_pruned, checkpoint_gone = values
+        if (
+            checkpoint_gone is not None
+            or (thread_gone is not None and parent_id <= thread_gone["upto"])
+            or (ns_pruned is not None and parent_id <= ns_pruned["upto"])
+        ):
+            raise DeletedCheckpoint(
+                f"checkpoint {parent_id!r} of thread {thread!r} (namespace {ns!r}) was deleted; "
+                "a checkpoint built on it is refused so that the deletion stands",
+                conflict.details,
+            ) from conflict
+        return [
+            {"kind": KIND, "key": key, "exists": False}
+            if value is None
+            else {"kind": KIND, "key": key, "digest": _digest_of(value)}
+            for key, value in zip(keys, values, strict=True)
+        ]
 
     def _put_writes(
         self,
@@ -410,7 +510,9 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             return
         runs = yield from self._runs_of(threads)
         ops = []
+        upto = str(uuid6())  # later than every checkpoint id made so far
         for thread in threads:
+            ops.append(_put(self.keys.thread_deleted(thread), {"upto": upto}))
             ops.append(_delete_prefix(self.keys.thread_checkpoints(thread)))
             ops.append(_delete_prefix(self.keys.thread_writes(thread)))
             ops.append(_delete_prefix(self.keys.thread_runs(thread)))
@@ -427,6 +529,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             threads: set[str] = set()
             for item in (yield from _every_item(prefix, values=False)):
                 thread, ns, checkpoint = item["key"][len(prefix) :].split("/")
+                ops.append(_put(f"{self.keys.prefix}x/{thread}/{ns}/{checkpoint}", {}))
                 ops.append(_delete(f"{self.keys.prefix}c/{thread}/{ns}/{checkpoint}"))
                 ops.append(_delete_prefix(f"{self.keys.prefix}w/{thread}/{ns}/{checkpoint}/"))
                 threads.add(thread)
@@ -460,38 +563,78 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         yield from _in_txns(ops)
 
     def _prune(self, threads: Sequence[str], strategy: str) -> Plan[None]:
+        """keep_latest: per namespace, the newest checkpoint stays, as the head of its
+        thread (its parent_config becomes None, as PostgresSaver makes it), with every
+        write put for it, before or after it was stored; the older checkpoints and their
+        writes go. A thread whose graph uses a DeltaChannel is refused (nothing pruned,
+        NotImplementedError, as PostgresSaver does): its latest state is rebuilt from
+        older checkpoints' writes, which keep_latest would drop."""
         if strategy == "delete":
             yield from self._delete_threads(threads)
             return
         if strategy != "keep_latest":
             raise ValueError(f"unknown prune strategy {strategy!r}: 'keep_latest' or 'delete'")
-        ops: list[dict[str, Any]] = []
+        stored = {}
         for thread in threads:
-            checkpoints = yield from _every_item(self.keys.thread_checkpoints(thread))
-            newest: dict[str, str] = {}
+            stored[thread] = yield from _every_item(self.keys.thread_checkpoints(thread))
+        for thread, checkpoints in stored.items():
+            if any(self._uses_delta(item) for item in checkpoints):
+                raise NotImplementedError(
+                    f"prune keep_latest of thread {thread!r}: it uses a DeltaChannel, whose "
+                    "latest value is rebuilt from older checkpoints; nothing was pruned"
+                )
+        ops: list[dict[str, Any]] = []
+        for thread, checkpoints in stored.items():
+            newest: dict[str, dict[str, Any]] = {}
             for item in checkpoints:  # key order: per namespace, oldest first
-                value = item["value"]
-                newest[value["checkpoint_ns"]] = value["checkpoint_id"]
+                newest[item["value"]["checkpoint_ns"]] = item
+            pruned: set[str] = set()
             for item in checkpoints:
                 value = item["value"]
                 ns, checkpoint_id = value["checkpoint_ns"], value["checkpoint_id"]
-                if newest[ns] == checkpoint_id:
+                if newest[ns] is item:
+                    if value.get("parent_checkpoint_id") is not None:  # now the head
+                        ops.append(_put(item["key"], {**value, "parent_checkpoint_id": None}))
                     continue
                 ops.append(_delete(item["key"]))
+                pruned.add(f"{key_part(ns)}/{key_part(checkpoint_id)}")
                 if value.get("run_id") is not None:
                     ops.append(
                         _delete(self.keys.run_marker(value["run_id"], thread, ns, checkpoint_id))
                     )
+            for ns, item in newest.items():
+                older = [
+                    i["value"]["checkpoint_id"]
+                    for i in checkpoints
+                    if i["value"]["checkpoint_ns"] == ns and i is not item
+                ]
+                if older:
+                    ops.append(_put(self.keys.namespace_pruned(thread, ns), {"upto": max(older)}))
             kept = {
-                f"{key_part(ns)}/{key_part(checkpoint_id)}" for ns, checkpoint_id in newest.items()
+                key_part(ns): key_part(item["value"]["checkpoint_id"])
+                for ns, item in newest.items()
             }
             writes_prefix = self.keys.thread_writes(thread)
             writes = yield from _every_item(writes_prefix, values=False)
-            for item in writes:  # those of pruned checkpoints, and any late ones
-                ns_part, checkpoint_part, _ = item["key"][len(writes_prefix) :].split("/", 2)
-                if f"{ns_part}/{checkpoint_part}" not in kept:
-                    ops.append(_delete(item["key"]))
+            for write in writes:
+                ns_part, checkpoint_part, _ = write["key"][len(writes_prefix) :].split("/", 2)
+                head = kept.get(ns_part)
+                # a pruned checkpoint's, or a late one for an older checkpoint that is gone;
+                # a write for the head, or for a checkpoint not stored yet (durability="async"
+                # sends writes first: uuid6 ids sort by time), stays
+                if f"{ns_part}/{checkpoint_part}" in pruned or (
+                    head is not None and checkpoint_part < head
+                ):
+                    ops.append(_delete(write["key"]))
         yield from _in_txns(ops)  # each thread's checkpoints before their writes
+
+    def _uses_delta(self, item: dict[str, Any]) -> bool:
+        """Whether a stored checkpoint's metadata counts DeltaChannel snapshots."""
+        value = item["value"]
+        if "delta" in value:
+            return bool(value["delta"])
+        metadata = self._loads("metadata", item["key"], value["metadata_type"], value["metadata"])
+        return DELTA_METADATA in metadata
 
     # -- reading stored values ------------------------------------------------------
 
@@ -547,6 +690,27 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             parent_config=parent,  # type: ignore[arg-type]
             pending_writes=pending,
         )
+
+
+def _digest_of(value: dict[str, Any]) -> str:
+    """The digest the daemon gives a stored kv value (of its canonical CBOR)."""
+    return digest_text(digest_bytes_of_canonical(canonical_dumps(value)))
+
+
+def _ids(values: Sequence[str], name: str) -> list[str]:
+    """A sequence of ids as a list; a lone string is refused (iterating it would act on
+    one id per character), as PostgresSaver refuses it."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a sequence of ids, not {type(values).__name__}")
+    return [str(value) for value in values]
+
+
+def _pairs(writes: Sequence[tuple[str, Any]]) -> Sequence[tuple[str, Any]]:
+    if isinstance(writes, (str, bytes, dict)) or not isinstance(writes, Iterable):
+        raise TypeError(
+            f"writes must be a sequence of (channel, value), not {type(writes).__name__}"
+        )
+    return writes
 
 
 def _address(value: dict[str, Any]) -> tuple[str, str, str]:
