@@ -29,6 +29,43 @@ os.environ["SESSIONSTORE_SOCKET"] = UNSERVED_SOCKET
 os.environ["SESSIONSTORED_STATE_DIR"] = "/nonexistent/sessionstore-tests-must-name-their-state"
 
 
+def private_tmp_command(*command: str) -> tuple[list[str], Path]:
+    """command, run as root in a mount namespace whose /tmp is a fresh tmpfs, so that
+    /tmp/sessionstored-$UID there is never the one `make run` beside the suite uses; the
+    checkout and the interpreter stay reachable when they live under /tmp (a clone in
+    /tmp), bound back in from the real /tmp. Returns the command and a directory to
+    remove afterwards (the real /tmp's mount point)."""
+    keep = {
+        str(path)
+        for path in (Path(__file__).resolve().parent.parent, Path(sys.prefix).resolve(),
+                     Path(sys.base_prefix).resolve(), Path(sys.executable).resolve().parent)
+        if str(path).startswith("/tmp/")
+    }  # fmt: skip
+    outside = Path(tempfile.mkdtemp(prefix="sessionstore-real-tmp-", dir="/var/tmp"))
+    lines = [
+        "set -e",
+        f"mount --bind /tmp {outside}",
+        "mount -t tmpfs -o size=64m tmpfs /tmp",
+        *(
+            f"mkdir -p {path} && mount --bind {outside}{path[len('/tmp') :]} {path}"
+            for path in sorted(keep)
+        ),
+        'exec "$@"',
+    ]
+    script = "\n".join(lines)
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "-",
+        *command,
+    ], outside
+
+
 def snapshot(session_id: str, **extra: Any) -> dict[str, Any]:
     return {"schema_version": 1, "session": {"id": session_id, **extra}}
 

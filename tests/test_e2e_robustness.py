@@ -21,7 +21,7 @@ import pytest
 
 from sessionstore.errors import IOFailure, NoSpace
 
-from .conftest import DaemonProcess, snapshot
+from .conftest import DaemonProcess, private_tmp_command, snapshot
 from .storage_helpers import locate_record
 
 NOBODY = 65534
@@ -549,7 +549,6 @@ def test_bit_rot_in_a_delete_prefix_commit_never_brings_the_keys_back(
 
 _PRIVATE_TMP = r"""
 set -u
-mount -t tmpfs -o size=16m tmpfs /tmp || exit 90
 fallback=/tmp/sessionstored-0
 case $1 in
   nobodys) mkdir -m 0700 $fallback && chown 65534:65534 $fallback ;;
@@ -577,11 +576,14 @@ def _in_private_tmp(case: str, state: Path) -> list[str]:
     root's real /tmp/sessionstored-0 is never touched."""
     env = {"PATH": os.environ["PATH"], "HOME": str(state), "PYTHON": sys.executable}
     env["STATE"] = str(state)
-    done = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "bash", "-c", _PRIVATE_TMP, "-", case],
-        capture_output=True, text=True, timeout=120, env=env, check=False,
-    )  # fmt: skip
-    if done.returncode == 90 or "unshare failed" in done.stderr:
+    command, outside = private_tmp_command("bash", "-c", _PRIVATE_TMP, "-", case)
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=120, env=env, check=False
+        )
+    finally:
+        outside.rmdir()
+    if done.stderr.startswith(("unshare:", "mount:")):
         pytest.skip(f"no private mount namespace here: {done.stderr.strip()}")
     return done.stdout.strip().splitlines()
 

@@ -23,6 +23,8 @@ import pytest
 
 from sessionstore.paths import default_socket
 
+from .conftest import private_tmp_command
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 BLOCK = re.compile(
@@ -116,11 +118,8 @@ def _sandbox(kind: str, tmp_path: Path) -> Iterator[Sandbox]:
     holder = None
     try:
         if os.geteuid() == 0 and shutil.which("unshare") and shutil.which("nsenter"):
-            holder = subprocess.Popen(
-                ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                 "mount -t tmpfs -o size=64m tmpfs /tmp && echo ready && exec sleep infinity"],
-                stdout=subprocess.PIPE, text=True,
-            )  # fmt: skip
+            command, outside = private_tmp_command("sh", "-c", "echo ready && exec sleep infinity")
+            holder = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
             assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
             yield Sandbox(base, env, ["nsenter", "--target", str(holder.pid), "--mount"])
             return
@@ -132,6 +131,7 @@ def _sandbox(kind: str, tmp_path: Path) -> Iterator[Sandbox]:
         if holder is not None:
             holder.kill()
             holder.wait()
+            outside.rmdir()
         shutil.rmtree(base, ignore_errors=True)
 
 
