@@ -49,6 +49,38 @@ def snapshot(session_id: str, generation: str = "g1", **extra: Any) -> dict[str,
     }
 
 
+def as_upstream_reads(session: dict[str, Any]) -> dict[str, Any]:
+    """An old SessionData with what serde fills in for its missing fields
+    (session_data.rs: #[serde(default)] on total_cost, cost_records, tasks; in
+    SessionConfig default_auto_compact_threshold() = 0.80, StorageBackend::File
+    ("file"), PlanningMode::Auto ("Auto"), goal_tracking false)."""
+    read = {"total_cost": 0.0, "cost_records": [], "tasks": [], **session}
+    config = read.get("config")
+    if isinstance(config, dict):
+        read["config"] = {
+            "auto_compact_threshold": 0.8,
+            "storage_type": "file",
+            "planning_mode": "Auto",
+            "goal_tracking": False,
+            **config,
+        }
+    return read
+
+
+def assembled(session: dict[str, Any], **components: Any) -> dict[str, Any]:
+    """What upstream's load_snapshot returns for a bare SessionData: SessionSnapshotV1
+    with the session as serde reads it and every component, [] where no fragment was
+    stored."""
+    empty = ("artifacts", "retained_artifact_uris", "trace_events", "run_records",
+             "verification_reports", "subagent_tasks")  # fmt: skip
+    return {
+        "schema_version": 1,
+        "session": as_upstream_reads(session),
+        **{key: [] for key in empty},
+        **components,
+    }
+
+
 class UpstreamStore:
     def __init__(self, root: Path, key: bytes | None = None) -> None:
         self.root = root
@@ -148,17 +180,14 @@ def build(root: Path, key: bytes | None = None, *, damaged: bool = True) -> dict
     (root / "artifacts" / "legacy_1").mkdir(parents=True)
     manifest = {"artifacts": [{"uri": "file:///report.md", "kind": "file"}]}
     (root / "artifacts" / "legacy_1" / "artifacts.json").write_bytes(store._bytes(manifest))
-    expected["sessions"]["legacy/1"] = {
-        "schema_version": 1,
-        "session": legacy,
-        "trace_events": traces,
-        "artifacts": manifest["artifacts"],
-    }
+    expected["sessions"]["legacy/1"] = assembled(
+        legacy, trace_events=traces, artifacts=manifest["artifacts"]
+    )
     bare = {"id": "bare-in-v1", "config": {"name": "saved by a legacy caller"}}
     store.write("sessions", "bare-in-v1", bare)
     runs: list[Any] = []
     store.write("runs", "bare-in-v1", runs)
-    expected["sessions"]["bare-in-v1"] = {"schema_version": 1, "session": bare, "run_records": runs}
+    expected["sessions"]["bare-in-v1"] = assembled(bare, run_records=runs)
     if damaged:
         corrupt = store.path("sessions", "corrupt")
         corrupt.write_bytes(b'{"schema_version": 1, "session": {"id": "corr')

@@ -138,3 +138,104 @@ def test_a_progress_bar_shows_on_a_terminal(running: DaemonProcess, tmp_path: Pa
     result, shown = with_stderr_on_a_terminal([*command, "import-a3s", str(tmp_path / "a3s")])
     assert result.returncode == 0
     assert b"importing" in shown and b"8/8" in shown
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=2))
+
+
+def _old_sessions(root: Path) -> dict[str, Any]:
+    """Issue 26's cases, as upstream would have left them on disk."""
+    from .a3s_fixtures import UpstreamStore
+
+    store = UpstreamStore(root)
+    old = {"id": "old", "config": {"name": "old"}, "messages": []}
+    _write_json(root / "old.json", old)
+    manifest = {"artifacts": [{"uri": "file:///a"}], "retained_uris": ["file:///z", "file:///b"]}
+    _write_json(root / "artifacts" / "old" / "artifacts.json", manifest)
+    # tenant_session's root files, and the v1 session tenant/session that shares the name
+    mine = {"id": "tenant_session", "config": {"name": "root"}, "messages": []}
+    _write_json(root / "tenant_session.json", mine)
+    runs = [{"snapshot": {"id": "r1", "session_id": "tenant_session", "event_count": 0}}]
+    _write_json(root / "runs" / "tenant_session.json", runs)
+    traces = [{"kind": "root-trace"}]
+    _write_json(root / "traces" / "tenant_session.json", traces)
+    theirs = {"id": "tenant/session", "config": {"name": "v1"}, "messages": []}
+    store.write("sessions", "tenant/session", theirs)
+    # a v1 file that rotted, with an older root copy of the same session
+    store.path("sessions", "rotted").write_bytes(b'{"schema_version": 1, "sess')
+    _write_json(root / "rotted.json", {"id": "rotted", "config": {}, "messages": []})
+    return {"old": old, "manifest": manifest, "mine": mine, "runs": runs, "traces": traces,
+            "theirs": theirs, "rotted": store.path("sessions", "rotted")}  # fmt: skip
+
+
+def test_retained_uris_come_from_the_artifact_manifest(
+    running: DaemonProcess, tmp_path: Path
+) -> None:
+    case = _old_sessions(tmp_path)
+    run_import(running, str(tmp_path))
+    with running.client() as client:
+        stored = client.load("old")
+    assert stored["artifacts"] == case["manifest"]["artifacts"]
+    assert stored["retained_artifact_uris"] == ["file:///b", "file:///z"]  # sorted, as saved
+
+
+def test_a_root_fragment_counts_only_for_the_id_that_owns_its_name(
+    running: DaemonProcess, tmp_path: Path
+) -> None:
+    from .a3s_fixtures import assembled
+
+    case = _old_sessions(tmp_path)
+    run_import(running, str(tmp_path))
+    with running.client() as client:
+        assert client.load("tenant_session") == assembled(
+            case["mine"], run_records=case["runs"], trace_events=case["traces"]
+        )
+        assert client.load("tenant/session") == assembled(case["theirs"])
+
+
+def test_an_unreadable_v1_file_is_never_replaced_by_an_older_root_copy(
+    running: DaemonProcess, tmp_path: Path
+) -> None:
+    case = _old_sessions(tmp_path)
+    code, _, err = run_import(running, str(tmp_path))
+    assert code == 1 and str(case["rotted"]) in err, err
+    with running.client() as client:
+        assert client.load("rotted") is None
+
+
+def test_a_session_assembled_from_fragments_has_every_component(
+    running: DaemonProcess, tmp_path: Path
+) -> None:
+    case = _old_sessions(tmp_path)
+    run_import(running, str(tmp_path))
+    with running.client() as client:
+        stored = client.load("tenant/session")
+    from .a3s_fixtures import as_upstream_reads
+
+    assert stored["session"] == as_upstream_reads(case["theirs"])
+    for component in ("artifacts", "retained_artifact_uris", "trace_events", "run_records",
+                      "verification_reports", "subagent_tasks"):  # fmt: skip
+        assert stored[component] == [], component
+
+
+def test_an_old_session_comes_with_the_fields_serde_fills_in(
+    running: DaemonProcess, tmp_path: Path
+) -> None:
+    old = {"id": "aged", "config": {"name": "aged", "workspace": "/w"}, "messages": [],
+           "todos": [{"id": "t1"}]}  # fmt: skip
+    _write_json(tmp_path / "aged.json", old)
+    run_import(running, str(tmp_path))
+    with running.client() as client:
+        session = client.load("aged")["session"]
+    assert session["total_cost"] == 0.0 and session["cost_records"] == []
+    assert session["tasks"] == [{"id": "t1"}] and "todos" not in session  # serde's alias
+    assert session["config"] == {
+        "name": "aged",
+        "workspace": "/w",
+        "auto_compact_threshold": 0.8,
+        "storage_type": "file",
+        "planning_mode": "Auto",
+        "goal_tracking": False,
+    }

@@ -56,6 +56,15 @@ CATEGORIES = (
     ("workflow_checkpoints", "workflow"),
 )
 CHECKPOINT_ID_FIELD = {"loop": "run_id", "workflow": "workflow_id"}
+# what SessionSnapshotV1 holds beside the session: load_snapshot returns them all
+LOADED_COMPONENTS = (
+    "artifacts",
+    "retained_artifact_uris",
+    "trace_events",
+    "run_records",
+    "verification_reports",
+    "subagent_tasks",
+)
 # where a bare SessionData's components live (file_store.rs), and the snapshot field each fills
 FRAGMENTS = (
     ("traces", "trace_events"),
@@ -188,7 +197,7 @@ def _session_document(path: Path, file_id: str | None, value: Any) -> Document:
     else:  # a bare SessionData of before v1
         stored_id = value.get("id")
         legacy = True
-        document = {"schema_version": 1, "session": value}
+        document = {"schema_version": 1, "session": with_serde_defaults(value)}
     if not isinstance(stored_id, str):
         raise ImportProblem(path, "holds no session id")
     if file_id is not None and stored_id != file_id:
@@ -196,6 +205,36 @@ def _session_document(path: Path, file_id: str | None, value: Any) -> Document:
             path, f"key collision: the file is named for {file_id!r} but holds {stored_id!r}"
         )
     return Document("session", stored_id, path, document, legacy)
+
+
+# What serde fills in when an old SessionData lacks a field (session_data.rs and the
+# enums it names, read at A3S-Lab/Code core/src/store/session_data.rs 8ed8a170):
+# total_cost, cost_records and tasks ("todos" is its alias) in SessionData;
+# auto_compact_threshold (0.80), storage_type (StorageBackend::File, "file"),
+# planning_mode (PlanningMode::Auto, "Auto") and goal_tracking in SessionConfig.
+SESSION_DEFAULTS: dict[str, Any] = {"total_cost": 0.0, "cost_records": [], "tasks": []}
+CONFIG_DEFAULTS: dict[str, Any] = {
+    "auto_compact_threshold": 0.8,
+    "storage_type": "file",
+    "planning_mode": "Auto",
+    "goal_tracking": False,
+}
+
+
+def with_serde_defaults(session: dict[str, Any]) -> dict[str, Any]:
+    """The SessionData that upstream's load_snapshot returns for this one as written."""
+    filled = dict(session)
+    if "tasks" not in filled and "todos" in filled:
+        filled["tasks"] = filled.pop("todos")
+    for name, default in SESSION_DEFAULTS.items():
+        filled.setdefault(name, json.loads(json.dumps(default)))
+    config = filled.get("config")
+    if isinstance(config, dict):
+        filled["config"] = {
+            **config,
+            **{k: v for k, v in CONFIG_DEFAULTS.items() if k not in config},
+        }
+    return filled
 
 
 def legacy_safe_id(doc_id: str) -> str:
@@ -206,38 +245,56 @@ def storage_name(doc_id: str) -> str:
     return "id_" + base64.urlsafe_b64encode(doc_id.encode()).rstrip(b"=").decode()
 
 
-def _fragment(root: Path, category: str, doc_id: str) -> Path | None:
+def _legacy_owned(root: Path, doc_id: str, key: bytes | None) -> bool:
+    """Upstream's legacy_session_belongs_to: the root session file at the id's lossy
+    safe name holds exactly this id. Path equality is not ownership: "tenant/session"
+    and "tenant_session" share the safe name "tenant_session"."""
+    path = root / f"{legacy_safe_id(doc_id)}.json"
+    if not path.exists():
+        return False
+    return _session_document(path, None, _read_json(path, key)).id == doc_id
+
+
+def _fragment(root: Path, category: str, doc_id: str, owned: bool) -> Path | None:
+    """Upstream's readable_component_path: the v1 component, else the root one only
+    when the root session file belongs to this id."""
     current = root / "v1" / category / f"{storage_name(doc_id)}.json"
-    if current.is_file():
+    if current.exists():
         return current
     legacy = root / category / f"{legacy_safe_id(doc_id)}.json"
-    return legacy if legacy.is_file() else None
+    return legacy if owned and legacy.exists() else None
 
 
 def merge_fragments(root: Path, doc: Document, key: bytes | None) -> None:
-    """A bare SessionData's components from their fragment files, as upstream's
-    load_snapshot assembles them (traces, runs, verification, subagent tasks, and the
-    artifact manifest's entries)."""
+    """A bare SessionData's components, as upstream's load_snapshot assembles them:
+    traces, runs, verification, subagent tasks and the artifact manifest (its
+    artifacts and its retained URIs, sorted, as save_artifacts sorts them), every
+    component present, [] where none was stored."""
+    owned = _legacy_owned(root, doc.id, key)
     for category, field_name in FRAGMENTS:
-        path = _fragment(root, category, doc.id)
+        path = _fragment(root, category, doc.id, owned)
         if path is None:
             continue
         value = _read_json(path, key)
         if not isinstance(value, list):
             raise ImportProblem(path, f"{category} must be a JSON array")
         doc.value[field_name] = value
-    for directory in (
-        root / "v1" / "artifacts" / storage_name(doc.id),
-        root / "artifacts" / legacy_safe_id(doc.id),
-    ):
-        manifest = directory / "artifacts.json"
-        if manifest.is_file():
-            value = _read_json(manifest, key)
-            artifacts = value.get("artifacts") if isinstance(value, dict) else None
-            if not isinstance(artifacts, list):
-                raise ImportProblem(manifest, 'an artifact manifest holds {"artifacts": [...]}')
-            doc.value["artifacts"] = artifacts
-            break
+    current = root / "v1" / "artifacts" / storage_name(doc.id)
+    legacy = root / "artifacts" / legacy_safe_id(doc.id)
+    directory = current if current.exists() else legacy if owned and legacy.exists() else None
+    manifest = directory / "artifacts.json" if directory is not None else None
+    if manifest is not None and manifest.exists():
+        value = _read_json(manifest, key)
+        artifacts = value.get("artifacts") if isinstance(value, dict) else None
+        if not isinstance(artifacts, list):
+            raise ImportProblem(manifest, 'an artifact manifest holds {"artifacts": [...]}')
+        retained = value.get("retained_uris", [])
+        if not isinstance(retained, list) or not all(isinstance(u, str) for u in retained):
+            raise ImportProblem(manifest, "retained_uris must be a JSON array of text")
+        doc.value["artifacts"] = artifacts
+        doc.value["retained_artifact_uris"] = sorted(retained)
+    for field_name in LOADED_COMPONENTS:
+        doc.value.setdefault(field_name, [])
 
 
 def find_documents(root: Path, key: bytes | None, report: Report) -> list[Document]:
@@ -276,14 +333,20 @@ def find_documents(root: Path, key: bytes | None, report: Report) -> list[Docume
                 report.refused.append((str(problem.path), problem.reason))
             except OSError as error:
                 report.refused.append((str(path), f"cannot read: {error.strerror}"))
-    known = {doc.id for doc in found if doc.kind == "session"}
+    # a session with a v1 file is that file's, readable or not: upstream reads the v1
+    # file whenever it exists and never falls back to an older root copy
+    in_v1 = {
+        file_id
+        for path in ((v1 / "sessions").iterdir() if (v1 / "sessions").is_dir() else ())
+        if not is_temp_file(path.name) and (file_id := decode_name(path.name)) is not None
+    }
     for path in sorted(root.glob("*.json")):  # sessions from before v1, where v1 has none
         try:
             document = _session_document(path, None, _read_json(path, key))
         except ImportProblem as problem:
             report.refused.append((str(problem.path), problem.reason))
             continue
-        if document.id not in known:
+        if document.id not in in_v1:
             found.append(document)
     for path in sorted(root.glob("*.tmp")):
         report.ignored.append(str(path))
