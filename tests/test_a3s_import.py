@@ -239,3 +239,42 @@ def test_an_old_session_comes_with_the_fields_serde_fills_in(
         "planning_mode": "Auto",
         "goal_tracking": False,
     }
+
+
+def test_what_a_crashing_sealed_upstream_store_leaves_comes_across(
+    running: DaemonProcess, tmp_path: Path
+) -> None:
+    """A store sealed after one plaintext document was written, a seed-style
+    `.json.crash-N.tmp` temp and a truncated one, a session whose first write never
+    landed, the writer lease and the WAL's lock file: what upstream would load, and
+    nothing else."""
+    from .a3s_fixtures import UpstreamStore, snapshot
+
+    key = bytes(range(32))
+    plain = UpstreamStore(tmp_path)
+    early = snapshot("early")
+    plain.save_snapshot(early)  # before the store was sealed
+    sealed = UpstreamStore(tmp_path, key)
+    sealed.sequence = plain.sequence
+    later = snapshot("later")
+    sealed.save_snapshot(later)
+    final = sealed.path("sessions", "later")
+    final.with_name(final.name + ".crash-3.tmp").write_bytes(b'{"schema_version": 1')  # truncated
+    sealed.crash_before_rename(snapshot("never-landed"))  # an intent, a temp, no file
+    (tmp_path / "v1" / "writer_lease.json").write_bytes(
+        sealed._bytes({"epoch": 1, "holder_id": "host", "acquired_at_ms": 1})
+    )
+    (tmp_path / "v1" / "wal" / "session-store.lock").write_bytes(b"")
+    code, summary, err = run_import(running, str(tmp_path), "--key-file", _key_file(tmp_path, key))
+    assert code == 0, err
+    with running.client() as client:
+        assert client.load("early") == early
+        assert client.load("later") == later
+        assert client.load("never-landed") is None
+    assert len(summary["temp_files_ignored"]) == 2
+
+
+def _key_file(directory: Path, key: bytes) -> str:
+    path = directory.parent / "host.key"
+    path.write_bytes(key)
+    return str(path)
