@@ -588,7 +588,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             newest: dict[str, dict[str, Any]] = {}
             for item in checkpoints:  # key order: per namespace, oldest first
                 newest[item["value"]["checkpoint_ns"]] = item
-            pruned: set[str] = set()
+            upto: dict[str, str] = {}  # per namespace, the newest pruned id (key order)
             for item in checkpoints:
                 value = item["value"]
                 ns, checkpoint_id = value["checkpoint_ns"], value["checkpoint_id"]
@@ -597,19 +597,13 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                         ops.append(_put(item["key"], {**value, "parent_checkpoint_id": None}))
                     continue
                 ops.append(_delete(item["key"]))
-                pruned.add(f"{key_part(ns)}/{key_part(checkpoint_id)}")
+                upto[ns] = checkpoint_id
                 if value.get("run_id") is not None:
                     ops.append(
                         _delete(self.keys.run_marker(value["run_id"], thread, ns, checkpoint_id))
                     )
-            for ns, item in newest.items():
-                older = [
-                    i["value"]["checkpoint_id"]
-                    for i in checkpoints
-                    if i["value"]["checkpoint_ns"] == ns and i is not item
-                ]
-                if older:
-                    ops.append(_put(self.keys.namespace_pruned(thread, ns), {"upto": max(older)}))
+            for ns, checkpoint_id in upto.items():
+                ops.append(_put(self.keys.namespace_pruned(thread, ns), {"upto": checkpoint_id}))
             kept = {
                 key_part(ns): key_part(item["value"]["checkpoint_id"])
                 for ns, item in newest.items()
@@ -619,12 +613,10 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             for write in writes:
                 ns_part, checkpoint_part, _ = write["key"][len(writes_prefix) :].split("/", 2)
                 head = kept.get(ns_part)
-                # a pruned checkpoint's, or a late one for an older checkpoint that is gone;
-                # a write for the head, or for a checkpoint not stored yet (durability="async"
-                # sends writes first: uuid6 ids sort by time), stays
-                if f"{ns_part}/{checkpoint_part}" in pruned or (
-                    head is not None and checkpoint_part < head
-                ):
+                # older than the head: a pruned checkpoint's, or a late one for a checkpoint
+                # gone earlier; a write for the head, or for a checkpoint not stored yet
+                # (durability="async" sends writes first: uuid6 ids sort by time), stays
+                if head is not None and checkpoint_part < head:
                     ops.append(_delete(write["key"]))
         yield from _in_txns(ops)  # each thread's checkpoints before their writes
 

@@ -65,10 +65,6 @@ def refuse_unsafe(choice: Choice, uid: int) -> None:
         )
 
 
-def default_socket_path(env: Mapping[str, str], uid: int) -> str:
-    return default_socket(env, uid).path
-
-
 def _is_socket(path: str) -> bool:
     try:
         return stat.S_ISSOCK(os.stat(path).st_mode)
@@ -95,10 +91,6 @@ def checked_socket(choice: Choice) -> str:
     """The path to connect to, once the /tmp fallback's directory is found safe."""
     refuse_unsafe(choice, os.getuid())
     return choice.path
-
-
-def client_socket_path(explicit: str | None = None) -> str:
-    return client_socket(explicit).path
 
 
 def state_dir(explicit: str | None, env: Mapping[str, str]) -> Choice:

@@ -27,6 +27,8 @@ from typing import Any
 import cbor2
 import xxhash
 
+from sessionstore.cbor_bytes_python import head  # shortest form, as cbor2 writes it
+
 from .durable import Failpoint, no_failpoint, replace_file
 from .fs import FileSystem
 from .index import Entry, Index
@@ -83,30 +85,20 @@ def _history_columns(rows: list[HistoryRow]) -> list[Any]:
     return columns
 
 
-def _head(major: int, length: int) -> bytes:
-    """A CBOR head, shortest form (as cbor2 writes it)."""
-    if length < 24:
-        return bytes([major << 5 | length])
-    for extra, size in ((24, 1), (25, 2), (26, 4), (27, 8)):
-        if length < 1 << (8 * size):
-            return bytes([major << 5 | extra]) + length.to_bytes(size, "big")
-    raise ValueError("length beyond 64 bits")
-
-
 def encode_in_pieces(value: Any, out: list[bytes]) -> None:
     """Append value's CBOR to out, no dumps call taking more than PIECE_ITEMS items."""
     if isinstance(value, dict):
-        out.append(_head(5, len(value)))
+        out.append(head(5, len(value)))
         for key, item in value.items():
             out.append(cbor2.dumps(key))
             encode_in_pieces(item, out)
     elif isinstance(value, list) and len(value) > PIECE_ITEMS:
-        out.append(_head(4, len(value)))
+        out.append(head(4, len(value)))
         for start in range(0, len(value), PIECE_ITEMS):
             piece = value[start : start + PIECE_ITEMS]
-            out.append(cbor2.dumps(piece)[len(_head(4, len(piece))) :])
+            out.append(cbor2.dumps(piece)[len(head(4, len(piece))) :])
     elif isinstance(value, list) and any(isinstance(item, (list, dict)) for item in value):
-        out.append(_head(4, len(value)))
+        out.append(head(4, len(value)))
         for item in value:
             encode_in_pieces(item, out)
     else:

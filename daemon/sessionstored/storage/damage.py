@@ -95,14 +95,6 @@ def repaired_header(data: bytes, offset: int) -> bytes | None:
     return None
 
 
-def payload_still_matches(data: bytes, offset: int, raw: Header) -> bool:
-    """Whether the payload matches the checksum in a damaged header: then that header's
-    length and payload checksum are intact, and so is the payload."""
-    return offset + HEADER_BYTES + raw.payload_length <= len(data) and payload_intact(
-        data, offset, raw
-    )
-
-
 def _ids_in(plain: bytes, record_type: int) -> list[tuple[int, str]]:
     """(type, id) for each layout the payload could have."""
     out = []
@@ -166,7 +158,7 @@ def rows_for_damaged_header(
     raw = _fields(data[offset : offset + HEADER.size])
     if raw.id_hash == 0 or (raw.type == COMMIT and raw.kind == 0):
         return []  # a commit record's (they name no document): its batch tells the rest
-    matches = payload_still_matches(data, offset, raw)
+    matches = payload_intact(data, offset, raw)  # then length, check and payload are intact
     named = _named_by_payload(sealer, data, offset, raw, matches)
     if named is not None:
         return [(named[0], raw.seq, path, offset, "damaged record header", named[1])]

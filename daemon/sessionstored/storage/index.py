@@ -201,11 +201,6 @@ class Index:
     def rows(self) -> list[tuple[str, str, Entry]]:
         return [(k, i, e) for k, table in self._entries.items() for i, e in table.items()]
 
-    def list_sessions(
-        self, prefix: str, after: str | None, limit: int
-    ) -> tuple[list[str], str | None]:
-        return session_page(self.scan, prefix, after, limit)
-
     def scan(self, wanted: KeyRange) -> Found:
         """The range's (id, entry), and whether more lie beyond the last one."""
         kind, prefix, after, before, limit, reverse = wanted

@@ -31,7 +31,6 @@ from typing import Any
 from .checkpoint import DamageRow
 from .damage import (
     all_regions_look_torn,
-    payload_still_matches,
     raw_header,
     rows_for_damaged_header,
 )
@@ -146,8 +145,8 @@ def _items(segments: list[Segment]) -> list[Record | Damage]:
                 offset = end
                 continue
             raw = raw_header(data, offset) if header is None else None
-            if raw is not None and payload_still_matches(data, offset, raw):
-                end = offset + record_length(raw)  # only the header's first 32 bytes rotted
+            if raw is not None and payload_intact(data, offset, raw):  # its header's start rotted
+                end = offset + record_length(raw)
                 items.append(Damage(segment.number, segment.path, damage_at, None, end))
                 offset = end
                 continue
