@@ -11,7 +11,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import os
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +24,46 @@ WAL_DOMAIN = "a3s.code.session-store-wal-entry.identity.v1"
 SNAPSHOT_DOMAIN = "a3s.code.session-store-snapshot.identity.v1"
 
 
+def serde_float(number: float) -> str:
+    """How serde_json writes an f64 (ryu's shortest digits; decimal from 1e-5 up
+    to below 1e16, else d.ddde<n> with no plus sign and no padding)."""
+    if number == 0:
+        return "-0.0" if math.copysign(1.0, number) < 0 else "0.0"
+    sign, digits, exponent = Decimal(repr(number)).normalize().as_tuple()
+    figures = "".join(map(str, digits))
+    point = len(figures) + int(exponent)  # where the decimal point falls
+    text = (
+        figures + "0" * (point - len(figures)) + ".0" if len(figures) <= point <= 16
+        else figures[:point] + "." + figures[point:] if 0 < point <= 16
+        else "0." + "0" * -point + figures if -5 < point <= 0
+        else figures[0] + ("." + figures[1:] if len(figures) > 1 else "") + f"e{point - 1}"
+    )  # fmt: skip
+    return ("-" if sign else "") + text
+
+
+def serde_json(value: Any, indent: int | None = None, depth: int = 0) -> str:
+    """serde_json::to_vec (indent None) or to_vec_pretty (indent 2): fields in the
+    order given, raw UTF-8, [] and {} for empty containers."""
+    if isinstance(value, float):
+        return serde_float(value)
+    if not isinstance(value, (dict, list)) or not value:
+        return json.dumps(value, ensure_ascii=False)
+    items = (
+        [json.dumps(k, ensure_ascii=False) + (": " if indent else ":")
+         + serde_json(v, indent, depth + 1) for k, v in value.items()]
+        if isinstance(value, dict)
+        else [serde_json(v, indent, depth + 1) for v in value]
+    )  # fmt: skip
+    opening, closing = "{}" if isinstance(value, dict) else "[]"
+    if indent is None:
+        return opening + ",".join(items) + closing
+    inner, outer = "\n" + " " * indent * (depth + 1), "\n" + " " * indent * depth
+    return opening + inner + ("," + inner).join(items) + outer + closing
+
+
 def digest_json(domain: str, value: Any) -> str:
     """content_digest.rs: sha256 of domain, a NUL byte, serde_json::to_vec(value)."""
-    data = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    data = serde_json(value).encode()
     return "sha256:" + hashlib.sha256(domain.encode() + b"\0" + data).hexdigest()
 
 
@@ -32,17 +71,163 @@ def storage_name(doc_id: str) -> str:
     return "id_" + base64.urlsafe_b64encode(doc_id.encode()).rstrip(b"=").decode() + ".json"
 
 
+# ToolResultTransformPolicyV1::conservative() (tools/result_transform.rs; MAX_OUTPUT_SIZE
+# is 100 KiB in tools/mod.rs), what SessionConfig's #[serde(default)] gives
+TRANSFORM_POLICY = {
+    "schema": "a3s.code.tool-result-transform-policy.v1",
+    "max_output_bytes": 102400,
+    "head_bytes": 102400,
+    "tail_bytes": 0,
+    "fold_repeated_lines": False,
+    "repeated_line_threshold": 3,
+    "structured_sample_items": 0,
+}
+
+
+def session_data(session_id: str, generation: str = "g1", **fields: Any) -> dict[str, Any]:
+    """A SessionData as upstream serialises it (store/session_data.rs, llm/types.rs):
+    struct field order, Options skipped where serde skips them and null where it
+    does not, Message content as tagged blocks, f32 and f64 fields."""
+    return {
+        "id": session_id,
+        "config": {
+            "name": generation,
+            "workspace": "/home/dev/project",
+            "system_prompt": None,
+            "max_context_length": 200000,
+            "auto_compact": True,
+            "auto_compact_threshold": 0.8,
+            "storage_type": "file",
+            "planning_mode": "Auto",
+            "goal_tracking": False,
+            "tool_result_transform_policy": TRANSFORM_POLICY,
+        },
+        "state": "Active",
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": f"fix the tests ({generation})"}],
+            },
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Running them first."},
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_01",
+                        "name": "bash",
+                        "input": {"command": "make test", "timeout": 600},
+                    },
+                ],
+                "reasoning_content": "The failures name two modules; run them before editing.",
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_01",
+                        "content": "2 failed, 40 passed",
+                        "is_error": False,
+                    }
+                ],
+            },
+        ],
+        "context_usage": {"used_tokens": 1843, "max_tokens": 200000, "percent": 0.92, "turns": 2},
+        "total_usage": {
+            "prompt_tokens": 1500,
+            "completion_tokens": 343,
+            "total_tokens": 1843,
+            "cache_read_tokens": None,
+            "cache_write_tokens": 1024,
+        },
+        "total_cost": 0.0123,
+        "model_name": "claude-sonnet-4",
+        "cost_records": [],
+        "tool_names": ["read", "write", "edit", "bash", "grep"],
+        "thinking_enabled": False,
+        "thinking_budget": None,
+        "created_at": 1700000000,
+        "updated_at": 1700000060,
+        "tasks": [],
+        **fields,
+    }
+
+
+def legacy_session_data(session_id: str, name: str = "old") -> dict[str, Any]:
+    """A SessionData from before total_cost, cost_records, tasks (it was "todos"),
+    auto_compact_threshold, storage_type, planning_mode, goal_tracking and the
+    tool-result transform policy existed."""
+    session = session_data(session_id, name)
+    for field in ("total_cost", "cost_records", "tasks"):
+        del session[field]
+    session["todos"] = []
+    session["config"] = {
+        k: v for k, v in session["config"].items()
+        if k not in ("auto_compact_threshold", "storage_type", "planning_mode", "goal_tracking",
+                     "tool_result_transform_policy")
+    }  # fmt: skip
+    return session
+
+
+def tool_artifact(tool: str, content: str, shown: int) -> dict[str, Any]:
+    """tools/artifacts.rs ToolArtifact, named as tool_output_artifact names it."""
+    digest = hashlib.sha256(content.encode()).hexdigest()
+    return {
+        "artifact_id": f"tool-output:{tool}:{digest}",
+        "artifact_uri": f"a3s://tool-output/{tool}/{digest}",
+        "tool_name": tool,
+        "content": content,
+        "original_bytes": len(content.encode()),
+        "shown_bytes": shown,
+    }
+
+
+def trace_event(name: str, artifact_uris: list[str]) -> dict[str, Any]:
+    """trace.rs TraceEvent::tool_execution (empty lists and None details skipped)."""
+    event: dict[str, Any] = {
+        "schema": "a3s.trace_event.v1",
+        "kind": "tool_execution",
+        "name": name,
+        "success": True,
+        "exit_code": 0,
+        "duration_ms": 1520,
+        "output_bytes": 19,
+    }
+    if artifact_uris:
+        event["metadata_keys"] = ["artifact"]
+        event["artifact_uris"] = artifact_uris
+    return event
+
+
+def run_record(session_id: str, run_id: str = "run-1") -> dict[str, Any]:
+    """run.rs RunRecord: a completed RunSnapshot (no bindings) and no retained events."""
+    return {
+        "snapshot": {
+            "id": run_id,
+            "session_id": session_id,
+            "status": "completed",
+            "prompt": "fix the tests",
+            "created_at_ms": 1700000000000,
+            "updated_at_ms": 1700000059000,
+            "result_text": "Both failures fixed.",
+            "event_count": 0,
+        },
+        "events": [],
+    }
+
+
 def snapshot(session_id: str, generation: str = "g1", **extra: Any) -> dict[str, Any]:
+    """A SessionSnapshotV1 as save_snapshot writes it, with a tool artifact that is
+    also a retention root, its trace event and one run."""
+    artifact = tool_artifact("bash", f"2 failed, 40 passed\n{generation}\n", 19)
     return {
         "schema_version": 1,
-        "session": {
-            "id": session_id,
-            "config": {"name": generation, "workspace": "/work"},
-            "messages": [{"role": "user", "content": f"hello from {generation}"}],
-        },
-        "artifacts": [],
-        "trace_events": [{"kind": "start", "at_ms": 1}],
-        "run_records": [],
+        "session": session_data(session_id, generation),
+        "artifacts": [artifact],
+        "retained_artifact_uris": [artifact["artifact_uri"]],
+        "trace_events": [trace_event("bash", [artifact["artifact_uri"]])],
+        "run_records": [run_record(session_id)],
         "verification_reports": [],
         "subagent_tasks": [],
         **extra,
@@ -51,17 +236,22 @@ def snapshot(session_id: str, generation: str = "g1", **extra: Any) -> dict[str,
 
 def as_upstream_reads(session: dict[str, Any]) -> dict[str, Any]:
     """An old SessionData with what serde fills in for its missing fields
-    (session_data.rs: #[serde(default)] on total_cost, cost_records, tasks; in
-    SessionConfig default_auto_compact_threshold() = 0.80, StorageBackend::File
-    ("file"), PlanningMode::Auto ("Auto"), goal_tracking false)."""
-    read = {"total_cost": 0.0, "cost_records": [], "tasks": [], **session}
+    (session_data.rs: #[serde(default)] on total_cost, cost_records, tasks, alias
+    "todos"; in SessionConfig default_auto_compact_threshold() = 0.80,
+    StorageBackend::File ("file"), PlanningMode::Auto ("Auto"), goal_tracking
+    false, the conservative transform policy; Options without a skip read as None
+    and are written as null)."""
+    read = {"total_cost": 0.0, "cost_records": [], "thinking_budget": None, **session}
+    read["tasks"] = read.pop("todos", read.get("tasks", []))
     config = read.get("config")
     if isinstance(config, dict):
         read["config"] = {
+            "system_prompt": None,
             "auto_compact_threshold": 0.8,
             "storage_type": "file",
             "planning_mode": "Auto",
             "goal_tracking": False,
+            "tool_result_transform_policy": TRANSFORM_POLICY,
             **config,
         }
     return read
@@ -89,7 +279,7 @@ class UpstreamStore:
         self.clock_ms = 1_700_000_000_000
 
     def _bytes(self, value: Any) -> bytes:
-        data = json.dumps(value, indent=2, ensure_ascii=False).encode()  # to_vec_pretty
+        data = serde_json(value, indent=2).encode()  # to_vec_pretty
         if self.key is None:
             return data
         nonce = os.urandom(12)
@@ -125,8 +315,8 @@ class UpstreamStore:
         }
         wal = self.root / "v1" / "wal" / "session-store.ndjson"
         wal.parent.mkdir(parents=True, exist_ok=True)
-        with wal.open("a") as handle:
-            handle.write(json.dumps(entry, separators=(",", ":")) + "\n")
+        with wal.open("a", encoding="utf-8") as handle:
+            handle.write(serde_json(entry) + "\n")  # raw UTF-8, as serde_json writes
 
     def save_snapshot(self, value: dict[str, Any]) -> None:
         """commit_snapshot_under_lock: intent, atomic replace, commit."""
@@ -172,20 +362,22 @@ def build(root: Path, key: bytes | None = None, *, damaged: bool = True) -> dict
     expected["loop"]["run-1"] = {"run_id": "run-1", "step": 3, "messages": []}
     store.write("workflow_checkpoints", "wf/1", {"workflow_id": "wf/1", "state": "waiting"})
     expected["workflow"]["wf/1"] = {"workflow_id": "wf/1", "state": "waiting"}
-    legacy = {"id": "legacy/1", "config": {"name": "old"}, "messages": []}  # before v1
+    legacy = legacy_session_data("legacy/1")  # before v1
     (root / "legacy_1.json").write_bytes(store._bytes(legacy))
-    traces = [{"kind": "old-trace", "at_ms": 5}]
+    artifact = tool_artifact("read", "a file longer than the model was shown\n", 12)
+    traces = [trace_event("read", [artifact["artifact_uri"]])]
     (root / "traces").mkdir()
     (root / "traces" / "legacy_1.json").write_bytes(store._bytes(traces))
     (root / "artifacts" / "legacy_1").mkdir(parents=True)
-    manifest = {"artifacts": [{"uri": "file:///report.md", "kind": "file"}]}
+    manifest = {"artifacts": [artifact], "retained_uris": [artifact["artifact_uri"]]}
     (root / "artifacts" / "legacy_1" / "artifacts.json").write_bytes(store._bytes(manifest))
     expected["sessions"]["legacy/1"] = assembled(
-        legacy, trace_events=traces, artifacts=manifest["artifacts"]
-    )
-    bare = {"id": "bare-in-v1", "config": {"name": "saved by a legacy caller"}}
+        legacy, trace_events=traces, artifacts=[artifact],
+        retained_artifact_uris=[artifact["artifact_uri"]],
+    )  # fmt: skip
+    bare = legacy_session_data("bare-in-v1", "saved by a legacy caller")
     store.write("sessions", "bare-in-v1", bare)
-    runs: list[Any] = []
+    runs = [run_record("bare-in-v1")]
     store.write("runs", "bare-in-v1", runs)
     expected["sessions"]["bare-in-v1"] = assembled(bare, run_records=runs)
     if damaged:

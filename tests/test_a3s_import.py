@@ -9,7 +9,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .a3s_fixtures import build, snapshot
+from hypothesis import given
+from hypothesis import strategies as st
+
+from .a3s_fixtures import (
+    UpstreamStore,
+    as_upstream_reads,
+    assembled,
+    build,
+    legacy_session_data,
+    run_record,
+    snapshot,
+    tool_artifact,
+    trace_event,
+)
 from .conftest import DaemonProcess
 
 
@@ -147,25 +160,25 @@ def _write_json(path: Path, value: Any) -> None:
 
 def _old_sessions(root: Path) -> dict[str, Any]:
     """Issue 26's cases, as upstream would have left them on disk."""
-    from .a3s_fixtures import UpstreamStore
 
     store = UpstreamStore(root)
-    old = {"id": "old", "config": {"name": "old"}, "messages": []}
+    old = legacy_session_data("old")
     _write_json(root / "old.json", old)
-    manifest = {"artifacts": [{"uri": "file:///a"}], "retained_uris": ["file:///z", "file:///b"]}
+    artifact = tool_artifact("bash", "long output\n", 4)
+    manifest = {"artifacts": [artifact], "retained_uris": ["file:///z", "file:///b"]}
     _write_json(root / "artifacts" / "old" / "artifacts.json", manifest)
     # tenant_session's root files, and the v1 session tenant/session that shares the name
-    mine = {"id": "tenant_session", "config": {"name": "root"}, "messages": []}
+    mine = legacy_session_data("tenant_session", "root")
     _write_json(root / "tenant_session.json", mine)
-    runs = [{"snapshot": {"id": "r1", "session_id": "tenant_session", "event_count": 0}}]
+    runs = [run_record("tenant_session", "r1")]
     _write_json(root / "runs" / "tenant_session.json", runs)
-    traces = [{"kind": "root-trace"}]
+    traces = [trace_event("bash", [])]
     _write_json(root / "traces" / "tenant_session.json", traces)
-    theirs = {"id": "tenant/session", "config": {"name": "v1"}, "messages": []}
+    theirs = legacy_session_data("tenant/session", "v1")
     store.write("sessions", "tenant/session", theirs)
     # a v1 file that rotted, with an older root copy of the same session
     store.path("sessions", "rotted").write_bytes(b'{"schema_version": 1, "sess')
-    _write_json(root / "rotted.json", {"id": "rotted", "config": {}, "messages": []})
+    _write_json(root / "rotted.json", legacy_session_data("rotted"))
     return {"old": old, "manifest": manifest, "mine": mine, "runs": runs, "traces": traces,
             "theirs": theirs, "rotted": store.path("sessions", "rotted")}  # fmt: skip
 
@@ -184,8 +197,6 @@ def test_retained_uris_come_from_the_artifact_manifest(
 def test_a_root_fragment_counts_only_for_the_id_that_owns_its_name(
     running: DaemonProcess, tmp_path: Path
 ) -> None:
-    from .a3s_fixtures import assembled
-
     case = _old_sessions(tmp_path)
     run_import(running, str(tmp_path))
     with running.client() as client:
@@ -212,8 +223,6 @@ def test_a_session_assembled_from_fragments_has_every_component(
     run_import(running, str(tmp_path))
     with running.client() as client:
         stored = client.load("tenant/session")
-    from .a3s_fixtures import as_upstream_reads
-
     assert stored["session"] == as_upstream_reads(case["theirs"])
     for component in ("artifacts", "retained_artifact_uris", "trace_events", "run_records",
                       "verification_reports", "subagent_tasks"):  # fmt: skip
@@ -223,22 +232,131 @@ def test_a_session_assembled_from_fragments_has_every_component(
 def test_an_old_session_comes_with_the_fields_serde_fills_in(
     running: DaemonProcess, tmp_path: Path
 ) -> None:
-    old = {"id": "aged", "config": {"name": "aged", "workspace": "/w"}, "messages": [],
-           "todos": [{"id": "t1"}]}  # fmt: skip
+    old = legacy_session_data("aged")
+    old["todos"] = [{"id": "t1", "content": "rerun the suite", "status": "pending"}]
+    del old["thinking_budget"], old["config"]["system_prompt"]  # Options: missing reads as None
+    old["model_name"] = None  # read as None, and never written back
+    old["config"]["confirmation_policy"] = None  # the two tool policies: Options,
+    old["config"]["permission_policy"] = {"default": "ask"}  # left out when None
+    old["config"]["enforce_active_skill_tool_restrictions"] = False  # skipped when false
     _write_json(tmp_path / "aged.json", old)
-    run_import(running, str(tmp_path))
+    code, _, err = run_import(running, str(tmp_path))
+    assert code == 0, err
     with running.client() as client:
         session = client.load("aged")["session"]
     assert session["total_cost"] == 0.0 and session["cost_records"] == []
-    assert session["tasks"] == [{"id": "t1"}] and "todos" not in session  # serde's alias
+    assert session["tasks"] == old["todos"] and "todos" not in session  # serde's alias
+    assert session["thinking_budget"] is None and "model_name" not in session
+    config = dict(old["config"])
+    del config["confirmation_policy"], config["enforce_active_skill_tool_restrictions"]
     assert session["config"] == {
-        "name": "aged",
-        "workspace": "/w",
+        **config,
+        "system_prompt": None,
         "auto_compact_threshold": 0.8,
         "storage_type": "file",
         "planning_mode": "Auto",
         "goal_tracking": False,
+        "tool_result_transform_policy": {
+            "schema": "a3s.code.tool-result-transform-policy.v1",
+            "max_output_bytes": 102400,
+            "head_bytes": 102400,
+            "tail_bytes": 0,
+            "fold_repeated_lines": False,
+            "repeated_line_threshold": 3,
+            "structured_sample_items": 0,
+        },
     }
+
+
+def test_a_session_upstream_cannot_read_is_refused_naming_the_field(
+    running: DaemonProcess, tmp_path: Path
+) -> None:
+    store = UpstreamStore(tmp_path)
+    stateless = legacy_session_data("stateless")
+    del stateless["state"]
+    _write_json(tmp_path / "stateless.json", stateless)
+    nameless = snapshot("nameless")
+    del nameless["session"]["config"]["workspace"]
+    store.save_snapshot(nameless)
+    code, _, err = run_import(running, str(tmp_path))
+    assert code == 1
+    assert f"{tmp_path / 'stateless.json'}: upstream cannot read it: missing field `state`" in err
+    assert "missing field `workspace` in SessionConfig" in err
+    with running.client() as client:
+        assert client.load("stateless") is None and client.load("nameless") is None
+
+
+def test_an_artifact_manifest_loads_as_upstream_loads_it(
+    running: DaemonProcess, tmp_path: Path
+) -> None:
+    """ArtifactStore::load_from_manifest_bytes: an exact repeat once, the oldest past
+    256 artifacts evicted (before the retention roots are set), unknown fields
+    dropped, empty and repeated retained URIs dropped; a URI bound to two contents
+    makes the manifest unreadable."""
+    crowded = legacy_session_data("crowded")
+    _write_json(tmp_path / "crowded.json", crowded)
+    artifacts = [tool_artifact("grep", f"match {n}\n", 3) for n in range(300)]
+    newest = {**artifacts[299], "note": "unknown to ToolArtifact"}
+    manifest = {
+        "artifacts": [*artifacts[:299], newest, artifacts[299]],
+        "retained_uris": [artifacts[0]["artifact_uri"], "", artifacts[0]["artifact_uri"]],
+    }
+    _write_json(tmp_path / "artifacts" / "crowded" / "artifacts.json", manifest)
+    torn = legacy_session_data("torn")
+    _write_json(tmp_path / "torn.json", torn)
+    other = {**artifacts[1], "content": "something else"}
+    _write_json(tmp_path / "artifacts" / "torn" / "artifacts.json",
+                {"artifacts": [artifacts[1], other]})  # fmt: skip
+    code, _, err = run_import(running, str(tmp_path))
+    assert code == 1 and "is already bound to different content" in err
+    assert str(tmp_path / "artifacts" / "torn" / "artifacts.json") in err
+    with running.client() as client:
+        stored = client.load("crowded")
+        assert client.load("torn") is None
+    assert stored["artifacts"] == artifacts[44:]  # the 256 newest; a retained root too
+    assert stored["retained_artifact_uris"] == [artifacts[0]["artifact_uri"]]
+
+
+def _import_in_c_locale(daemon: DaemonProcess, root: Path) -> tuple[int, dict[str, Any], str]:
+    environment = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    result = subprocess.run(
+        [sys.executable, "-m", "sessionstore.cli", "--socket", daemon.socket_path,
+         "import-a3s", str(root)],
+        capture_output=True, text=True, timeout=120, env=environment, encoding="utf-8",
+    )  # fmt: skip
+    return result.returncode, json.loads(result.stdout), result.stderr
+
+
+def test_the_wal_is_raw_utf8_whatever_the_locale(running: DaemonProcess, tmp_path: Path) -> None:
+    store = UpstreamStore(tmp_path)
+    session_id = "équipe/会话-1"
+    store.save_snapshot(snapshot(session_id))
+    renamed = snapshot(session_id, "g2")
+    store.crash_after_rename(renamed)
+    wal = (tmp_path / "v1" / "wal" / "session-store.ndjson").read_bytes()
+    assert session_id.encode() in wal  # serde_json writes it unescaped
+    code, summary, err = _import_in_c_locale(running, tmp_path)
+    assert code == 0, err
+    assert summary["recovery"] == [
+        f"intent 2 for {session_id!r}: sealed (the durable file matches)"
+    ]
+    with running.client() as client:
+        assert client.load(session_id) == renamed
+
+
+def test_a_digest_is_over_serde_json_numbers(running: DaemonProcess, tmp_path: Path) -> None:
+    """serde_json writes 1.5e-05 as 0.000015 and 1e16 as 1e16: the digest of what the
+    file holds must be taken over those bytes, or an intent whose rename happened
+    looks unsealed."""
+    store = UpstreamStore(tmp_path)
+    value = snapshot("cheap")
+    value["session"]["total_cost"] = 1.5e-05
+    value["session"]["context_usage"]["percent"] = 1e16
+    store.crash_after_rename(value)
+    assert b'"total_cost": 0.000015' in store.path("sessions", "cheap").read_bytes()
+    code, summary, err = run_import(running, str(tmp_path))
+    assert code == 0, err
+    assert summary["recovery"] == ["intent 1 for 'cheap': sealed (the durable file matches)"]
 
 
 def test_what_a_crashing_sealed_upstream_store_leaves_comes_across(
@@ -248,8 +366,6 @@ def test_what_a_crashing_sealed_upstream_store_leaves_comes_across(
     `.json.crash-N.tmp` temp and a truncated one, a session whose first write never
     landed, the writer lease and the WAL's lock file: what upstream would load, and
     nothing else."""
-    from .a3s_fixtures import UpstreamStore, snapshot
-
     key = bytes(range(32))
     plain = UpstreamStore(tmp_path)
     early = snapshot("early")
@@ -278,3 +394,31 @@ def _key_file(directory: Path, key: bytes) -> str:
     path = directory.parent / "host.key"
     path.write_bytes(key)
     return str(path)
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_the_importer_writes_a_number_as_serde_json_does(number: float) -> None:
+    from sessionstore.a3s_serde import compact_json
+
+    from .a3s_fixtures import serde_float
+
+    text = compact_json(number)
+    assert text == serde_float(number) and float(text) == number
+
+
+def test_serde_json_number_forms() -> None:
+    """Known serde_json outputs (ryu): 1e-7 and 1e16 in exponent form, no '+'."""
+    from sessionstore.a3s_serde import compact_json
+
+    forms = {
+        0.0: "0.0",
+        1.0: "1.0",
+        0.1: "0.1",
+        1.5e-05: "0.000015",
+        1e-07: "1e-7",
+        1e16: "1e16",
+        1e15: "1000000000000000.0",
+        -2.5: "-2.5",
+        1.25e300: "1.25e300",
+    }
+    assert {number: compact_json(number) for number in forms} == forms

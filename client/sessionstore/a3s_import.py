@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .a3s_serde import Unreadable, artifact_store, check_session, compact_json, session_as_read
 from .client import Client
 from .errors import Conflict, SessionStoreError
 
@@ -76,7 +77,7 @@ FRAGMENTS = (
 
 def upstream_digest(domain: str, value: Any) -> str:
     """content_digest::digest_json: SHA-256 of domain, NUL, serde_json::to_vec(value)."""
-    compact = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    compact = compact_json(value).encode()
     return "sha256:" + hashlib.sha256(domain.encode() + b"\0" + compact).hexdigest()
 
 
@@ -189,15 +190,19 @@ def _read_json(path: Path, key: bytes | None) -> Any:
 def _session_document(path: Path, file_id: str | None, value: Any) -> Document:
     if not isinstance(value, dict):
         raise ImportProblem(path, "not a JSON object")
-    if "schema_version" in value or "session" in value:  # a SessionSnapshotV1 envelope
-        session = value.get("session")
-        stored_id = session.get("id") if isinstance(session, dict) else None
-        legacy = False
-        document = value
-    else:  # a bare SessionData of before v1
-        stored_id = value.get("id")
-        legacy = True
-        document = {"schema_version": 1, "session": with_serde_defaults(value)}
+    try:
+        if "schema_version" in value or "session" in value:  # a SessionSnapshotV1 envelope
+            session = value.get("session")
+            check_session(session)
+            legacy = False
+            document = value  # as written: its digest is what the WAL names
+        else:  # a bare SessionData of before v1, as serde reads it
+            legacy = True
+            session = session_as_read(value)
+            document = {"schema_version": 1, "session": session}
+    except Unreadable as error:
+        raise ImportProblem(path, f"upstream cannot read it: {error}") from None
+    stored_id = session.get("id") if isinstance(session, dict) else None
     if not isinstance(stored_id, str):
         raise ImportProblem(path, "holds no session id")
     if file_id is not None and stored_id != file_id:
@@ -205,36 +210,6 @@ def _session_document(path: Path, file_id: str | None, value: Any) -> Document:
             path, f"key collision: the file is named for {file_id!r} but holds {stored_id!r}"
         )
     return Document("session", stored_id, path, document, legacy)
-
-
-# What serde fills in when an old SessionData lacks a field (session_data.rs and the
-# enums it names, read at A3S-Lab/Code core/src/store/session_data.rs 8ed8a170):
-# total_cost, cost_records and tasks ("todos" is its alias) in SessionData;
-# auto_compact_threshold (0.80), storage_type (StorageBackend::File, "file"),
-# planning_mode (PlanningMode::Auto, "Auto") and goal_tracking in SessionConfig.
-SESSION_DEFAULTS: dict[str, Any] = {"total_cost": 0.0, "cost_records": [], "tasks": []}
-CONFIG_DEFAULTS: dict[str, Any] = {
-    "auto_compact_threshold": 0.8,
-    "storage_type": "file",
-    "planning_mode": "Auto",
-    "goal_tracking": False,
-}
-
-
-def with_serde_defaults(session: dict[str, Any]) -> dict[str, Any]:
-    """The SessionData that upstream's load_snapshot returns for this one as written."""
-    filled = dict(session)
-    if "tasks" not in filled and "todos" in filled:
-        filled["tasks"] = filled.pop("todos")
-    for name, default in SESSION_DEFAULTS.items():
-        filled.setdefault(name, json.loads(json.dumps(default)))
-    config = filled.get("config")
-    if isinstance(config, dict):
-        filled["config"] = {
-            **config,
-            **{k: v for k, v in CONFIG_DEFAULTS.items() if k not in config},
-        }
-    return filled
 
 
 def legacy_safe_id(doc_id: str) -> str:
@@ -284,15 +259,12 @@ def merge_fragments(root: Path, doc: Document, key: bytes | None) -> None:
     directory = current if current.exists() else legacy if owned and legacy.exists() else None
     manifest = directory / "artifacts.json" if directory is not None else None
     if manifest is not None and manifest.exists():
-        value = _read_json(manifest, key)
-        artifacts = value.get("artifacts") if isinstance(value, dict) else None
-        if not isinstance(artifacts, list):
-            raise ImportProblem(manifest, 'an artifact manifest holds {"artifacts": [...]}')
-        retained = value.get("retained_uris", [])
-        if not isinstance(retained, list) or not all(isinstance(u, str) for u in retained):
-            raise ImportProblem(manifest, "retained_uris must be a JSON array of text")
+        try:
+            artifacts, retained = artifact_store(_read_json(manifest, key))
+        except Unreadable as error:
+            raise ImportProblem(manifest, str(error)) from None
         doc.value["artifacts"] = artifacts
-        doc.value["retained_artifact_uris"] = sorted(retained)
+        doc.value["retained_artifact_uris"] = retained
     for field_name in LOADED_COMPONENTS:
         doc.value.setdefault(field_name, [])
 
@@ -365,7 +337,8 @@ def apply_wal_recovery(root: Path, documents: list[Document], report: Report) ->
     if not wal.is_file():
         return
     open_intents: dict[int, dict[str, Any]] = {}
-    for number, line in enumerate(wal.read_text(errors="replace").splitlines(), start=1):
+    lines = wal.read_text(encoding="utf-8", errors="replace").splitlines()
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:

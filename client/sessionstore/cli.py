@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -687,9 +688,23 @@ def _error_message(error: SessionStoreError, socket_path: str) -> str:
     return message + (f" {json.dumps(to_json_value(extra))}" if extra else "")
 
 
+def _encode_output_whatever_the_locale(as_json: bool) -> None:
+    """JSON is UTF-8 whatever the locale (RFC 8259, section 8.1); text for a person
+    is in the terminal's encoding, with what it cannot show escaped. Under LC_ALL=C
+    an id such as "équipe" would otherwise end the command with a traceback."""
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        if as_json or not sys.stdout.isatty():
+            sys.stdout.reconfigure(encoding="utf-8")
+        else:
+            sys.stdout.reconfigure(errors="backslashreplace")
+    if isinstance(sys.stderr, io.TextIOWrapper):
+        sys.stderr.reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     args.json = getattr(args, "json", False)
+    _encode_output_whatever_the_locale(args.json)
     args.socket = getattr(args, "socket", None)
     args.timeout = getattr(args, "timeout", DEFAULT_TIMEOUT_S)
     try:
