@@ -23,9 +23,9 @@ from typing import Any
 
 from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical
 from sessionstore.client import Client
-from sessionstored.storage.fs import RealFileSystem
+from sessionstored.storage.log.fs import RealFileSystem
+from sessionstored.storage.log.recovery import open_store
 from sessionstored.storage.mutations import Put
-from sessionstored.storage.recovery import open_store
 
 from .workload import make_snapshot
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 from typing import Any
 
 from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical
-from sessionstored.storage.check import check
+from sessionstored.storage.log.check import check
+from sessionstored.storage.log.recovery import RecoveryReport
+from sessionstored.storage.log.recovery import open_store as open_recovered
+from sessionstored.storage.log.store import Store
 from sessionstored.storage.mutations import ANY, Put, Remove
-from sessionstored.storage.recovery import RecoveryReport
-from sessionstored.storage.recovery import open_store as open_recovered
-from sessionstored.storage.store import Store
 
 from .simfs import SimFileSystem
 
@@ -75,7 +75,7 @@ def assert_clean(store: Store) -> None:
 def locate_record(state_dir: Any, kind: str, doc_id: str, key: Any = None) -> tuple[str, int, int]:
     """(segment path, offset, length) of a document's committed record, read with the daemon
     stopped: the store is opened in process, which is also a clean recovery."""
-    from sessionstored.storage.fs import RealFileSystem
+    from sessionstored.storage.log.fs import RealFileSystem
 
     store, _ = open_recovered(RealFileSystem(), str(state_dir), key=key)
     try:

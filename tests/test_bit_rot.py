@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from sessionstored.storage.check import check
+from sessionstored.storage.documents import KeyRange
 from sessionstored.storage.errors import CorruptRecord
-from sessionstored.storage.index import KeyRange
-from sessionstored.storage.log import SEGMENT_HEADER_BYTES
+from sessionstored.storage.log.check import check
+from sessionstored.storage.log.segments import SEGMENT_HEADER_BYTES
+from sessionstored.storage.log.store import Store
 from sessionstored.storage.mutations import Put
 from sessionstored.storage.sealing import Key
-from sessionstored.storage.store import Store
 
 from .simfs import SimFileSystem
 from .storage_helpers import body_for, new_fs, open_store, open_with_report, put, remove

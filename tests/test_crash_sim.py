@@ -19,9 +19,9 @@ import cbor2
 import pytest
 
 from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical
+from sessionstored.storage.log.store import Store
 from sessionstored.storage.mutations import ANY, LEASE, LEASE_ID, Mutation, Put, Remove, Rewrite
 from sessionstored.storage.sealing import Key
-from sessionstored.storage.store import Store
 
 from .simfs import CRASH_MODES, SimFileSystem, SimulatedCrash
 from .storage_helpers import (

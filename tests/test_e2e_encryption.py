@@ -13,7 +13,8 @@ import pytest
 
 from sessionstore.canonical import canonical_dumps, parse_digest
 from sessionstore.errors import IOFailure
-from sessionstored.storage.records import Document, encode_data
+from sessionstored.storage.documents import Document
+from sessionstored.storage.log.records import encode_data
 from sessionstored.storage.sealing import PLAINTEXT, parse_key
 
 from .conftest import DaemonProcess, snapshot

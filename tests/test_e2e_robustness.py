@@ -501,8 +501,8 @@ def test_symlinks_out_of_the_store_are_refused(daemon: DaemonProcess, short_tmp:
 
 def _commit_records(path: Path) -> list[int]:
     """The offsets of the commit records in one log segment, in order."""
-    from sessionstored.storage.log import SEGMENT_HEADER_BYTES
-    from sessionstored.storage.records import COMMIT, parse_header, record_length
+    from sessionstored.storage.log.records import COMMIT, parse_header, record_length
+    from sessionstored.storage.log.segments import SEGMENT_HEADER_BYTES
 
     data, offset, found = path.read_bytes(), SEGMENT_HEADER_BYTES, []
     while (header := parse_header(data, offset)) is not None:

@@ -10,8 +10,9 @@ import cbor2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionstored.storage.checkpoint import encode_in_pieces
-from sessionstored.storage.index import Entry, Index
+from sessionstored.storage.documents import Entry
+from sessionstored.storage.log.index import Index
+from sessionstored.storage.log.index_checkpoint import encode_in_pieces
 
 keys = st.text(alphabet="abcé", min_size=0, max_size=3)
 entries = st.builds(
@@ -68,7 +69,9 @@ def test_a_prepared_batch_applies_as_its_changes_one_by_one(
     )
 )
 def test_a_checkpoint_encoded_in_pieces_decodes_as_one_dumps_would(value: object) -> None:
-    with mock.patch("sessionstored.storage.checkpoint.PIECE_ITEMS", 4):  # pieces everywhere
+    with mock.patch(
+        "sessionstored.storage.log.index_checkpoint.PIECE_ITEMS", 4
+    ):  # pieces everywhere
         pieces: list[bytes] = []
         encode_in_pieces(value, pieces)
     assert cbor2.loads(b"".join(pieces)) == value

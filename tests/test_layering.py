@@ -29,8 +29,8 @@ def test_storage_imports_no_trio() -> None:
         [
             sys.executable,
             "-c",
-            "import sys, sessionstored.storage.store, sessionstored.storage.recovery,"
-            " sessionstored.storage.check; print('trio' in sys.modules)",
+            "import sys, sessionstored.storage.log.store, sessionstored.storage.log.recovery,"
+            " sessionstored.storage.log.check; print('trio' in sys.modules)",
         ],
         capture_output=True,
         text=True,

@@ -17,10 +17,10 @@ import pytest
 
 from sessionstore.errors import Compacted
 from sessionstored.storage.errors import StoreFormatError
-from sessionstored.storage.fs import RealFileSystem
-from sessionstored.storage.recovery import open_store as open_real
+from sessionstored.storage.log.fs import RealFileSystem
+from sessionstored.storage.log.recovery import open_store as open_real
+from sessionstored.storage.log.store import Store
 from sessionstored.storage.sealing import Key
-from sessionstored.storage.store import Store
 
 from .conftest import DaemonProcess
 from .simfs import SimFileSystem, SimulatedCrash

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from sessionstore.canonical import digest_bytes_of_canonical
+from sessionstored.storage.log.store import Store
 from sessionstored.storage.mutations import ANY
-from sessionstored.storage.store import Store
 
 from .simfs import CRASH_MODES
 from .storage_helpers import assert_clean, body_for, new_fs, open_store, put, remove, snapshot_of

@@ -17,7 +17,7 @@ from sessionstored.access import Access
 from sessionstored.ops import ARGUMENTS, REGISTRY, Ops
 from sessionstored.server import raw_bytes
 from sessionstored.steps import Exclusive, Read, Reply, Write
-from sessionstored.storage.cache import DocumentCache
+from sessionstored.storage.log.cache import DocumentCache
 from sessionstored.watch import Broadcaster
 from sessionstored.writer import Writer
 

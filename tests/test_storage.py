@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from sessionstored.storage import compaction
 from sessionstored.storage.errors import (
     CorruptRecord,
     FatalStorageError,
@@ -22,12 +21,13 @@ from sessionstored.storage.errors import (
     StoreFormatError,
     StoreLocked,
 )
-from sessionstored.storage.fs import RealFileSystem
-from sessionstored.storage.log import SEGMENT_HEADER_BYTES
-from sessionstored.storage.records import HEADER_BYTES, encode_removal
-from sessionstored.storage.recovery import open_store as open_real
+from sessionstored.storage.log import compaction
+from sessionstored.storage.log.fs import RealFileSystem
+from sessionstored.storage.log.records import HEADER_BYTES, encode_removal
+from sessionstored.storage.log.recovery import open_store as open_real
+from sessionstored.storage.log.segments import SEGMENT_HEADER_BYTES
+from sessionstored.storage.log.store import Store
 from sessionstored.storage.sealing import PLAINTEXT
-from sessionstored.storage.store import Store
 
 from .simfs import SimFileSystem
 from .storage_helpers import (

@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from sessionstore.protocol import NEED_DATA, Connection, Mode, encode
-from sessionstored.storage.store import Store
+from sessionstored.storage.log.store import Store
 from sessionstored.watch import Broadcaster, SocketSink
 
 from .storage_helpers import new_fs, open_store, put

@@ -24,8 +24,8 @@ from .notify import notify
 from .rekey_command import rekey_main
 from .server import Server, StartupError, open_listener
 from .storage.errors import StoreFormatError, StoreLocked
-from .storage.fs import RealFileSystem
-from .storage.recovery import open_store
+from .storage.log.fs import RealFileSystem
+from .storage.log.recovery import open_store
 from .storage.sealing import Key, KeyFileError
 
 log = logging.getLogger("sessionstored")
@@ -109,7 +109,7 @@ DATABASE_RETRY_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 def _open_database(config: Config, key: Key | None) -> tuple[Any, Any] | int:
     """The PostgreSQL store, open; while the database does not answer, say so in STATUS=
     and retry with backoff; a refusal (bad URL, credentials, key) exits at once."""
-    from .storage.postgres import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
+    from .storage.postgres.store import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
 
     assert config.database_url is not None
     store = PgStore(

@@ -15,12 +15,12 @@ from sessionstore.helpformat import DefaultsShown
 
 from .config import resolve_state_dir
 from .keyfile import read_key_file
-from .storage.compaction import Progress
 from .storage.errors import StoreFormatError, StoreLocked
-from .storage.fs import RealFileSystem
-from .storage.metadata import read_metadata
-from .storage.recovery import open_store
-from .storage.rekey import begin_rekey
+from .storage.log.compaction import Progress
+from .storage.log.fs import RealFileSystem
+from .storage.log.metadata import read_metadata
+from .storage.log.recovery import open_store
+from .storage.log.rekey import begin_rekey
 from .storage.sealing import Key, KeyFileError
 
 EXIT_BAD_USAGE = 2

@@ -69,8 +69,8 @@ from .outbox import Outbox
 from .prepare import Failure, prepare_large
 from .socket_io import SocketIO
 from .steps import Exclusive, Prepare, Read, Step, Stream, Write
-from .storage.recovery import RecoveryReport
-from .storage.store import Store
+from .storage.log.recovery import RecoveryReport
+from .storage.log.store import Store
 from .watch import Broadcaster, SocketSink
 from .writer import Writer
 

@@ -31,6 +31,7 @@ import trio
 
 from sessionstore.canonical import digest_text
 
+from .storage.log.store import Store
 from .storage.mutations import (
     KV_DOCUMENT,
     LEASE,
@@ -39,7 +40,6 @@ from .storage.mutations import (
     WORKFLOW_CHECKPOINT,
     Committed,
 )
-from .storage.store import Store
 
 log = logging.getLogger("sessionstored.watch")
 

@@ -42,10 +42,10 @@ from sessionstore.codes import ErrorCode
 from .collector import Collector
 from .jobs import ExclusiveJob, Job, MutationJob
 from .notify import notify
-from .storage import compaction
 from .storage.errors import FatalStorageError, InjectedFault, NoSpace
+from .storage.log import compaction
+from .storage.log.store import Store
 from .storage.mutations import split_batches
-from .storage.store import Store
 from .worker_thread import WorkerThread, name_os_thread
 
 log = logging.getLogger("sessionstored.writer")

@@ -21,10 +21,10 @@ from ..jobs import MutationJob
 from ..offload import OFFLOAD_ABOVE_BYTES, Offload
 from ..snapshot import InvalidSnapshot
 from ..steps import Reply, Response, Step, Write
+from ..storage.documents import Entry
 from ..storage.errors import CorruptRecord, Refused
-from ..storage.index import Entry
+from ..storage.log.store import Store
 from ..storage.mutations import Mutation, Outcome
-from ..storage.store import Store
 from ..watch import Broadcaster
 from ..writer import Writer
 from . import admin, checkpoints, leases, sessions

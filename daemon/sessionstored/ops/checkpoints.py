@@ -15,8 +15,8 @@ from sessionstore.wire import CanonicalItem
 from ..offload import OFFLOAD_ABOVE_BYTES
 from ..prepare import checkpoint_document
 from ..steps import Prepare, Read, Response, Step
+from ..storage.documents import Entry, KeyRange
 from ..storage.errors import Refused
-from ..storage.index import Entry, KeyRange
 from ..storage.mutations import Put, Remove, Txn
 from ..txn_request import prepared_txn
 from .args import checkpoint_kind, id_arg, is_int, lease_arg

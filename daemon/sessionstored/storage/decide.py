@@ -12,8 +12,8 @@ from typing import Any, Protocol
 from sessionstore.canonical import digest_bytes_of_canonical
 from sessionstore.codes import ErrorCode
 
+from .documents import RangeReader
 from .errors import CorruptRecord, Refused
-from .index import RangeReader
 from .mutations import (
     ANY,
     LEASE,

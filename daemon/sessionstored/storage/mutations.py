@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 
 from sessionstore.codes import ErrorCode
 
-from .index import Entry, Prepared
+from .documents import Entry
+from .log.index import Prepared
 from .txn import Require, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut, txn_body_bytes
 
 

@@ -17,8 +17,8 @@ from typing import Any
 from sessionstore.canonical import digest_text
 from sessionstore.codes import ErrorCode
 
+from .documents import Entry, KeyRange, RangeReader
 from .errors import Refused
-from .index import Entry, KeyRange, RangeReader
 
 MAX_TXN_CHANGES = 100_000  # removals a delete_prefix may expand to, with the rest
 APPEND_SEQ_DIGITS = 20  # the width of a seq in an appended key: 2**64 has 20 digits

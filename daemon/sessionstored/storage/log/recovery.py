@@ -29,13 +29,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..documents import Entry
+from ..errors import CorruptRecord, StoreFormatError, StoreLocked
+from ..mutations import Committed
 from . import reserve
-from .checkpoint import CKPT_DIR, CheckpointState
 from .durable import TMP_DIR
-from .errors import CorruptRecord, StoreFormatError, StoreLocked
 from .fs import FileSystem
-from .index import Entry, Index
-from .log import (
+from .index import Index
+from .index_checkpoint import CKPT_DIR, CheckpointState
+from .metadata import LEGACY_FORMAT_VERSION, RekeyBridge, read_metadata, resolve_sealer
+from .migrate_v1 import migrate_v1, remove_legacy
+from .rekey import finish_rekey
+from .scan import Segment, scan
+from .segments import (
     APPEND,
     COMPACTED,
     LOG_DIR,
@@ -43,11 +49,6 @@ from .log import (
     parse_segment_header,
     segment_number,
 )
-from .metadata import LEGACY_FORMAT_VERSION, RekeyBridge, read_metadata, resolve_sealer
-from .migrate_v1 import migrate_v1, remove_legacy
-from .mutations import Committed
-from .rekey import finish_rekey
-from .scan import Segment, scan
 from .store import Recovered, Store
 
 LOCK_FILE = "lock"
@@ -342,10 +343,10 @@ def recover(store: Store) -> RecoveryReport:
     segments = [s for s in segments if s.number not in empty]
     for n in empty:
         del roles[n]
-    log.used = {n: used for n, used in (base.segments.items() if base else ()) if n in roles}
+    used = {n: size for n, size in (base.segments.items() if base else ()) if n in roles}
     for s in segments:
-        log.used[s.number] = max(result.ends.get(s.number, 0), s.start) - SEGMENT_HEADER_BYTES
-    log.next_number = max([*roles, (base.next_segment - 1) if base else 0]) + 1
+        used[s.number] = max(result.ends.get(s.number, 0), s.start) - SEGMENT_HEADER_BYTES
+    log.resume(used, max([*roles, (base.next_segment - 1) if base else 0]) + 1)
     if result.end is not None:
         log.open_active(*result.end)
     since = sum(max(result.ends.get(s.number, 0), s.start) - s.start for s in segments)

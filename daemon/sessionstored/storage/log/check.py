@@ -5,16 +5,14 @@
 # segment between batches.
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .errors import CorruptRecord
-from .log import SEGMENT_SUFFIX, segment_number
-
-if TYPE_CHECKING:
-    from .store import Store
+from ..errors import CorruptRecord
+from .segments import SEGMENT_SUFFIX, segment_number
+from .store_parts import StoreParts
 
 
-def check(store: Store) -> tuple[int, list[dict[str, Any]]]:
+def check(store: StoreParts) -> tuple[int, list[dict[str, Any]]]:
     problems: list[dict[str, Any]] = []
     checked = 0
     for kind in store.index.kinds():

@@ -44,12 +44,13 @@ import errno
 import itertools
 import struct
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import xxhash
 
+from ..errors import NoSpace
 from .durable import TMP_DIR, write_temp
-from .errors import NoSpace
 from .fs import ENOSPC_ERRNOS, FileSystem
 
 LOG_DIR = "log"
@@ -130,11 +131,11 @@ class Log:
         self.directory = f"{root}/{LOG_DIR}"
         self.tmp_dir = f"{root}/{TMP_DIR}"
         self.segment_bytes = segment_bytes
-        self.next_number = 1
+        self._next_number = 1
         self.active = 0  # number of the active append segment (0: none yet)
         self.offset = 0  # where the next batch goes in the active segment
         self.size = 0  # bytes preallocated in the active segment
-        self.used: dict[int, int] = {}  # segment number -> bytes of records in it
+        self._used: dict[int, int] = {}  # segment number -> bytes of records in it
         self._fd: int | None = None
         self._read_fds: dict[int, int] = {}
         self._read_open_lock = threading.Lock()
@@ -201,7 +202,7 @@ class Log:
         self.offset = offset
         self.size = self.fs.file_size(self.path(number))
         self._fd = self.fs.open_read_write(self.path(number))
-        self.used[number] = offset - SEGMENT_HEADER_BYTES
+        self._used[number] = offset - SEGMENT_HEADER_BYTES
 
     def fits(self, nbytes: int, *, only_removals: bool) -> bool:
         if self._fd is None:
@@ -225,7 +226,7 @@ class Log:
         spare = self._take_spare(size)
         if spare is None:
             spare = self._zero_filled(size)
-        number = self.next_number
+        number = self._next_number
         fd = self.fs.open_read_write(spare.path)
         try:
             self.fs.pwrite(fd, encode_segment_header(number, APPEND), 0)
@@ -235,14 +236,14 @@ class Log:
             raise
         self.fs.rename(spare.path, self.path(number))
         self.fs.fsync_dir(self.directory)  # the segment's name survives power loss
-        self.next_number = number + 1
+        self._next_number = number + 1
         if self._fd is not None:
             self.fs.close(self._fd)
         self._fd = fd
         self.active = number
         self.offset = SEGMENT_HEADER_BYTES
         self.size = spare.size
-        self.used[number] = 0
+        self._used[number] = 0
 
     def _take_spare(self, size: int) -> Spare | None:
         """The prepared spare if it is big enough. One being filled is waited for: on a
@@ -293,14 +294,14 @@ class Log:
         assert self._fd is not None, "log not open"
         self.fs.pwrite(self._fd, data, self.offset)
         self.offset += len(data)
-        self.used[self.active] += len(data)
+        self._used[self.active] += len(data)
 
     def rewind(self, offset: int) -> None:
         """Undo writes back to offset: zeros over them (unsynced, like the writes were)."""
         assert self._fd is not None, "log not open"
         if self.offset > offset:
             self.fs.pwrite(self._fd, bytes(self.offset - offset), offset)
-            self.used[self.active] -= self.offset - offset
+            self._used[self.active] -= self.offset - offset
             self.offset = offset
 
     def sync(self) -> None:
@@ -309,12 +310,41 @@ class Log:
 
     # -- whole segments ---------------------------------------------------------
 
+    @property
+    def used(self) -> Mapping[int, int]:
+        """Segment number -> bytes of records in it, for every segment in the log."""
+        return self._used
+
+    @property
+    def next_number(self) -> int:
+        return self._next_number
+
+    def resume(self, used: Mapping[int, int], next_number: int) -> None:
+        """Recovery's word on which segments make up the log, and the next number."""
+        self._used = dict(used)
+        self._next_number = next_number
+
+    def take_number(self) -> int:
+        """A segment number no other segment has or will have (a compacted one's)."""
+        number = self._next_number
+        self._next_number += 1
+        return number
+
+    def replace(self, victims: Sequence[int], number: int, size: int) -> None:
+        """Compaction switched the victims' live records into segment number (0: none
+        was live): the victims are no longer part of the log, their files stay until
+        the next checkpoint no longer names them."""
+        if number:
+            self._used[number] = size
+        for victim in victims:
+            self._used.pop(victim, None)
+
     def remove(self, numbers: list[int]) -> None:
         """Unlink segments no checkpoint needs (their read handles were forgotten)."""
         for number in numbers:
             with contextlib.suppress(FileNotFoundError):
                 self.fs.unlink(self.path(number))
-            self.used.pop(number, None)
+            self._used.pop(number, None)
         if numbers:
             self.fs.fsync_dir(self.directory)
 
@@ -332,4 +362,4 @@ class Log:
     @property
     def size_bytes(self) -> int:
         """Bytes of records in the log (what `stats` calls wal_bytes)."""
-        return sum(self.used.values())
+        return sum(self._used.values())

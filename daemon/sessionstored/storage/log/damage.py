@@ -35,7 +35,8 @@ from collections.abc import Callable, Iterable
 
 from xxhash import xxh3_64_intdigest
 
-from .checkpoint import DamageRow
+from ..sealing import Sealer, SealError
+from .index_checkpoint import DamageRow
 from .records import (
     ASSOCIATED_BYTES,
     COMMIT,
@@ -52,7 +53,6 @@ from .records import (
     Header,
     payload_intact,
 )
-from .sealing import Sealer, SealError
 
 SECTOR_BYTES = 512  # the smallest unit a disk writes whole
 TORN_ZERO_RUN_BYTES = 16  # a run of zeros this long is not a header's or one flip's

@@ -29,10 +29,11 @@ import xxhash
 
 from sessionstore.cbor_bytes_python import head  # shortest form, as cbor2 writes it
 
+from ..documents import Entry
+from ..sealing import Sealer, SealError
 from .durable import Failpoint, no_failpoint, replace_file
 from .fs import FileSystem
-from .index import Entry, Index
-from .sealing import Sealer, SealError
+from .index import Index
 
 CKPT_MAGIC = b"SSCKPT2\n"
 CKPT_HEAD = struct.Struct("<8sQ")

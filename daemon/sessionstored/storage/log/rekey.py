@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..sealing import Key, Sealer
 from . import compaction
-from .log import SEGMENT_HEADER_BYTES
 from .metadata import FORMAT_FILE, REKEY_FILE, RekeyBridge, format_text, write_durably
-from .sealing import Key, Sealer
+from .segments import SEGMENT_HEADER_BYTES
 from .store import Store
 
 

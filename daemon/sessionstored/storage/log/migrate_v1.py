@@ -31,15 +31,16 @@ import xxhash
 
 from sessionstore.canonical import digest_bytes_of_canonical
 
-from .checkpoint import CKPT_DIR, CheckpointState, generation_of
+from ..documents import Document, Entry
+from ..errors import StoreFormatError
+from ..sealing import Key, Sealer, SealError
 from .durable import replace_file
-from .errors import StoreFormatError
 from .fs import FileSystem
-from .index import Entry, Index
-from .log import COMPACTED, SEGMENT_HEADER_BYTES, encode_segment_header
+from .index import Index
+from .index_checkpoint import CKPT_DIR, CheckpointState, generation_of
 from .metadata import FORMAT_FILE, StoreMetadata, format_text, write_durably
-from .records import Document, encode_data
-from .sealing import Key, Sealer, SealError
+from .records import encode_data
+from .segments import COMPACTED, SEGMENT_HEADER_BYTES, encode_segment_header
 from .store import Store
 
 log = logging.getLogger("sessionstored.storage")

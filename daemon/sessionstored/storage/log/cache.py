@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from .records import Document
+from ..documents import Document
 
 DEFAULT_CAPACITY_BYTES = 64 * 1024 * 1024
 LARGEST_SHARE = 8  # a document over capacity / 8 is not cached

@@ -9,11 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from .compaction import CompactResult
+from .documents import Document, Entry, Found, KeyRange
 from .history import History
-from .index import Entry, Found, KeyRange
+from .log.compaction import CompactResult
 from .mutations import Batch, Mutation
-from .records import Document
 from .sealing import Sealer
 
 

@@ -28,8 +28,9 @@ from typing import NamedTuple
 
 import xxhash
 
-from .errors import CorruptRecord
-from .sealing import Sealer, SealError
+from ..documents import Document
+from ..errors import CorruptRecord
+from ..sealing import Sealer, SealError
 
 RECORD_MAGIC = b"\xa5SL2"
 HEADER = struct.Struct("<4sBBHQQQIQ")
@@ -58,15 +59,6 @@ class Header(NamedTuple):
     id_hash: int
     payload_length: int
     payload_check: int
-
-
-@dataclass(frozen=True)
-class Document:
-    kind: str
-    id: str
-    seq: int
-    digest: bytes
-    body: bytes
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import cbor2
 import xxhash
 
+from ..errors import StoreFormatError
+from ..sealing import Key, Sealer, SealError
 from .durable import Failpoint, no_failpoint, replace_file
-from .errors import StoreFormatError
 from .fs import FileSystem
-from .sealing import Key, Sealer, SealError
 
 FORMAT_FILE = "FORMAT"
 FORMAT_PREFIX = b"sessionstore-format "

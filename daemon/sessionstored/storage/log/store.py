@@ -32,19 +32,11 @@ import cbor2
 from sessionstore.canonical import digest_bytes_of_canonical
 from sessionstore.codes import ErrorCode
 
-from . import compaction, reserve
-from .cache import DEFAULT_CAPACITY_BYTES, DocumentCache
-from .check import check
-from .checkpoint import Checkpoints, CheckpointState, DamageRow
-from .compaction import CompactResult
-from .decide import Accepted, decide_all, fold_txn_results, record_applied
-from .durable import Failpoint, no_failpoint
-from .errors import CorruptRecord, FatalStorageError, InjectedFault, NoSpace
-from .fs import ENOSPC_ERRNOS, FileSystem
-from .history import History
-from .index import BULK_CHANGES, Entry, Found, Index, KeyRange, session_page
-from .log import DEFAULT_SEGMENT_BYTES, Log
-from .mutations import (
+from ..decide import Accepted, decide_all, fold_txn_results, record_applied
+from ..documents import Document, Entry, Found, KeyRange, session_page
+from ..errors import CorruptRecord, FatalStorageError, InjectedFault, NoSpace
+from ..history import History
+from ..mutations import (
     LEASE,
     LEASE_ID,
     SESSION,
@@ -56,8 +48,17 @@ from .mutations import (
     Remove,
     split_batches,
 )
-from .records import Commit, Document, encode_commit, encode_data, encode_removal, read_document
-from .sealing import Key, Sealer
+from ..sealing import Key, Sealer
+from . import compaction, reserve
+from .cache import DEFAULT_CAPACITY_BYTES, DocumentCache
+from .check import check
+from .compaction import CompactResult
+from .durable import Failpoint, no_failpoint
+from .fs import ENOSPC_ERRNOS, FileSystem
+from .index import BULK_CHANGES, Index
+from .index_checkpoint import Checkpoints, CheckpointState, DamageRow
+from .records import Commit, encode_commit, encode_data, encode_removal, read_document
+from .segments import DEFAULT_SEGMENT_BYTES, Log
 
 DEFAULT_MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
 DEFAULT_HISTORY_CHANGES = 100_000
@@ -451,6 +452,11 @@ class Store:
                 self._failed = True
                 raise FatalStorageError(f"removing compacted segments failed: {error}") from error
         return path
+
+    def retire(self, segments: Sequence[int]) -> None:
+        """Segments the log no longer holds: unlinked once a checkpoint no longer names
+        them (the newest one still may)."""
+        self.retiring.extend(segments)
 
     def fail(self) -> None:
         self._failed = True

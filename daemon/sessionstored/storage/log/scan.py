@@ -28,14 +28,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .checkpoint import DamageRow
+from ..errors import CorruptRecord
+from ..sealing import Sealer
 from .damage import (
     all_regions_look_torn,
     raw_header,
     rows_for_damaged_header,
 )
-from .errors import CorruptRecord
-from .log import SEGMENT_HEADER_BYTES
+from .index_checkpoint import DamageRow
 from .records import (
     COMMIT,
     DATA,
@@ -51,7 +51,7 @@ from .records import (
     payload_intact,
     record_length,
 )
-from .sealing import Sealer
+from .segments import SEGMENT_HEADER_BYTES
 
 # (kind, id, seq, digest or None, size, segment, offset, length)
 Intent = tuple[str, str, int, bytes | None, int, int, int, int]

@@ -21,18 +21,15 @@ import contextlib
 import errno
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from ..documents import Entry
+from ..errors import InjectedFault, NoSpace
 from . import reserve
 from .durable import install, write_temp
-from .errors import InjectedFault, NoSpace
 from .fs import ENOSPC_ERRNOS
-from .index import Entry
-from .log import COMPACTED, SEGMENT_HEADER_BYTES, encode_segment_header, segment_name
 from .records import encode_data
-
-if TYPE_CHECKING:
-    from .store import Store
+from .segments import COMPACTED, SEGMENT_HEADER_BYTES, encode_segment_header, segment_name
+from .store_parts import StoreParts
 
 COPY_CHUNK_BYTES = 4 * 1024 * 1024
 MAX_LIVE_BYTES_PER_RUN = 256 * 1024 * 1024
@@ -58,7 +55,7 @@ class CompactResult:
     checkpoint: str
 
 
-def dead_bytes(store: Store) -> tuple[int, int]:
+def dead_bytes(store: StoreParts) -> tuple[int, int]:
     """(dead, used) bytes over every segment but the active one."""
     used = dead = 0
     for number, size in store.log.used.items():
@@ -69,7 +66,7 @@ def dead_bytes(store: Store) -> tuple[int, int]:
     return dead, used
 
 
-def compaction_due(store: Store) -> bool:
+def compaction_due(store: StoreParts) -> bool:
     """Dead bytes passed the share, and there are at least MIN_DEAD_SEGMENTS of them: each
     compaction costs an index checkpoint, so it should reclaim a few segments at once."""
     dead, used = dead_bytes(store)
@@ -78,7 +75,7 @@ def compaction_due(store: Store) -> bool:
 
 
 def plan(
-    store: Store,
+    store: StoreParts,
     *,
     everything: bool = False,
     all_segments: bool = False,
@@ -123,8 +120,7 @@ def plan(
     moves.sort(key=lambda move: (move[2].segment, move[2].offset))
     result = Plan(sorted(victims), moves)
     if moves:
-        result.number = store.log.next_number
-        store.log.next_number += 1
+        result.number = store.log.take_number()
     return result
 
 
@@ -132,7 +128,7 @@ Progress = Callable[[int, int], None]  # (records copied, records to copy)
 
 
 def copy(
-    store: Store, work: Plan, *, reseal: bool = False, progress: Progress | None = None
+    store: StoreParts, work: Plan, *, reseal: bool = False, progress: Progress | None = None
 ) -> None:
     """Write the new segment and rename it into log/. NoSpace on a full disk."""
     if not work.moves:
@@ -167,7 +163,7 @@ def copy(
         raise
 
 
-def switch(store: Store, work: Plan) -> int:
+def switch(store: StoreParts, work: Plan) -> int:
     """Repoint the entries that did not change since the plan; returns how many."""
     moved = 0
     entries = work.resealed or [move[2] for move in work.moves]
@@ -175,15 +171,12 @@ def switch(store: Store, work: Plan) -> int:
         if store.index.get(kind, doc_id) == old:
             store.index.put(kind, doc_id, new._replace(segment=work.number, offset=offset))
             moved += 1
-    if work.number:
-        store.log.used[work.number] = sum(e.length for e in entries)
-    for number in work.victims:
-        store.log.used.pop(number, None)
-    store.retiring.extend(work.victims)  # unlinked after the next checkpoint
+    store.log.replace(work.victims, work.number, sum(e.length for e in entries))
+    store.retire(work.victims)
     return moved
 
 
-def compact(store: Store, *, everything: bool = True) -> CompactResult:
+def compact(store: StoreParts, *, everything: bool = True) -> CompactResult:
     """All of it in one call: for the `compact` op's thread, tests and tools."""
     before = store.log.size_bytes
     active = store.log.active
@@ -205,7 +198,7 @@ def compact(store: Store, *, everything: bool = True) -> CompactResult:
     return CompactResult(store.seq, before, store.log.size_bytes, len(work.victims), moved, path)
 
 
-def _rescue(store: Store, before: int) -> CompactResult:
+def _rescue(store: StoreParts, before: int) -> CompactResult:
     """Compaction on a full disk: first the wholly dead segments, which need no copy (their
     removal is the room a user made by deleting); then, with the reserve released, a few
     segments at a time into the room freed so far."""

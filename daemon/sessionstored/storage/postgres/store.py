@@ -42,12 +42,12 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from sessionstore.canonical import digest_bytes_of_canonical
 from sessionstore.codes import ErrorCode
 
-from .compaction import CompactResult
-from .decide import CommittedState, decide_all, fold_txn_results, record_applied
-from .errors import CorruptRecord
-from .history import History
-from .index import Entry, Found, KeyRange, session_page
-from .mutations import (
+from ..decide import CommittedState, decide_all, fold_txn_results, record_applied
+from ..documents import Document, Entry, Found, KeyRange, session_page
+from ..errors import CorruptRecord
+from ..history import History
+from ..log.compaction import CompactResult
+from ..mutations import (
     LEASE,
     LEASE_ID,
     SESSION,
@@ -59,8 +59,7 @@ from .mutations import (
     Txn,
     mutation_keys,
 )
-from .records import Document
-from .sealing import Key, Sealer, SealError
+from ..sealing import Key, Sealer, SealError
 
 SCHEMA_VERSION = 1
 NOTIFY_CHANNEL = "sessionstore_changes"

@@ -12,37 +12,33 @@
 # that is at least half dead can always be compacted this way.
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .fs import ENOSPC_ERRNOS
-
-if TYPE_CHECKING:
-    from .store import Store
+from .store_parts import StoreParts
 
 RESERVE_NAME = "compaction-reserve"
 RESERVE_SLACK_BYTES = 64 * 1024  # segment headers, the directories' own blocks
 RESERVE_WRITE_BYTES = 64 * 1024
 
 
-def reserve_path(store: Store) -> str:
+def reserve_path(store: StoreParts) -> str:
     return f"{store.root}/{RESERVE_NAME}"
 
 
-def wanted_bytes(store: Store) -> int:
+def wanted_bytes(store: StoreParts) -> int:
     return store.log.segment_size_now() // 2 + checkpoint_room(store)
 
 
-def checkpoint_room(store: Store) -> int:
+def checkpoint_room(store: StoreParts) -> int:
     """What writing the next index checkpoint needs: two copies, as big as the last."""
     return 2 * store.checkpoints.newest_bytes() + RESERVE_SLACK_BYTES
 
 
-def held_bytes(store: Store) -> int:
+def held_bytes(store: StoreParts) -> int:
     path = reserve_path(store)
     return store.fs.file_size(path) if store.fs.exists(path) else 0
 
 
-def ensure(store: Store) -> bool:
+def ensure(store: StoreParts) -> bool:
     """Make the reserve if it is missing and there is room; False if there is not."""
     fs, path = store.fs, reserve_path(store)
     if fs.exists(path):
@@ -73,7 +69,7 @@ def ensure(store: Store) -> bool:
     return True
 
 
-def release(store: Store) -> int:
+def release(store: StoreParts) -> int:
     """Give the reserve's blocks back to the file system; the bytes freed."""
     fs, path = store.fs, reserve_path(store)
     if not fs.exists(path):

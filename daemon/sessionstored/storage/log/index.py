@@ -8,20 +8,12 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from typing import NamedTuple, Protocol
+from collections.abc import Sequence
+from typing import NamedTuple
 
-SESSION = "s"
+from ..documents import Entry, Found, KeyRange
+
 BULK_CHANGES = 64  # a batch with more changes edits the sorted key lists once (apply())
-
-
-class Entry(NamedTuple):
-    seq: int
-    digest: bytes
-    size: int
-    segment: int
-    offset: int
-    length: int
 
 
 class Prepared(NamedTuple):
@@ -31,37 +23,6 @@ class Prepared(NamedTuple):
     keys: dict[str, list[bytes]]  # kind -> its new sorted keys
     live_delta: defaultdict[int, int]  # segment -> change in live bytes
     removed: set[tuple[str, str]]  # (kind, id) of the documents it removed
-
-
-class KeyRange(NamedTuple):
-    """The keys of one kind that start with prefix and lie strictly between after and
-    before: at most limit of them, in UTF-8 byte order (descending when reverse)."""
-
-    kind: str
-    prefix: str = ""
-    after: str | None = None
-    before: str | None = None
-    limit: int = 1000
-    reverse: bool = False
-
-
-Found = tuple[list[tuple[str, Entry]], bool]  # (id, entry) in range order; more beyond?
-
-
-class RangeReader(Protocol):
-    """What deciding a txn reads of the committed state: the index, or PostgreSQL."""
-
-    def get(self, kind: str, doc_id: str) -> Entry | None: ...
-    def scan(self, wanted: KeyRange) -> Found: ...
-
-
-def session_page(
-    scan: Callable[[KeyRange], Found], prefix: str, after: str | None, limit: int
-) -> tuple[list[str], str | None]:
-    """`list`'s page: the ids, and the cursor for the next page (None at the end)."""
-    found, more = scan(KeyRange(SESSION, prefix, after, limit=limit))
-    ids = [doc_id for doc_id, _ in found]
-    return ids, (ids[-1] if more and ids else None)
 
 
 class Index:

@@ -1,0 +1,61 @@
+# What both engines hand the daemon about a document: where its committed
+# generation is (Entry: seq, digest and size, and for the log the segment,
+# offset and length of its record; PostgreSQL leaves those 0), the generation
+# itself read back (Document), and which keys a page of `list` or
+# `checkpoint_scan` covers (KeyRange, Found).
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+SESSION = "s"
+
+
+class Entry(NamedTuple):
+    seq: int
+    digest: bytes
+    size: int
+    segment: int
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class Document:
+    kind: str
+    id: str
+    seq: int
+    digest: bytes
+    body: bytes
+
+
+class KeyRange(NamedTuple):
+    """The keys of one kind that start with prefix and lie strictly between after and
+    before: at most limit of them, in UTF-8 byte order (descending when reverse)."""
+
+    kind: str
+    prefix: str = ""
+    after: str | None = None
+    before: str | None = None
+    limit: int = 1000
+    reverse: bool = False
+
+
+Found = tuple[list[tuple[str, Entry]], bool]  # (id, entry) in range order; more beyond?
+
+
+class RangeReader(Protocol):
+    """What deciding a txn reads of the committed state: the index, or PostgreSQL."""
+
+    def get(self, kind: str, doc_id: str) -> Entry | None: ...
+    def scan(self, wanted: KeyRange) -> Found: ...
+
+
+def session_page(
+    scan: Callable[[KeyRange], Found], prefix: str, after: str | None, limit: int
+) -> tuple[list[str], str | None]:
+    """`list`'s page: the ids, and the cursor for the next page (None at the end)."""
+    found, more = scan(KeyRange(SESSION, prefix, after, limit=limit))
+    ids = [doc_id for doc_id, _ in found]
+    return ids, (ids[-1] if more and ids else None)

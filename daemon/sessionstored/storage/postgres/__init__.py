@@ -1,0 +1,2 @@
+# The PostgreSQL engine: the same documents, history and lease in tables, for
+# daemons on many hosts sharing one database.
