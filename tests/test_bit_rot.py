@@ -61,7 +61,7 @@ def _build(key: Key | None) -> tuple[SimFileSystem, Model, list[tuple[str, int, 
 
 
 def _unidentified(problems: list[dict[str, Any]]) -> bool:
-    return any(p["kind"] == "damaged" and "id" not in p for p in problems)
+    return any(p.problem == "damaged" and p.id is None for p in problems)
 
 
 def _assert_nothing_older(store: Store, model: Model, where: str) -> None:
@@ -71,7 +71,7 @@ def _assert_nothing_older(store: Store, model: Model, where: str) -> None:
         try:
             doc = store.read("s", doc_id)
         except CorruptRecord:
-            assert any(p.get("id") == doc_id or "id" not in p for p in problems), (where, doc_id)
+            assert any(p.id in (doc_id, None) for p in problems), (where, doc_id)
             continue
         served = doc.body if doc is not None else None
         if served != model.get(doc_id):
@@ -150,7 +150,7 @@ def test_the_documents_of_a_rotten_record_are_io_error_and_verify_lists_them(
                 doc = store.read("s", doc_id)
                 assert (doc.body if doc else None) == model.get(doc_id), doc_id
         _, problems = check(store)
-        assert {p.get("id") for p in problems if p["kind"] == "damaged"} == hurt
+        assert {p.id for p in problems if p.problem == "damaged"} == hurt
         assert store.stats()["damaged_documents"] == len(hurt)
         with pytest.raises(CorruptRecord):
             store.scan(KeyRange("s"))
@@ -188,9 +188,9 @@ def test_damage_that_hides_its_document_is_said_so_in_verify_and_at_start() -> N
         assert report.untold_damage == 1
         assert "no longer tell which document" in report.summary()
         _, problems = check(store)
-        [problem] = [p for p in problems if p["kind"] == "damaged"]
-        assert "id" not in problem and problem["offset"] == second
-        assert "unknown" in problem["error"]
+        [problem] = [p for p in problems if p.problem == "damaged"]
+        assert problem.id is None and problem.offset == second
+        assert problem.error is not None and "unknown" in problem.error
         doc = store.read("s", "a")
         assert doc is not None and doc.body == model["a"]  # the batch's other intent stands
     finally:

@@ -105,7 +105,7 @@ def test_without_the_key_or_with_another_the_store_refuses_to_open() -> None:
 
 
 def _problem_ids(store: Store) -> list[str]:
-    return sorted(p["id"] for p in check(store)[1])
+    return sorted(p.id or "" for p in check(store)[1])
 
 
 def _record(store: Store, fs: SimFileSystem, doc_id: str) -> tuple[str, int, bytes]:

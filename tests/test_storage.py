@@ -132,7 +132,7 @@ def test_bit_rot_in_a_replayed_record_is_reported_and_hides_only_its_document(
     with pytest.raises(CorruptRecord) as caught:
         recovered.read("s", "s2")
     assert caught.value.path == path and caught.value.offset == entry.offset
-    assert [(p["kind"], p["id"]) for p in problems] == [("damaged", "s2")]
+    assert [(p.problem, p.id) for p in problems] == [("damaged", "s2")]
     assert report.seq == 5 and recovered.seq == 5
     [outcome] = recovered.commit([put("s2", 9)])
     assert outcome.ok and recovered.read("s", "s2").body == body_for("s2", 9)
@@ -155,7 +155,7 @@ def test_bit_rot_in_a_checkpointed_record_is_io_error_naming_file_and_offset() -
     assert caught.value.offset == entry.offset + HEADER_BYTES
     assert recovered.read("s", "s4").body == body_for("s4", 4)
     _, problems = recovered.verify()
-    assert [(p["kind"], p["id"], p["file"]) for p in problems] == [("unreadable", "s3", path)]
+    assert [(p.problem, p.id, p.file) for p in problems] == [("unreadable", "s3", path)]
 
 
 def test_a_batch_that_reuses_seqs_fails_closed() -> None:

@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import trio
 
@@ -23,6 +22,7 @@ from .keyfile import load_key
 from .notify import notify
 from .rekey_command import rekey_main
 from .server import Server, StartupError, open_listener
+from .storage.engine import Engine, StartReport
 from .storage.errors import StoreFormatError, StoreLocked
 from .storage.log.fs import RealFileSystem
 from .storage.log.recovery import open_store
@@ -106,7 +106,7 @@ def _return_freed_memory() -> None:
 DATABASE_RETRY_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 
 
-def _open_database(config: Config, key: Key | None) -> tuple[Any, Any] | int:
+def _open_database(config: Config, key: Key | None) -> tuple[Engine, StartReport] | int:
     """The PostgreSQL store, open; while the database does not answer, say so in STATUS=
     and retry with backoff; a refusal (bad URL, credentials, key) exits at once."""
     from .storage.postgres.store import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
@@ -122,7 +122,9 @@ def _open_database(config: Config, key: Key | None) -> tuple[Any, Any] | int:
     attempt = 0
     while True:
         try:
-            return store, store.open()
+            report = store.open()
+            log.info("connected to %s", report.summary())
+            return store, report
         except DatabaseRefused as error:
             return _fail(str(error), EXIT_BAD_CONFIG)
         except DatabaseUnreachable as error:
@@ -151,9 +153,7 @@ def run(config: Config) -> int:
         opened = _open_database(config, key)
         if isinstance(opened, int):
             return opened
-        store, report = opened
-        log.info("connected to %s", report.summary())
-        return _serve(config, store, report)
+        return _serve(config, *opened)
     try:
         os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
     except OSError as error:
@@ -197,7 +197,7 @@ def run(config: Config) -> int:
     return _serve(config, store, report)
 
 
-def _serve(config: Config, store: Any, report: Any) -> int:
+def _serve(config: Config, store: Engine, report: StartReport) -> int:
     served = False
 
     async def serve() -> int:

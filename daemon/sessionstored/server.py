@@ -69,8 +69,7 @@ from .outbox import Outbox
 from .prepare import Failure, prepare_large
 from .socket_io import SocketIO
 from .steps import Exclusive, Prepare, Read, Step, Stream, Write
-from .storage.log.recovery import RecoveryReport
-from .storage.log.store import Store
+from .storage.engine import Engine, Follower, StartReport
 from .watch import Broadcaster, SocketSink
 from .writer import Writer
 
@@ -161,7 +160,7 @@ async def open_listener(config: Config) -> tuple[trio.SocketListener, str | None
 
 
 class Server:
-    def __init__(self, config: Config, store: Store, report: RecoveryReport) -> None:
+    def __init__(self, config: Config, store: Engine, report: StartReport) -> None:
         self.config = config
         self.store = store
         self.report = report
@@ -211,8 +210,8 @@ class Server:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.writer.run, watchdog_interval_s())
             follow_scope = trio.CancelScope()
-            if self.store.shared:
-                nursery.start_soon(self._follow_database, follow_scope)
+            if self.store.follower is not None:
+                nursery.start_soon(self._follow_database, self.store.follower, follow_scope)
             await nursery.start(self._watch_signals, signal_scope)  # before READY=1
             async with trio.open_nursery() as connections:
                 accept_scope = trio.CancelScope()
@@ -243,11 +242,10 @@ class Server:
             await trio.to_thread.run_sync(self.store.close)
         return self.exit_code
 
-    async def _follow_database(self, scope: trio.CancelScope) -> None:
+    async def _follow_database(self, follower: Follower, scope: trio.CancelScope) -> None:
         """Every host's commits into the watch history, in seq order: woken by NOTIFY, by
         this daemon's own batches, and every FOLLOW_POLL_S regardless (the table is the
         truth, a notification only a hint)."""
-        store: Any = self.store
         wakeup = _Wakeup(trio.lowlevel.current_trio_token())
         previous = self.writer.on_publish
 
@@ -258,7 +256,7 @@ class Server:
 
         self.writer.on_publish = published
         stop = threading.Event()
-        listener = threading.Thread(target=store.listen, args=(stop, wakeup.set_from_thread))
+        listener = threading.Thread(target=follower.listen, args=(stop, wakeup.set_from_thread))
         listener.daemon = True
         listener.start()
         try:
@@ -266,7 +264,7 @@ class Server:
                 while True:
                     await wakeup.wait(FOLLOW_POLL_S)
                     try:
-                        moved = await trio.to_thread.run_sync(store.follow)
+                        moved = await trio.to_thread.run_sync(follower.follow)
                     except Exception as error:  # the database is away: the next round retries
                         log.warning("following the database's changes: %s", error)
                         continue

@@ -31,7 +31,7 @@ import trio
 
 from sessionstore.canonical import digest_text
 
-from .storage.log.store import Store
+from .storage.engine import Engine
 from .storage.mutations import (
     KV_DOCUMENT,
     LEASE,
@@ -123,7 +123,7 @@ class SocketSink:
 class Broadcaster:
     def __init__(
         self,
-        store: Store,
+        store: Engine,
         max_lag_changes: int = DEFAULT_MAX_LAG_CHANGES,
         send_timeout_s: float = WATCH_SEND_TIMEOUT_S,
     ) -> None:

@@ -42,9 +42,8 @@ from sessionstore.codes import ErrorCode
 from .collector import Collector
 from .jobs import ExclusiveJob, Job, MutationJob
 from .notify import notify
+from .storage.engine import CompactionRun, Engine, LogMaintenance
 from .storage.errors import FatalStorageError, InjectedFault, NoSpace
-from .storage.log import compaction
-from .storage.log.store import Store
 from .storage.mutations import split_batches
 from .worker_thread import WorkerThread, name_os_thread
 
@@ -58,12 +57,12 @@ RECENT_BATCHES = 256
 
 @dataclass
 class _BackgroundCompaction:
-    plan: compaction.Plan
+    run: CompactionRun
     copying: Future[None]
 
 
 class Writer:
-    def __init__(self, store: Store, on_fatal: Callable[[str], None]) -> None:
+    def __init__(self, store: Engine, on_fatal: Callable[[str], None]) -> None:
         self.store = store
         self.on_fatal = on_fatal
         self._send, self._receive = trio.open_memory_channel[Job](QUEUE_DEPTH)
@@ -185,8 +184,8 @@ class Writer:
         job.finish(result)
 
     def _close_retired(self) -> None:
-        if self.store.has_log:
-            self.store.log.close_retired()
+        if self.store.maintenance is not None:
+            self.store.maintenance.close_retired()
 
     async def _commit(self, jobs: list[MutationJob]) -> None:
         if not jobs:
@@ -222,38 +221,37 @@ class Writer:
     # -- keeping the store in shape, between batches ------------------------------
 
     async def _maintain(self) -> None:
-        store = self.store
-        if not store.has_log:  # PostgreSQL keeps its own files
+        upkeep = self.store.maintenance
+        if upkeep is None:  # PostgreSQL keeps its own files
             return
-        if self._spare is None and store.log.want_spare():
-            self._spare = self._background.submit(store.log.prepare_spare)
+        if self._spare is None and upkeep.want_spare():
+            self._spare = self._background.submit(upkeep.prepare_spare)
         elif self._spare is not None and self._spare.done():
             error = self._spare.exception()
             self._spare = None
             if error is not None:
                 log.warning("could not prepare a spare log segment: %s", error)
         await self._settle_compaction(wait=False)
-        if self.failed is None and self._compaction is None and store.compaction_due():
-            work = compaction.plan(store)
-            if work is not None:
-                copying = self._background.submit(compaction.copy, store, work)
-                self._compaction = _BackgroundCompaction(work, copying)
-        if self.failed is None and store.checkpoint_due():
-            await self._checkpoint("checkpoint")
+        if self.failed is None and self._compaction is None and upkeep.compaction_due():
+            run = upkeep.plan_compaction()
+            if run is not None:
+                self._compaction = _BackgroundCompaction(run, self._background.submit(run.copy))
+        if self.failed is None and upkeep.checkpoint_due():
+            await self._checkpoint(upkeep, "checkpoint")
 
     async def _settle_compaction(self, *, wait: bool) -> None:
         """Finish a background compaction whose copy is done (or wait for it)."""
-        running = self._compaction
-        if running is None or not self.store.has_log or not (wait or running.copying.done()):
+        running, upkeep = self._compaction, self.store.maintenance
+        if running is None or upkeep is None or not (wait or running.copying.done()):
             return
         if not running.copying.done():
             with trio.CancelScope(shield=True):  # rare: before verify or compact
                 await trio.to_thread.run_sync(running.copying.exception)
         self._compaction = None
         error = running.copying.exception()
-        work: compaction.Plan | None = running.plan
+        work: CompactionRun | None = running.run
         if isinstance(error, NoSpace):
-            work = compaction.plan(self.store, dead_only=True)  # no copying: what fits
+            work = upkeep.plan_compaction(dead_only=True)  # no copying: what fits
             log.warning("disk full: compaction drops only wholly dead segments (%s)", error)
         elif isinstance(error, InjectedFault):
             log.warning("automatic compaction did not run: %s", error)
@@ -263,7 +261,7 @@ class Writer:
             return
         if work is None:
             return
-        moved = compaction.switch(self.store, work)
+        moved = work.switch()
         self.compactions += 1
         log.info(
             "compacted %d segments into segment %d (%d records moved)",
@@ -271,18 +269,18 @@ class Writer:
             work.number,
             moved,
         )
-        await self._checkpoint("checkpoint after compaction")
+        await self._checkpoint(upkeep, "checkpoint after compaction")
 
-    async def _checkpoint(self, what: str) -> None:
+    async def _checkpoint(self, upkeep: LogMaintenance, what: str) -> None:
         try:
-            path = await self._call(self.store.checkpoint)
+            path = await self._call(upkeep.checkpoint)
         except (NoSpace, InjectedFault) as error:
             log.warning("%s skipped: %s", what, error)
             return
         except FatalStorageError as error:
             self._fatal(str(error), [])
             return
-        self.store.log.close_retired()
+        upkeep.close_retired()
         self.checkpoints += 1
         await self._call(self.collector.settle)
         log.info("%s at seq %d: %s", what, self.store.seq, path)

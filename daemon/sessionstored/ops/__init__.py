@@ -22,8 +22,8 @@ from ..offload import OFFLOAD_ABOVE_BYTES, Offload
 from ..snapshot import InvalidSnapshot
 from ..steps import Reply, Response, Step, Write
 from ..storage.documents import Entry
+from ..storage.engine import Engine
 from ..storage.errors import CorruptRecord, Refused
-from ..storage.log.store import Store
 from ..storage.mutations import Mutation, Outcome
 from ..watch import Broadcaster
 from ..writer import Writer
@@ -43,7 +43,7 @@ DOCUMENTS = {name: op.documents for name, op in REGISTRY.items() if op.documents
 class Ops:
     def __init__(
         self,
-        store: Store,
+        store: Engine,
         writer: Writer,
         broadcaster: Broadcaster,
         *,

@@ -99,7 +99,7 @@ def stats(ops: Ops, request: Request) -> Step:
 def verify(ops: Ops, request: Request) -> Step:
     def run_check() -> Response:
         checked, problems = ops.store.verify()
-        return ok_response(request, checked=checked, problems=problems)
+        return ok_response(request, checked=checked, problems=[p.as_wire() for p in problems])
 
     return Exclusive(request, ExclusiveJob(run_check))
 

@@ -1,31 +1,110 @@
-# The storage interface the daemon's ops and writer use, whatever holds the
-# data: the embedded log (store.Store) or PostgreSQL (postgres.PgStore). Reads
-# never wait for the writer: the log's come from the event loop (blocking_reads
-# False), PostgreSQL's from threads (True, network round trips). Everything
-# else comes from the single writer, one call at a time. Only the log has
-# segments, spares, index checkpoints and compaction to keep (has_log).
+# The one interface the daemon holds a storage engine by, whichever it is: the
+# embedded log (log/store.py) or PostgreSQL (postgres/store.py). The daemon
+# names an engine's class only where it starts one (cli.py).
+#
+# Reads never wait for the writer: the log's come from the event loop
+# (blocking_reads False), PostgreSQL's from threads (True: network round
+# trips). Everything else comes from the single writer, one call at a time.
+#
+# What only one engine has is a capability, None on the other:
+#   maintenance  the log's upkeep between batches: a spare segment ready for
+#                the next rotation, compaction, index checkpoints;
+#   follower     PostgreSQL's other hosts: their commits are followed into
+#                this daemon's watch history.
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from .documents import Document, Entry, Found, KeyRange
 from .history import History
-from .log.compaction import CompactResult
 from .mutations import Batch, Mutation
 from .sealing import Sealer
 
 
-class Backend(Protocol):
-    has_log: bool
+@dataclass(frozen=True)
+class CompactResult:
+    seq: int
+    wal_bytes_before: int
+    wal_bytes_after: int
+    segments_replaced: int
+    records_moved: int
+    checkpoint: str
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing `verify` found wrong. problem says what: the log's "unreadable",
+    "damaged", "orphan" and "stray_temp"; PostgreSQL's "unreadable" and
+    "digest_mismatch". On the wire problem is the map's "kind"; document_kind is
+    the kind of document it concerns, where that is known."""
+
+    problem: str
+    error: str | None = None
+    file: str | None = None
+    offset: int | None = None
+    seq: int | None = None
+    id: str | None = None
+    document_kind: str | None = None
+
+    def as_wire(self) -> dict[str, Any]:
+        fields = {"kind": self.problem, **asdict(self)}
+        del fields["problem"]
+        return {name: value for name, value in fields.items() if value is not None}
+
+
+class StartReport(Protocol):
+    """What opening the engine found (the log's recovery, PostgreSQL's connection), for
+    `stats.recovery`."""
+
+    def as_dict(self) -> dict[str, Any]: ...
+
+
+class CompactionRun(Protocol):
+    """One planned compaction: copy() runs in a background thread while batches go on,
+    switch() on the writer's, between batches; it returns the records it repointed."""
+
+    @property
+    def victims(self) -> Sequence[int]: ...
+    @property
+    def number(self) -> int: ...  # the new segment's (0 when nothing was live)
+    def copy(self) -> None: ...
+    def switch(self) -> int: ...
+
+
+class LogMaintenance(Protocol):
+    def close_retired(self) -> None: ...  # read handles of segments compaction replaced
+    def want_spare(self) -> bool: ...
+    def prepare_spare(self) -> None: ...  # a background thread's: zero-fills a segment
+    def compaction_due(self) -> bool: ...
+    def plan_compaction(self, *, dead_only: bool = False) -> CompactionRun | None: ...
+    def checkpoint_due(self) -> bool: ...
+    def checkpoint(self) -> str: ...  # an index checkpoint's path
+
+
+class Follower(Protocol):
+    def listen(self, stop: threading.Event, wake: Callable[[], None]) -> None: ...
+    def follow(self) -> bool: ...  # other hosts' commits into history; True when any
+
+
+class Engine(Protocol):
     blocking_reads: bool
-    shared: bool
     seq: int  # the watch history's: every change up to it is in history
-    acknowledged_seq: int  # at least seq, and every seq this daemon acknowledged
-    lease: dict[str, Any] | None
     history: History
     sealer: Sealer
     checkpoint_seq: int
+    lease: dict[str, Any] | None  # the writer lease as the last published batch left it
+
+    @property
+    def maintenance(self) -> LogMaintenance | None: ...
+    @property
+    def follower(self) -> Follower | None: ...
+    @property
+    def acknowledged_seq(self) -> int: ...  # at least seq: every seq this daemon acknowledged
+    @property
+    def encrypted(self) -> bool: ...
 
     # reads (the readers' thread)
     def head(self, kind: str, doc_id: str) -> Entry | None: ...
@@ -44,14 +123,12 @@ class Backend(Protocol):
     def current_lease(self) -> dict[str, Any] | None: ...
     def stats(self) -> dict[str, Any]: ...
 
-    @property
-    def encrypted(self) -> bool: ...
-
     # the writer: commit a batch of decided mutations, then publish it to readers
     def commit_durably(self, mutations: Sequence[Mutation]) -> Batch: ...
     def publish(self, batch: Batch) -> None: ...
+    def fail(self) -> None: ...  # after a fatal error: commit nothing more
 
     # the writer, between batches
-    def verify(self) -> tuple[int, list[dict[str, Any]]]: ...
+    def verify(self) -> tuple[int, list[Problem]]: ...
     def compact(self) -> CompactResult: ...
     def close(self) -> None: ...

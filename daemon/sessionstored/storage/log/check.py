@@ -5,15 +5,14 @@
 # segment between batches.
 from __future__ import annotations
 
-from typing import Any
-
+from ..engine import Problem
 from ..errors import CorruptRecord
 from .segments import SEGMENT_SUFFIX, segment_number
 from .store_parts import StoreParts
 
 
-def check(store: StoreParts) -> tuple[int, list[dict[str, Any]]]:
-    problems: list[dict[str, Any]] = []
+def check(store: StoreParts) -> tuple[int, list[Problem]]:
+    problems: list[Problem] = []
     checked = 0
     for kind in store.index.kinds():
         for doc_id, entry in store.index.items(kind):
@@ -21,36 +20,21 @@ def check(store: StoreParts) -> tuple[int, list[dict[str, Any]]]:
             try:
                 store.read_entry(kind, doc_id, entry)
             except (CorruptRecord, OSError) as error:
-                problems.append(
-                    {
-                        "kind": "unreadable",
-                        "id": doc_id,
-                        "file": getattr(error, "path", store.log.path(entry.segment)),
-                        "offset": getattr(error, "offset", entry.offset),
-                        "error": str(error),
-                    }
-                )
+                file = getattr(error, "path", store.log.path(entry.segment))
+                offset = getattr(error, "offset", entry.offset)
+                problems.append(Problem("unreadable", str(error), file, offset, id=doc_id))
     for id_hash, seq, path, offset, reason, damaged_id in store.damaged.values():
         if id_hash < 0:  # no id hash survived (damage.py)
             outcome = "which document it held is unknown, and that one may show an older state"
         else:
             outcome = "the generation it held is lost; the document is io_error"
-        problem: dict[str, Any] = {
-            "kind": "damaged",
-            "file": path,
-            "offset": offset,
-            "seq": seq,
-            "error": f"{reason}: {outcome}",
-        }
-        if damaged_id is not None:
-            problem["id"] = damaged_id
-        problems.append(problem)
+        problems.append(Problem("damaged", f"{reason}: {outcome}", path, offset, seq, damaged_id))
     known = set(store.log.used) | set(store.retiring)
     for name in store.fs.listdir(store.log.directory):
         number = segment_number(name)
         if number is not None and number not in known:
-            problems.append({"kind": "orphan", "file": f"{store.log.directory}/{name}"})
+            problems.append(Problem("orphan", file=f"{store.log.directory}/{name}"))
     for name in store.fs.listdir(store.log.tmp_dir):
         if not (name.startswith("spare-") and name.endswith(SEGMENT_SUFFIX)):
-            problems.append({"kind": "stray_temp", "file": f"{store.log.tmp_dir}/{name}"})
+            problems.append(Problem("stray_temp", file=f"{store.log.tmp_dir}/{name}"))
     return checked, problems

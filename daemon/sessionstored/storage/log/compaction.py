@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..documents import Entry
+from ..engine import CompactResult
 from ..errors import InjectedFault, NoSpace
 from . import reserve
 from .durable import install, write_temp
@@ -43,16 +44,6 @@ class Plan:
     number: int = 0  # of the new segment; 0 when nothing is live in the victims
     offsets: list[int] = field(default_factory=list)
     resealed: list[Entry] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class CompactResult:
-    seq: int
-    wal_bytes_before: int
-    wal_bytes_after: int
-    segments_replaced: int
-    records_moved: int
-    checkpoint: str
 
 
 def dead_bytes(store: StoreParts) -> tuple[int, int]:

@@ -34,6 +34,7 @@ from sessionstore.codes import ErrorCode
 
 from ..decide import Accepted, decide_all, fold_txn_results, record_applied
 from ..documents import Document, Entry, Found, KeyRange, session_page
+from ..engine import CompactResult, Problem
 from ..errors import CorruptRecord, FatalStorageError, InjectedFault, NoSpace
 from ..history import History
 from ..mutations import (
@@ -52,11 +53,11 @@ from ..sealing import Key, Sealer
 from . import compaction, reserve
 from .cache import DEFAULT_CAPACITY_BYTES, DocumentCache
 from .check import check
-from .compaction import CompactResult
 from .durable import Failpoint, no_failpoint
 from .fs import ENOSPC_ERRNOS, FileSystem
 from .index import BULK_CHANGES, Index
 from .index_checkpoint import Checkpoints, CheckpointState, DamageRow
+from .maintenance import Upkeep
 from .records import Commit, encode_commit, encode_data, encode_removal, read_document
 from .segments import DEFAULT_SEGMENT_BYTES, Log
 
@@ -108,9 +109,8 @@ def _now_ms() -> int:
 
 
 class Store:
-    has_log = True  # the writer keeps its segments, spares, checkpoints and compaction
     blocking_reads = False  # reads come from the in-memory index and the page cache
-    shared = False  # this daemon is the only writer
+    follower = None  # this daemon is the only writer
 
     def __init__(
         self,
@@ -141,6 +141,7 @@ class Store:
         self.checkpoints = Checkpoints(fs, root, self.sealer)
         self.index = Index()
         self.cache = DocumentCache(read_cache_bytes)
+        self._upkeep = Upkeep(self)
         self.history = History(history_changes)
         self.seq = 0
         self.batch = 0  # number of the last batch written
@@ -510,7 +511,12 @@ class Store:
                 message = f"{reason} (it held seq {seq} of {doc_id!r}, in this range)"
                 raise CorruptRecord(path, offset, message)
 
-    def verify(self) -> tuple[int, list[dict[str, Any]]]:
+    @property
+    def maintenance(self) -> Upkeep:
+        """Segments, spares, checkpoints and compaction: what the writer keeps."""
+        return self._upkeep
+
+    def verify(self) -> tuple[int, list[Problem]]:
         return check(self)
 
     def compaction_due(self) -> bool:

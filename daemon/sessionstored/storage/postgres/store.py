@@ -29,7 +29,7 @@ import hashlib
 import hmac
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,9 +44,9 @@ from sessionstore.codes import ErrorCode
 
 from ..decide import CommittedState, decide_all, fold_txn_results, record_applied
 from ..documents import Document, Entry, Found, KeyRange, session_page
-from ..errors import CorruptRecord
+from ..engine import CompactResult, Problem
+from ..errors import CorruptRecord, FatalStorageError
 from ..history import History
-from ..log.compaction import CompactResult
 from ..mutations import (
     LEASE,
     LEASE_ID,
@@ -166,9 +166,8 @@ class PgReport:
 
 
 class PgStore:
-    has_log = False  # no segments, checkpoints or spares to keep: the writer skips them
     blocking_reads = True  # reads are network round trips: the ops run them in threads
-    shared = True  # other daemons commit too: the server follows ss_changes (follow())
+    maintenance = None  # no segments, checkpoints or spares to keep: the writer skips them
 
     def __init__(
         self,
@@ -191,6 +190,7 @@ class PgStore:
         self.checkpoint_seq = 0
         self.batches = 0
         self._writer: psycopg.Connection[Any] | None = None
+        self._failed = False
         self._follow_lock = threading.Lock()
         self._pool: ConnectionPool[Any] | None = None
 
@@ -493,7 +493,12 @@ class PgStore:
                 if len(rows) < FOLLOW_PAGE:
                     return moved
 
-    def listen(self, stop: threading.Event, wake: Any) -> None:
+    @property
+    def follower(self) -> PgStore:
+        """Other daemons commit too: the server follows ss_changes (follow())."""
+        return self
+
+    def listen(self, stop: threading.Event, wake: Callable[[], None]) -> None:
         """Call wake() whenever any host commits (NOTIFY), until stop is set. A thread's
         loop; a lost connection is reopened after a second."""
         while not stop.is_set():
@@ -508,7 +513,13 @@ class PgStore:
 
     # -- the writer ---------------------------------------------------------------
 
+    def fail(self) -> None:
+        """The daemon is stopping after a fatal error: nothing more is committed."""
+        self._failed = True
+
     def commit_durably(self, mutations: Sequence[Mutation]) -> Batch:
+        if self._failed:
+            raise FatalStorageError("the store failed earlier; nothing more is committed")
         try:
             conn = self._writer_conn()
             return self._commit(conn, mutations)
@@ -604,8 +615,8 @@ class PgStore:
 
     # -- between batches -------------------------------------------------------------
 
-    def verify(self) -> tuple[int, list[dict[str, Any]]]:
-        problems: list[dict[str, Any]] = []
+    def verify(self) -> tuple[int, list[Problem]]:
+        problems: list[Problem] = []
         checked = 0
         with self._reader() as conn, conn.cursor(name="ss_verify") as cursor:
             cursor.execute("SELECT kind, name, body, digest FROM ss_documents")
@@ -617,10 +628,21 @@ class PgStore:
                     plain = self._open(bytes(body), b"body:" + what, f"ss_documents ({kind})")
                     stored = self._open(bytes(digest), b"digest:" + what, f"ss_documents ({kind})")
                 except CorruptRecord as error:
-                    problems.append({"kind": kind, "problem": str(error)})
+                    problems.append(
+                        Problem("unreadable", str(error), error.path, document_kind=kind)
+                    )
                     continue
                 if digest_bytes_of_canonical(plain) != stored:
-                    problems.append({"kind": kind, "id": doc_id, "problem": "body digest mismatch"})
+                    mismatch = "the body does not match its digest"
+                    problems.append(
+                        Problem(
+                            "digest_mismatch",
+                            mismatch,
+                            "ss_documents",
+                            id=doc_id,
+                            document_kind=kind,
+                        )
+                    )
             conn.commit()
         return checked, problems
 
