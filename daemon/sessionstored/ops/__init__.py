@@ -1,37 +1,18 @@
 # Request -> Step (steps.py). Every op is declared once, in the module of its
 # concern (sessions, checkpoints, leases, admin), with its handler, the
 # arguments it reads and whether a read-only peer may use it; dispatch() looks
-# it up, checks access, and turns a refusal into its error reply. Ops holds what
-# the handlers share: the store, the writer, the watch broadcaster, the limits,
-# the worker processes for heavy steps.
+# it up, checks access, and turns a refusal into its error reply. What the
+# handlers share is OpContext (context.py); Ops is that, with dispatch.
 from __future__ import annotations
-
-import logging
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
-
-import trio
 
 from sessionstore.codes import ErrorCode
 from sessionstore.protocol import Request, error_response
 
 from ..access import Access
-from ..jobs import MutationJob
-from ..offload import OFFLOAD_ABOVE_BYTES, Offload
-from ..snapshot import InvalidSnapshot
-from ..steps import Reply, Response, Step, Write
-from ..storage.documents import Entry
-from ..storage.engine import Engine
-from ..storage.errors import CorruptRecord, Refused
-from ..storage.mutations import Mutation, Outcome
-from ..watch import Broadcaster
-from ..writer import Writer
+from ..steps import Reply, Step
 from . import admin, checkpoints, leases, sessions
+from .context import OpContext
 from .registry import Op
-
-log = logging.getLogger("sessionstored.ops")
-T = TypeVar("T")
 
 REGISTRY: dict[str, Op] = {
     op.name: op for module in (sessions, checkpoints, leases, admin) for op in module.OPS
@@ -40,28 +21,7 @@ ARGUMENTS = {name: frozenset(op.arguments) for name, op in REGISTRY.items()}
 DOCUMENTS = {name: op.documents for name, op in REGISTRY.items() if op.documents}
 
 
-class Ops:
-    def __init__(
-        self,
-        store: Engine,
-        writer: Writer,
-        broadcaster: Broadcaster,
-        *,
-        max_snapshot_bytes: int,
-        max_request_bytes: int,
-        stats_extra: Callable[[], dict[str, Any]],
-        offload: Offload | None = None,
-    ) -> None:
-        self.offload = offload or Offload()
-        self.store = store
-        self.writer = writer
-        self.broadcaster = broadcaster
-        self.max_snapshot_bytes = max_snapshot_bytes
-        self.max_request_bytes = max_request_bytes
-        self.stats_extra = stats_extra
-        self.started = time.monotonic()
-        self.internal_errors = 0  # our bugs answered as `internal`; the tests watch it
-
+class Ops(OpContext):
     def dispatch(self, request: Request, access: Access = Access.FULL) -> Step:
         op = REGISTRY.get(request.op)
         if op is None:
@@ -71,85 +31,3 @@ class Ops:
             message = f"op {request.op!r} needs write access; this peer may only read"
             return Reply(request, error_response(request, ErrorCode.UNAUTHORIZED, message))
         return self.handled(request, lambda: op.handle(self, request))
-
-    def handled(self, request: Request, build: Callable[[], Step]) -> Step:
-        """build()'s step, or the reply that its refusal (or our bug) makes."""
-        try:
-            return build()
-        except Refused as error:
-            refusal = error_response(request, error.code, error.message, **error.details)
-            return Reply(request, refusal)
-        except InvalidSnapshot as error:
-            return Reply(request, error_response(request, ErrorCode.INVALID_SNAPSHOT, str(error)))
-        except Exception as error:  # our bug, not the client's: answer it, keep the connection
-            return Reply(request, self.internal_error(request, error, "dispatching"))
-
-    def internal_error(self, request: Request | None, error: BaseException, doing: str) -> Response:
-        """Our bug, never the client's: logged, counted in `stats`, answered."""
-        self.internal_errors += 1
-        log.error("internal error %s %r", doing, request and request.op, exc_info=error)
-        return error_response(request, ErrorCode.INTERNAL, f"internal error: {error}")
-
-    # -- what the handlers share ---------------------------------------------------
-
-    def mutation(
-        self, request: Request, mutation: Mutation, respond: Callable[[Outcome], Response]
-    ) -> Step:
-        return Write(request, MutationJob(mutation), respond)
-
-    async def query(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """fn(*args), a read of the committed state: inline from the log engine's index,
-        in a thread when the backend's reads are network round trips (PostgreSQL)."""
-        if self.store.blocking_reads:
-            return await trio.to_thread.run_sync(fn, *args)
-        return fn(*args)
-
-    def current_lease(self) -> Awaitable[Any]:
-        return self.query(self.store.current_lease)
-
-    def read_document(self, kind: str, doc_id: str) -> Callable[[], Awaitable[Any]]:
-        """A reader of the committed generation; returns the Document or None. A large
-        one is read, decrypted and checked in a thread (those release the GIL), so the
-        event loop goes on meanwhile; the read cache is only touched here, on the loop."""
-
-        async def read() -> Any:
-            if self.store.blocking_reads:
-                return await trio.to_thread.run_sync(self.store.read, kind, doc_id)
-            entry = self.store.head(kind, doc_id)
-            if entry is None or entry.size <= OFFLOAD_ABOVE_BYTES:
-                return self.store.read(kind, doc_id)
-            hit = self.store.cached(kind, doc_id, entry)
-            if hit is not None:
-                return hit
-            doc = await self.read_off_loop([entry], self.store.read_entry, kind, doc_id, entry)
-            self.store.remember(doc)
-            return doc
-
-        return read
-
-    async def read_off_loop(self, entries: Sequence[Entry], fn: Callable[..., T], *args: Any) -> T:
-        """fn(*args) in a thread, reading these entries: their files stay alive meanwhile,
-        however compaction goes on."""
-        self.store.pin(entries)
-        try:
-            return await trio.to_thread.run_sync(fn, *args)
-        finally:
-            self.store.unpin(entries)
-
-    async def guarded_read(
-        self, request: Request, produce: Callable[[], Awaitable[Response]]
-    ) -> Response:
-        try:
-            return await produce()
-        except Refused as error:
-            return error_response(request, error.code, error.message, **error.details)
-        except (CorruptRecord, OSError) as error:
-            log.error("%s: %s", request.op, error)
-            return error_response(request, ErrorCode.IO_ERROR, str(error))
-
-    def heavy(self, size: int, fn: Callable[..., bytes], *args: Any) -> bytes:
-        """fn(*args) inline, or in a worker when its input is large (the writer's thread
-        waits; the event loop does not)."""
-        if size <= OFFLOAD_ABOVE_BYTES:
-            return fn(*args)
-        return self.offload.run_blocking(fn, *args)

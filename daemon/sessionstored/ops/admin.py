@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from sessionstore import cbor_bytes
 from sessionstore.codes import ErrorCode
@@ -14,17 +13,15 @@ from ..steps import Exclusive, Read, Reply, Response, Step, Stream
 from ..storage.errors import InjectedFault, NoSpace, Refused
 from ..watch import Sink
 from .args import is_int
+from .context import OpContext
 from .registry import Op
 
-if TYPE_CHECKING:
-    from . import Ops
 
-
-def ping(_ops: Ops, request: Request) -> Step:
+def ping(_ops: OpContext, request: Request) -> Step:
     return Reply(request, ok_response(request))
 
 
-def hello(ops: Ops, request: Request) -> Step:
+def hello(ops: OpContext, request: Request) -> Step:
     return Reply(
         request,
         ok_response(
@@ -50,7 +47,7 @@ def hello(ops: Ops, request: Request) -> Step:
     )
 
 
-def watch(ops: Ops, request: Request) -> Step:
+def watch(ops: OpContext, request: Request) -> Step:
     since = request.args.get("since")
     if since is not None and (not is_int(since) or since < 0):
         raise Refused(ErrorCode.BAD_REQUEST, "since must be a non-negative integer")
@@ -75,7 +72,7 @@ def watch(ops: Ops, request: Request) -> Step:
     return Stream(request, stream)
 
 
-def stats(ops: Ops, request: Request) -> Step:
+def stats(ops: OpContext, request: Request) -> Step:
     async def read() -> Response:
         store_stats = await ops.query(ops.store.stats)
         return ok_response(
@@ -96,7 +93,7 @@ def stats(ops: Ops, request: Request) -> Step:
     return Read(request, lambda: ops.guarded_read(request, read))
 
 
-def verify(ops: Ops, request: Request) -> Step:
+def verify(ops: OpContext, request: Request) -> Step:
     def run_check() -> Response:
         checked, problems = ops.store.verify()
         return ok_response(request, checked=checked, problems=[p.as_wire() for p in problems])
@@ -104,7 +101,7 @@ def verify(ops: Ops, request: Request) -> Step:
     return Exclusive(request, ExclusiveJob(run_check))
 
 
-def compact(ops: Ops, request: Request) -> Step:
+def compact(ops: OpContext, request: Request) -> Step:
     def run_compact() -> Response:
         try:
             result = ops.store.compact()

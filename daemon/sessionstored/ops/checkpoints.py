@@ -3,7 +3,7 @@
 # (checkpoint_scan); and transactions over several of them (txn).
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -20,10 +20,8 @@ from ..storage.errors import Refused
 from ..storage.mutations import Put, Remove, Txn
 from ..txn_request import prepared_txn
 from .args import checkpoint_kind, id_arg, is_int, lease_arg
+from .context import OpContext
 from .registry import Op
-
-if TYPE_CHECKING:
-    from . import Ops
 
 SCAN_DEFAULT_LIMIT = 100
 SCAN_MAX_LIMIT = 1000
@@ -34,7 +32,7 @@ PREPARE_OFF_LOOP_BYTES = 64 * 1024
 PREPARE_OFF_LOOP_OPS = 1000
 
 
-def checkpoint_put(ops: Ops, request: Request) -> Step:
+def checkpoint_put(ops: OpContext, request: Request) -> Step:
     args = request.args
     kind, id_field = checkpoint_kind(args)
     key = id_arg(args, "key")
@@ -45,7 +43,7 @@ def checkpoint_put(ops: Ops, request: Request) -> Step:
     return ops.mutation(request, put, lambda o: ok_response(request, seq=o.seq))
 
 
-def checkpoint_get(ops: Ops, request: Request) -> Step:
+def checkpoint_get(ops: OpContext, request: Request) -> Step:
     kind, _ = checkpoint_kind(request.args)
     read = ops.read_document(kind, id_arg(request.args, "key"))
 
@@ -56,7 +54,7 @@ def checkpoint_get(ops: Ops, request: Request) -> Step:
     return Read(request, lambda: ops.guarded_read(request, produce))
 
 
-def checkpoint_delete(ops: Ops, request: Request) -> Step:
+def checkpoint_delete(ops: OpContext, request: Request) -> Step:
     kind, _ = checkpoint_kind(request.args)
     remove = Remove(kind, id_arg(request.args, "key"), fence=lease_arg(request.args))
     return ops.mutation(request, remove, lambda o: ok_response(request, deleted=o.existed))
@@ -73,7 +71,7 @@ def _flag(args: dict[str, Any], name: str, default: bool) -> bool:
     return value
 
 
-def checkpoint_scan(ops: Ops, request: Request) -> Step:
+def checkpoint_scan(ops: OpContext, request: Request) -> Step:
     args = request.args
     kind, _ = checkpoint_kind(args)
     prefix = args.get("prefix") or ""
@@ -121,7 +119,7 @@ def item_of(key: str, entry: Entry) -> dict[str, Any]:
     return {"key": key, "seq": entry.seq, "digest": digest_text(entry.digest)}
 
 
-def txn(ops: Ops, request: Request) -> Step:
+def txn(ops: OpContext, request: Request) -> Step:
     raw = request.args.get("ops")
     if (isinstance(raw, CanonicalItem) and len(raw.data) > PREPARE_OFF_LOOP_BYTES) or (
         isinstance(raw, list) and len(raw) > PREPARE_OFF_LOOP_OPS
@@ -130,7 +128,7 @@ def txn(ops: Ops, request: Request) -> Step:
     return _txn_step(ops, request)
 
 
-def _txn_step(ops: Ops, request: Request) -> Step:
+def _txn_step(ops: OpContext, request: Request) -> Step:
     prepared = prepared_txn(request.args, ops.max_snapshot_bytes, request.canonical_hint)
     mutation = Txn(prepared.requires, prepared.ops, fence=lease_arg(request.args))
     return ops.mutation(

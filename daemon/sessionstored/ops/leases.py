@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import cbor2
 
@@ -15,13 +15,11 @@ from ..steps import Read, Response, Step
 from ..storage.errors import Refused
 from ..storage.mutations import LEASE, LEASE_ID, Rewrite
 from .args import is_int
+from .context import OpContext
 from .registry import Op
 
-if TYPE_CHECKING:
-    from . import Ops
 
-
-def lease_acquire(ops: Ops, request: Request) -> Step:
+def lease_acquire(ops: OpContext, request: Request) -> Step:
     holder = request.args.get("holder")
     if not isinstance(holder, str) or not holder:
         raise Refused(ErrorCode.BAD_REQUEST, "holder must be non-empty text")
@@ -36,7 +34,7 @@ def lease_acquire(ops: Ops, request: Request) -> Step:
     return ops.mutation(request, rewrite, lambda o: ok_response(request, **granted))
 
 
-def lease_get(ops: Ops, request: Request) -> Step:
+def lease_get(ops: OpContext, request: Request) -> Step:
     async def read() -> Response:
         lease = await ops.current_lease()
         if not lease or lease.get("holder") is None:
@@ -47,7 +45,7 @@ def lease_get(ops: Ops, request: Request) -> Step:
     return Read(request, lambda: ops.guarded_read(request, read))
 
 
-def lease_release(ops: Ops, request: Request) -> Step:
+def lease_release(ops: OpContext, request: Request) -> Step:
     holder, epoch = request.args.get("holder"), request.args.get("epoch")
     if not isinstance(holder, str) or not holder or not is_int(epoch):
         raise Refused(

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from sessionstore.protocol import Request
 
 from ..steps import Step
-
-if TYPE_CHECKING:
-    from . import Ops
+from .context import OpContext
 
 
 @dataclass(frozen=True)
 class Op:
     name: str
-    handle: Callable[[Ops, Request], Step]
+    handle: Callable[[OpContext, Request], Step]
     arguments: set[str] = field(default_factory=set)
     read_only: bool = False
     documents: frozenset[str] = frozenset()  # arriving as CanonicalItem where the helper runs

@@ -2,8 +2,6 @@
 # updates and forks (both decided in the writer on the committed state).
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sessionstore.canonical import digest_text
 from sessionstore.codes import ErrorCode
 from sessionstore.protocol import RawCBOR, Request, ok_response
@@ -15,16 +13,14 @@ from ..steps import Read, Response, Step
 from ..storage.errors import Refused
 from ..storage.mutations import SESSION, Put, Remove, Rewrite
 from .args import expect_arg, id_arg, is_int, lease_arg, rewritten_reply
+from .context import OpContext
 from .registry import Op
-
-if TYPE_CHECKING:
-    from . import Ops
 
 LIST_DEFAULT_LIMIT = 1000
 LIST_MAX_LIMIT = 10000
 
 
-def save(ops: Ops, request: Request) -> Step:
+def save(ops: OpContext, request: Request) -> Step:
     document = snapshot_document(request.args, ops.max_snapshot_bytes, request.canonical_hint)
     assert document.session_id is not None
     put = Put(
@@ -39,7 +35,7 @@ def save(ops: Ops, request: Request) -> Step:
     return ops.mutation(request, put, lambda o: ok_response(request, digest=digest, seq=o.seq))
 
 
-def load(ops: Ops, request: Request) -> Step:
+def load(ops: OpContext, request: Request) -> Step:
     read = ops.read_document(SESSION, id_arg(request.args, "session_id"))
 
     async def produce() -> Response:
@@ -53,7 +49,7 @@ def load(ops: Ops, request: Request) -> Step:
     return Read(request, lambda: ops.guarded_read(request, produce))
 
 
-def head(ops: Ops, request: Request) -> Step:
+def head(ops: OpContext, request: Request) -> Step:
     session_id = id_arg(request.args, "session_id")
 
     async def read() -> Response:
@@ -71,7 +67,7 @@ def head(ops: Ops, request: Request) -> Step:
     return Read(request, lambda: ops.guarded_read(request, read))
 
 
-def exists(ops: Ops, request: Request) -> Step:
+def exists(ops: OpContext, request: Request) -> Step:
     session_id = id_arg(request.args, "session_id")
 
     async def read() -> Response:
@@ -81,7 +77,7 @@ def exists(ops: Ops, request: Request) -> Step:
     return Read(request, lambda: ops.guarded_read(request, read))
 
 
-def list_sessions(ops: Ops, request: Request) -> Step:
+def list_sessions(ops: OpContext, request: Request) -> Step:
     args = request.args
     prefix = args.get("prefix") or ""
     after = args.get("after")
@@ -100,7 +96,7 @@ def list_sessions(ops: Ops, request: Request) -> Step:
     return Read(request, lambda: ops.guarded_read(request, read))
 
 
-def delete(ops: Ops, request: Request) -> Step:
+def delete(ops: OpContext, request: Request) -> Step:
     session_id = id_arg(request.args, "session_id")
     remove = Remove(SESSION, session_id, expect_arg(request.args), lease_arg(request.args))
     return ops.mutation(
@@ -108,7 +104,7 @@ def delete(ops: Ops, request: Request) -> Step:
     )
 
 
-def update(ops: Ops, request: Request) -> Step:
+def update(ops: OpContext, request: Request) -> Step:
     args = request.args
     session_id = id_arg(args, "session_id")
     component = args.get("component")
@@ -132,7 +128,7 @@ def update(ops: Ops, request: Request) -> Step:
     )
 
 
-def fork(ops: Ops, request: Request) -> Step:
+def fork(ops: OpContext, request: Request) -> Step:
     args = request.args
     source_id = id_arg(args, "session_id")
     new_id = id_arg(args, "new_session_id")
