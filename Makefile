@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 
 .PHONY: run test test-systemd lint bench fuzz clean install
 
-HELPER := client/sessionstore/_cbor_bytes.c client/sessionstore/cbor_core.c client/sessionstore/cbor_core.h
+HELPER := client/sessionstore/wire/_cbor_bytes.c client/sessionstore/wire/cbor_core.c client/sessionstore/wire/cbor_core.h
 
 # the editable install also builds the CBOR helper in place, when a C compiler works
 $(STAMP): pyproject.toml setup.py $(HELPER)
@@ -22,7 +22,7 @@ run: $(STAMP)
 # the CLI's bash and zsh completion and man pages, generated from its parser
 PREFIX ?= $(HOME)/.local
 install: $(STAMP)
-	$(BIN)/python -m sessionstore.install_docs $(PREFIX)
+	$(BIN)/python -m sessionstore.tools.install_docs $(PREFIX)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -48,7 +48,7 @@ fuzz: $(STAMP)
 	@command -v clang >/dev/null 2>&1 || { echo "make fuzz: clang is required (libFuzzer)" >&2; exit 1; }
 	mkdir -p $(FUZZ_BUILD)/corpus
 	clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-		-Iclient/sessionstore fuzz/fuzz_cbor_core.c client/sessionstore/cbor_core.c \
+		-Iclient/sessionstore/wire fuzz/fuzz_cbor_core.c client/sessionstore/wire/cbor_core.c \
 		-o $(FUZZ_BUILD)/fuzz_cbor_core
 	$(FUZZ_BUILD)/fuzz_cbor_core -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 		-artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus fuzz/seeds
@@ -56,4 +56,4 @@ fuzz: $(STAMP)
 	$(BIN)/python fuzz/fuzz_framing.py -max_total_time=$(FUZZ_SECONDS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info client/sessionstore/*.so
+	rm -rf $(VENV) build *.egg-info client/sessionstore/wire/*.so

@@ -1,17 +1,17 @@
-# The one compiled part: sessionstore._cbor_bytes, the CBOR byte helper
-# (client/sessionstore/cbor_core.c). Everything else is in pyproject.toml. The
+# The one compiled part: sessionstore.wire._cbor_bytes, the CBOR byte helper
+# (client/sessionstore/wire/cbor_core.c). Everything else is in pyproject.toml. The
 # extension is optional: where no C compiler works, the build goes on without it
-# and the pure-Python path runs (sessionstore.cbor_bytes says which one does).
+# and the pure-Python path runs (sessionstore.wire.cbor_bytes says which one does).
 from setuptools import Extension, setup
 
-HELPER_SOURCES = ["client/sessionstore/_cbor_bytes.c", "client/sessionstore/cbor_core.c"]
+HELPER_SOURCES = ["client/sessionstore/wire/_cbor_bytes.c", "client/sessionstore/wire/cbor_core.c"]
 
 setup(
     ext_modules=[
         Extension(
-            "sessionstore._cbor_bytes",
+            "sessionstore.wire._cbor_bytes",
             sources=HELPER_SOURCES,
-            depends=["client/sessionstore/cbor_core.h"],
+            depends=["client/sessionstore/wire/cbor_core.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra"],
             optional=True,
         )

@@ -25,7 +25,7 @@ from typing import Any
 
 import cbor2
 
-from sessionstore.protocol import RawCBOR
+from sessionstore.wire.protocol import RawCBOR
 
 from .load import Sample, run_fixed
 from .workload import snapshot_bytes

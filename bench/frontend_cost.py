@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import cbor2
 
-from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical
-from sessionstore.protocol import Connection, Mode, Request, parse_request
+from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonical
+from sessionstore.wire.protocol import Connection, Mode, Request, parse_request
 from sessionstored.snapshot import validate_snapshot
 
 from .sealing_cost import _per_call_us

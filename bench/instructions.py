@@ -19,7 +19,7 @@ from pathlib import Path
 
 from sessionstore.client import Client
 from sessionstore.errors import ConnectionLost
-from sessionstore.protocol import NEED_DATA, Connection, Mode
+from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
 
 from .cpu import request_for
 

@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sessionstore.cbor_bytes import ENVIRONMENT_VARIABLE
-from sessionstore.messages import encode_request
-from sessionstore.wire import Mode
+from sessionstore.wire.cbor_bytes import ENVIRONMENT_VARIABLE
+from sessionstore.wire.messages import encode_request
+from sessionstore.wire.shared import Mode
 
 from . import anchors
 from .load import run_clients
@@ -46,7 +46,7 @@ def measure_this_path(workdir: Path, seconds: float) -> dict[str, Any]:
     """Every figure of this process's helper path (run with the variable set)."""
     import json as json_module
 
-    from sessionstore import cbor_bytes
+    from sessionstore.wire import cbor_bytes
 
     from .__main__ import Daemon
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import cbor2
 
-from sessionstore.messages import encode_request
-from sessionstore.protocol import NEED_DATA, Connection, Mode, RawCBOR
+from sessionstore.wire.messages import encode_request
+from sessionstore.wire.protocol import NEED_DATA, Connection, Mode, RawCBOR
 
 from .workload import make_snapshot, snapshot_bytes
 

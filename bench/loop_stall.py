@@ -17,7 +17,7 @@ from typing import Any
 import cbor2
 
 from sessionstore.client import Client
-from sessionstore.protocol import NEED_DATA, Connection, Mode
+from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
 
 MIB = 1024 * 1024
 

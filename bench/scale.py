@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical
 from sessionstore.client import Client
+from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonical
 from sessionstored.storage.log.fs import RealFileSystem
 from sessionstored.storage.log.recovery import open_store
 from sessionstored.storage.mutations import Put

@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Callable
 
-from sessionstore.canonical import digest_bytes_of_canonical
+from sessionstore.wire.canonical import digest_bytes_of_canonical
 from sessionstored.storage.documents import Document
 from sessionstored.storage.log.records import encode_data, read_document
 from sessionstored.storage.sealing import Key, Sealer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessionstore.canonical import canonical_dumps
+from sessionstore.wire.canonical import canonical_dumps
 
 
 def make_snapshot(session_id: str, target_bytes: int, generation: int = 0) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-/* libFuzzer harness for the CBOR byte helper's C core (client/sessionstore/cbor_core.c),
+/* libFuzzer harness for the CBOR byte helper's C core (client/sessionstore/wire/cbor_core.c),
  * built with AddressSanitizer and UndefinedBehaviorSanitizer by `make fuzz`. Any bytes
  * must be walked without a fault, and:
  *   - a scan resumed over the input in pieces gives the one-shot scan's verdict;

@@ -14,8 +14,8 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from sessionstore import cbor_bytes_python
-    from sessionstore.protocol import (
+    from sessionstore.wire import cbor_bytes_python
+    from sessionstore.wire.protocol import (
         END_OF_STREAM,
         NEED_DATA,
         Connection,
@@ -55,7 +55,7 @@ def _messages(chunks: list[bytes], order_maps: bool) -> list[object]:
 
 
 try:
-    from sessionstore import _cbor_bytes as compiled  # type: ignore[attr-defined]
+    from sessionstore.wire import _cbor_bytes as compiled  # type: ignore[attr-defined]
 except ImportError:
     compiled = None
 

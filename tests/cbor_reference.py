@@ -1,5 +1,5 @@
 # An RFC 8949 section 4.2.1 encoder written from the RFC alone, for the tests to
-# check sessionstore.canonical against: no cbor2 anywhere in it.
+# check sessionstore.wire.canonical against: no cbor2 anywhere in it.
 #   - integers, lengths and tags in their shortest head;
 #   - floats in the shortest of half, single and double precision that holds
 #     the value exactly (section 4.2.2 preferred serialization), NaN as f97e00;

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical
+from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonical
 from sessionstored.storage.log.check import check
 from sessionstored.storage.log.recovery import RecoveryReport
 from sessionstored.storage.log.recovery import open_store as open_recovered

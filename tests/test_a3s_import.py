@@ -31,7 +31,7 @@ def run_import(daemon: DaemonProcess, *args: str) -> tuple[int, dict[str, Any], 
         [
             sys.executable,
             "-m",
-            "sessionstore.cli",
+            "sessionstore.tools.cli",
             "--socket",
             daemon.socket_path,
             "import-a3s",
@@ -147,7 +147,7 @@ def test_a_progress_bar_shows_on_a_terminal(running: DaemonProcess, tmp_path: Pa
     from .test_cli import with_stderr_on_a_terminal
 
     build(tmp_path / "a3s", damaged=False)
-    command = [sys.executable, "-m", "sessionstore.cli", "--socket", running.socket_path]
+    command = [sys.executable, "-m", "sessionstore.tools.cli", "--socket", running.socket_path]
     result, shown = with_stderr_on_a_terminal([*command, "import-a3s", str(tmp_path / "a3s")])
     assert result.returncode == 0
     assert b"importing" in shown and b"8/8" in shown
@@ -320,7 +320,7 @@ def test_an_artifact_manifest_loads_as_upstream_loads_it(
 def _import_in_c_locale(daemon: DaemonProcess, root: Path) -> tuple[int, dict[str, Any], str]:
     environment = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
     result = subprocess.run(
-        [sys.executable, "-m", "sessionstore.cli", "--socket", daemon.socket_path,
+        [sys.executable, "-m", "sessionstore.tools.cli", "--socket", daemon.socket_path,
          "import-a3s", str(root)],
         capture_output=True, text=True, timeout=120, env=environment, encoding="utf-8",
     )  # fmt: skip
@@ -398,7 +398,7 @@ def _key_file(directory: Path, key: bytes) -> str:
 
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_the_importer_writes_a_number_as_serde_json_does(number: float) -> None:
-    from sessionstore.a3s_serde import compact_json
+    from sessionstore.tools.a3s_serde import compact_json
 
     from .a3s_fixtures import serde_float
 
@@ -408,7 +408,7 @@ def test_the_importer_writes_a_number_as_serde_json_does(number: float) -> None:
 
 def test_serde_json_number_forms() -> None:
     """Known serde_json outputs (ryu): 1e-7 and 1e16 in exponent form, no '+'."""
-    from sessionstore.a3s_serde import compact_json
+    from sessionstore.tools.a3s_serde import compact_json
 
     forms = {
         0.0: "0.0",

@@ -8,8 +8,8 @@ import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionstore.canonical import canonical_dumps, parse_digest, snapshot_digest
-from sessionstore.protocol import Connection, parse_request
+from sessionstore.wire.canonical import canonical_dumps, parse_digest, snapshot_digest
+from sessionstore.wire.protocol import Connection, parse_request
 from sessionstored.prepare import checkpoint_document
 
 from . import cbor_reference as reference

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sessionstore import cbor_bytes, cbor_bytes_python
-from sessionstore.canonical import canonical_dumps
-from sessionstore.protocol import END_OF_STREAM, Connection, Mode, ProtocolError
+from sessionstore.wire import cbor_bytes, cbor_bytes_python
+from sessionstore.wire.canonical import canonical_dumps
+from sessionstore.wire.protocol import END_OF_STREAM, Connection, Mode, ProtocolError
 
 from . import cbor_reference as reference
 from .test_canonical import values
@@ -25,7 +25,7 @@ from .test_canonical import values
 
 def _compiled() -> Any:
     try:
-        return importlib.import_module("sessionstore._cbor_bytes")
+        return importlib.import_module("sessionstore.wire._cbor_bytes")
     except ImportError:
         if shutil.which("cc") or shutil.which("gcc"):
             raise  # a compiler is here, so `make` built the helper: its absence is a defect

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sessionstore import paths
-from sessionstore.cli import EXIT_CODES
+from sessionstore.tools.cli import EXIT_CODES
 
 from .conftest import DaemonProcess, snapshot
 
@@ -32,7 +32,7 @@ def cli(
     stdin: str | None = None,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "sessionstore.cli"]
+    command = [sys.executable, "-m", "sessionstore.tools.cli"]
     if socket_path is not None:
         command += ["--socket", socket_path]
     return subprocess.run(
@@ -85,7 +85,7 @@ def run_on_a_terminal(*args: str, socket_path: str) -> tuple[str, int, str]:
     """stdout, exit status and stderr of the CLI with a pty as its stdin and stdout."""
     master, slave = terminal()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sessionstore.cli", "--socket", socket_path, *args],
+        [sys.executable, "-m", "sessionstore.tools.cli", "--socket", socket_path, *args],
         stdin=slave,
         stdout=slave,
         stderr=subprocess.PIPE,
@@ -211,7 +211,7 @@ def test_where_says_which_socket_and_state_dir_and_why(
     }
     (tmp_path / "run").mkdir(mode=0o700)  # never the fallback, where `make run` may serve
     env_run = subprocess.run(
-        [sys.executable, "-m", "sessionstore.cli", "--json", "where"],
+        [sys.executable, "-m", "sessionstore.tools.cli", "--json", "where"],
         capture_output=True,
         text=True,
         env={**bare, "HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(tmp_path / "run")},
@@ -249,7 +249,7 @@ def test_watch_says_where_it_starts_and_stops_cleanly_on_ctrl_c(running: DaemonP
     sock = running.socket_path
     cli("put", "-", socket_path=sock, stdin=json.dumps(snapshot("w")))
     watcher = subprocess.Popen(
-        [sys.executable, "-m", "sessionstore.cli", "--socket", sock, "watch"],
+        [sys.executable, "-m", "sessionstore.tools.cli", "--socket", sock, "watch"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -326,7 +326,7 @@ def test_rekey_shows_a_progress_bar_on_a_terminal(daemon: DaemonProcess, tmp_pat
 
 def test_verify_shows_its_elapsed_time_on_a_terminal(running: DaemonProcess) -> None:
     result, shown = with_stderr_on_a_terminal(
-        [sys.executable, "-m", "sessionstore.cli", "--socket", running.socket_path, "verify"]
+        [sys.executable, "-m", "sessionstore.tools.cli", "--socket", running.socket_path, "verify"]
     )
     assert result.returncode == 0 and json.loads(result.stdout)["problems"] == []
     assert b"verify: 00:0" in shown
@@ -388,7 +388,7 @@ def test_ls_is_one_id_per_line_and_one_json_shape_whatever_the_flags(
 
 
 def test_completion_and_man_pages_come_from_the_parser(tmp_path: Path) -> None:
-    from sessionstore.install_docs import install
+    from sessionstore.tools.install_docs import install
 
     written = install(tmp_path)
     commands = ["ls", "put", "watch", "checkpoint", "where", "completion"]
@@ -409,7 +409,7 @@ def test_completion_and_man_pages_come_from_the_parser(tmp_path: Path) -> None:
 
 def test_watch_since_beyond_the_store_says_that_it_waits(running: DaemonProcess) -> None:
     watcher = subprocess.Popen(
-        [sys.executable, "-m", "sessionstore.cli", "--socket", running.socket_path, "watch",
+        [sys.executable, "-m", "sessionstore.tools.cli", "--socket", running.socket_path, "watch",
          "--since", "999"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from sessionstore import errors
-from sessionstore.codes import ErrorCode
+from sessionstore.wire.codes import ErrorCode
 
 
 def test_every_error_code_has_exactly_one_client_exception() -> None:

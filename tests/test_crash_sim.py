@@ -18,7 +18,7 @@ from typing import Any
 import cbor2
 import pytest
 
-from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical
+from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonical
 from sessionstored.storage.log.store import Store
 from sessionstored.storage.mutations import ANY, LEASE, LEASE_ID, Mutation, Put, Remove, Rewrite
 from sessionstored.storage.sealing import Key

@@ -49,7 +49,7 @@ def _raw_exchange(
 
 
 def _decode_all(data: bytes) -> list[dict]:
-    from sessionstore.protocol import END_OF_STREAM, NEED_DATA, Connection, Mode
+    from sessionstore.wire.protocol import END_OF_STREAM, NEED_DATA, Connection, Mode
 
     conn = Connection(mode=Mode.CBOR)
     conn.receive_data(data)
@@ -424,7 +424,14 @@ def test_version_flag() -> None:
 def test_cli_commands(running: DaemonProcess, short_tmp: Path) -> None:
     def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "sessionstore.cli", "--socket", running.socket_path, *args],
+            [
+                sys.executable,
+                "-m",
+                "sessionstore.tools.cli",
+                "--socket",
+                running.socket_path,
+                *args,
+            ],
             input=stdin,
             capture_output=True,
             text=True,
@@ -447,7 +454,7 @@ def test_cli_commands(running: DaemonProcess, short_tmp: Path) -> None:
     failed = cli("rm", "cli/1", "--expect", digest)
     assert failed.returncode == 5 and "conflict" in failed.stderr
     encoded = subprocess.run(
-        [sys.executable, "-m", "sessionstore.cli", "encode"],
+        [sys.executable, "-m", "sessionstore.tools.cli", "encode"],
         input=b'{"op":"ping"}',
         capture_output=True,
         timeout=30,
@@ -456,7 +463,7 @@ def test_cli_commands(running: DaemonProcess, short_tmp: Path) -> None:
     assert cbor2.loads(encoded) == {"op": "ping"}
     decoded = (
         subprocess.run(
-            [sys.executable, "-m", "sessionstore.cli", "decode"],
+            [sys.executable, "-m", "sessionstore.tools.cli", "decode"],
             input=encoded + encoded,
             capture_output=True,
             timeout=30,
@@ -546,7 +553,7 @@ def test_an_oversized_save_is_too_large_for_every_client(short_tmp: Path) -> Non
                     await client.save(big)
 
         trio.run(through_trio)
-        command = [sys.executable, "-m", "sessionstore.cli", "--socket", daemon.socket_path]
+        command = [sys.executable, "-m", "sessionstore.tools.cli", "--socket", daemon.socket_path]
         put = subprocess.run(
             [*command, "put", "-"], input=json.dumps(big), capture_output=True, text=True
         )

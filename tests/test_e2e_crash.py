@@ -14,10 +14,10 @@ import cbor2
 import pytest
 
 from sessionstore import snapshot_digest
-from sessionstore.canonical import canonical_dumps
 from sessionstore.client import Client
 from sessionstore.errors import ConnectionLost, IOFailure, SessionStoreError
-from sessionstore.protocol import NEED_DATA, Connection, Mode
+from sessionstore.wire.canonical import canonical_dumps
+from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
 
 from .conftest import DaemonProcess, alive, descendants, snapshot
 

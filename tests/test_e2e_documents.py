@@ -10,7 +10,7 @@ import cbor2
 import pytest
 
 from sessionstore.errors import ConnectionLost, Fenced
-from sessionstore.protocol import NEED_DATA, Connection, Mode
+from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
 
 from .conftest import DaemonProcess
 from .wire_helpers import exchange, one

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from sessionstore.canonical import canonical_dumps, parse_digest
 from sessionstore.errors import IOFailure
+from sessionstore.wire.canonical import canonical_dumps, parse_digest
 from sessionstored.storage.documents import Document
 from sessionstored.storage.log.records import encode_data
 from sessionstored.storage.sealing import PLAINTEXT, parse_key

@@ -14,7 +14,7 @@ import pytest
 from sessionstore import Conflict, InvalidSnapshot, NotFound, snapshot_digest
 from sessionstore.client import Client
 from sessionstore.errors import BadRequest, Compacted, Fenced
-from sessionstore.protocol import NEED_DATA, Connection, Mode
+from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
 
 from .conftest import DaemonProcess, snapshot
 
@@ -326,7 +326,14 @@ def test_cli_for_the_new_ops(running: DaemonProcess) -> None:
 
     def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "sessionstore.cli", "--socket", running.socket_path, *args],
+            [
+                sys.executable,
+                "-m",
+                "sessionstore.tools.cli",
+                "--socket",
+                running.socket_path,
+                *args,
+            ],
             input=stdin,
             capture_output=True,
             text=True,

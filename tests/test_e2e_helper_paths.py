@@ -14,8 +14,8 @@ from typing import Any
 import cbor2
 import pytest
 
-from sessionstore.canonical import canonical_dumps
-from sessionstore.protocol import NEED_DATA, Connection, Mode
+from sessionstore.wire.canonical import canonical_dumps
+from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
 
 from . import cbor_reference as reference
 from .conftest import DaemonProcess

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessionstore.codes import ErrorCode
-from sessionstore.protocol import NEED_DATA, Connection, Mode
+from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
 
 from .conftest import DaemonProcess
 

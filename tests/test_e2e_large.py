@@ -14,8 +14,9 @@ from typing import Any
 
 import cbor2
 
-from sessionstore import jsonform, snapshot_digest
-from sessionstore.protocol import NEED_DATA, Connection, Mode
+from sessionstore import snapshot_digest
+from sessionstore.wire import jsonform
+from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
 from sessionstored.offload import OFFLOAD_ABOVE_BYTES
 
 from .conftest import DaemonProcess

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import xxhash
 
-from sessionstore.canonical import canonical_dumps, digest_bytes_of_canonical
+from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonical
 from sessionstored.storage.documents import Document
 from sessionstored.storage.errors import CorruptRecord, StoreFormatError
 from sessionstored.storage.log.check import check

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from hypothesis import given
 
-from sessionstore import jsonform
-from sessionstore.canonical import canonical_dumps, snapshot_digest
-from sessionstore.protocol import Mode
+from sessionstore.wire import jsonform
+from sessionstore.wire.canonical import canonical_dumps, snapshot_digest
+from sessionstore.wire.protocol import Mode
 
 from .cbor_reference import encode as reference_encode
 from .conftest import DaemonProcess

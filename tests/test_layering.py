@@ -82,12 +82,12 @@ def test_every_package_is_in_the_wheel(tmp_path: Path) -> None:
 def test_without_a_c_compiler_the_wheel_builds_without_the_helper(tmp_path: Path) -> None:
     """No working compiler: `pip install .` still succeeds, with the Python twin alone."""
     names = _wheel(tmp_path, {**os.environ, "CC": "/bin/false", "LDSHARED": "/bin/false"})
-    assert "sessionstore/cbor_bytes_python.py" in names
+    assert "sessionstore/wire/cbor_bytes_python.py" in names
     assert not any(_is_helper(name) for name in names)
 
 
 def _is_helper(name: str) -> bool:
-    return name.startswith("sessionstore/_cbor_bytes.") and name.endswith(".so")
+    return name.startswith("sessionstore/wire/_cbor_bytes.") and name.endswith(".so")
 
 
 def test_the_adapters_are_optional() -> None:
@@ -97,7 +97,7 @@ def test_the_adapters_are_optional() -> None:
             sys.executable,
             "-c",
             "import sys, sessionstore, sessionstore.client, sessionstore.aclient,"
-            " sessionstore.asyncio_client, sessionstore.cli;"
+            " sessionstore.asyncio_client, sessionstore.tools.cli;"
             " print(sorted({'langgraph', 'agents', 'langchain_core'} & set(sys.modules)))",
         ],
         capture_output=True,

@@ -8,7 +8,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from sessionstore.canonical import digest_bytes_of_canonical
+from sessionstore.wire.canonical import digest_bytes_of_canonical
 from sessionstored.storage.log.store import Store
 from sessionstored.storage.mutations import ANY
 

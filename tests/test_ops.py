@@ -11,8 +11,8 @@ import cbor2
 import pytest
 import trio
 
-from sessionstore.canonical import snapshot_digest
-from sessionstore.protocol import RawCBOR, Request, parse_request
+from sessionstore.wire.canonical import snapshot_digest
+from sessionstore.wire.protocol import RawCBOR, Request, parse_request
 from sessionstored.access import Access
 from sessionstored.ops import ARGUMENTS, REGISTRY, Ops
 from sessionstored.server import raw_bytes

@@ -10,7 +10,7 @@ from typing import Any
 import cbor2
 import trio
 
-from sessionstore.protocol import Request
+from sessionstore.wire.protocol import Request
 from sessionstored.jobs import MutationJob
 from sessionstored.outbox import Outbox
 from sessionstored.socket_io import SocketIO

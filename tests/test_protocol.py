@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionstore import cbor_framing, protocol
-from sessionstore.protocol import (
+from sessionstore.wire import cbor_framing, protocol
+from sessionstore.wire.protocol import (
     END_OF_STREAM,
     NEED_DATA,
     Connection,
@@ -78,7 +78,7 @@ def test_whole_vs_byte_at_a_time_vs_random_chunks(
 
 @given(st.lists(requests, min_size=1, max_size=4))
 def test_json_lines_mode_same_messages(messages: list[dict]) -> None:
-    from sessionstore.jsonform import to_json_value
+    from sessionstore.wire.jsonform import to_json_value
 
     stream = b"".join(json.dumps(to_json_value(m)).encode() + b"\n" for m in messages)
     conn = Connection()
@@ -256,7 +256,7 @@ def test_non_ascii_text_is_not_mistaken_for_simple_values() -> None:
 
 
 def _drain_sliced(conn: Any) -> list[Any]:
-    from sessionstore.protocol import MORE_WORK, NEED_DATA
+    from sessionstore.wire.protocol import MORE_WORK, NEED_DATA
 
     out = []
     while (message := conn.next_message()) is not NEED_DATA:
@@ -267,7 +267,7 @@ def _drain_sliced(conn: Any) -> list[Any]:
 
 @given(st.integers(1, 5000))
 def test_large_items_come_out_undecoded_and_the_walk_is_sliced(cut: int) -> None:
-    from sessionstore.protocol import MORE_WORK, Connection, Deferred, Mode
+    from sessionstore.wire.protocol import MORE_WORK, Connection, Deferred, Mode
 
     large = cbor2.dumps({"op": "save", "snapshot": {"events": [{"a": n} for n in range(2000)]}})
     stream = cbor2.dumps({"op": "ping"}) + large + cbor2.dumps({"op": "ping", "rid": 2})
@@ -290,7 +290,7 @@ def test_large_items_come_out_undecoded_and_the_walk_is_sliced(cut: int) -> None
 
 
 def test_each_side_names_what_it_received_and_the_state_is_explicit() -> None:
-    from sessionstore.protocol import State
+    from sessionstore.wire.protocol import State
 
     item = cbor2.dumps({"op": "save", "blob": "x" * 200})
     for received, text in (

@@ -208,7 +208,7 @@ print(pid)
 
 
 def test_the_protocol_page_documents_every_op_and_error_code() -> None:
-    from sessionstore.codes import ErrorCode
+    from sessionstore.wire.codes import ErrorCode
     from sessionstored.ops import REGISTRY
 
     page = (ROOT / "docs" / "protocol.md").read_text()

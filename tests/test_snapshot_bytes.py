@@ -9,8 +9,8 @@ import cbor2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionstore.canonical import canonical_dumps
-from sessionstore.wire import CanonicalItem
+from sessionstore.wire.canonical import canonical_dumps
+from sessionstore.wire.shared import CanonicalItem
 from sessionstored.snapshot import (
     UPDATABLE,
     InvalidSnapshot,

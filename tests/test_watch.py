@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from sessionstore.protocol import NEED_DATA, Connection, Mode, encode
+from sessionstore.wire.protocol import NEED_DATA, Connection, Mode, encode
 from sessionstored.storage.log.store import Store
 from sessionstored.watch import Broadcaster, SocketSink
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import cbor2
 
-from sessionstore import jsonform
-from sessionstore.protocol import NEED_DATA, Connection, Mode
+from sessionstore.wire import jsonform
+from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
 
 
 def exchange(path: str, requests: list[dict[str, Any]], mode: Mode) -> list[dict[str, Any]]:

@@ -1,5 +1,4 @@
 from .asyncio_client import AsyncioClient
-from .canonical import snapshot_digest
 from .client import Client
 from .errors import (
     BadRequest,
@@ -11,6 +10,7 @@ from .errors import (
     SessionStoreError,
     TooLarge,
 )
+from .wire.canonical import snapshot_digest
 
 __version__ = "0.1.0"
 

@@ -10,10 +10,10 @@ from typing import Any
 import trio
 
 from .async_core import AsyncCore
-from .client import DEFAULT_TIMEOUT_S, RECEIVE_BYTES, answers_after_broken_send
 from .errors import ConnectionLost, NoDaemon
 from .paths import checked_socket
-from .protocol import ProtocolError
+from .replies import DEFAULT_TIMEOUT_S, RECEIVE_BYTES, answers_after_broken_send
+from .wire.protocol import ProtocolError
 
 _LOST = (OSError, ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError)
 

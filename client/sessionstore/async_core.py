@@ -7,19 +7,20 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from .client import (
-    DEFAULT_TIMEOUT_S,
-    MAX_RESPONSE_BYTES,
-    WATCH_RETRY_S,
-    _result,
-    _results,
-    take_response,
-)
 from .errors import ConnectionLost
 from .op_methods import OpMethods
 from .paths import client_socket
-from .protocol import Connection, Mode, ProtocolError
-from .requests import UNSET, Call, make
+from .replies import (
+    DEFAULT_TIMEOUT_S,
+    MAX_RESPONSE_BYTES,
+    RESUMABLE,
+    WatchResume,
+    result_of,
+    results_of,
+    take_response,
+)
+from .requests import Call
+from .wire.protocol import Connection, Mode, ProtocolError
 
 
 class AsyncCore(OpMethods):
@@ -68,11 +69,11 @@ class AsyncCore(OpMethods):
         return message
 
     async def run(self, call: Call) -> Any:
-        return _result(call, (await self.send_raw([call.request]))[0])
+        return result_of(call, (await self.send_raw([call.request]))[0])
 
     async def run_all(self, calls: Sequence[Call]) -> list[Any]:
         """Several calls pipelined (one round trip); the first failure is raised."""
-        return _results(calls, await self.send_raw([call.request for call in calls]))
+        return results_of(calls, await self.send_raw([call.request for call in calls]))
 
     async def iter_ids(self, prefix: str = "", *, page: int = 1000) -> AsyncIterator[str]:
         after: str | None = None
@@ -88,29 +89,18 @@ class AsyncCore(OpMethods):
         self, since: int | None = None, *, reconnect: bool = True
     ) -> AsyncIterator[dict[str, Any]]:
         """Events in seq order, none skipped, across reconnects; Compacted when history is gone."""
-        cursor = since
-        failures = 0
+        resume = WatchResume(since)
         while True:
             watcher = type(self)(self.socket_path, timeout=None)
             try:
-                request = make("watch", since=UNSET if cursor is None else cursor).request
-                [reply] = await watcher.send_raw([request])
-                _result(make("watch"), reply)
-                if cursor is None:
-                    cursor = reply["seq"]
-                failures = 0
-                while True:
-                    event = await watcher._read_message()
-                    if event.get("event") == "lagged":
-                        cursor = event["resume_from"]
-                        break
-                    cursor = event["seq"]
+                [reply] = await watcher.send_raw([resume.request()])
+                resume.started(reply)
+                while resume.deliver(event := await watcher._read_message()):
                     yield event
-            except ConnectionLost:
+            except RESUMABLE:
                 if not reconnect:
                     raise
-                await self._sleep(WATCH_RETRY_S[min(failures, len(WATCH_RETRY_S) - 1)])
-                failures += 1
+                await self._sleep(resume.lost())
             finally:
                 await watcher._close_shielded()
 

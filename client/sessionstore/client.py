@@ -7,52 +7,22 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import requests as r
-from .errors import ConnectionLost, NoDaemon, SessionStoreError, error_from_wire
+from .errors import ConnectionLost, NoDaemon, SessionStoreError
 from .op_methods import OpMethods
 from .paths import checked_socket, client_socket
-from .protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, ProtocolError
+from .replies import (
+    DEFAULT_TIMEOUT_S,
+    MAX_RESPONSE_BYTES,
+    RECEIVE_BYTES,
+    RESUMABLE,
+    WatchResume,
+    answers_after_broken_send,
+    result_of,
+    results_of,
+    take_response,
+)
 from .requests import UNSET, Call
-
-# what one recv asks for: Python allocates that much before it knows how much
-# arrives, and above glibc's mmap threshold (128 KiB) that costs more than the call
-RECEIVE_BYTES = 64 * 1024
-DEFAULT_TIMEOUT_S = 60.0
-MAX_RESPONSE_BYTES = 1024 * 1024 * 1024
-WATCH_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
-
-
-def take_response(conn: Connection) -> dict[str, Any] | None:
-    """The next response, or None when more bytes are needed."""
-    message = conn.next_message()
-    if message is END_OF_STREAM:
-        raise ConnectionLost("the daemon closed the connection")
-    if message is NEED_DATA:
-        return None
-    if not isinstance(message, dict):
-        raise ConnectionLost(f"malformed response {message!r}")
-    return message
-
-
-def answers_after_broken_send(replies: list[dict[str, Any]], count: int) -> list[Any] | None:
-    """The daemon closed while requests were still being sent. It does that after
-    refusing one it cannot take (too_large, a framing error), so the replies read after
-    the broken send may hold that refusal: then they stand for the `count` requests,
-    the refusal for those it cut off. None when none of them is a refusal."""
-    refusals = [reply for reply in replies if reply.get("ok") is not True]
-    if not refusals:
-        return None
-    return replies + [refusals[-1]] * (count - len(replies))
-
-
-def _result(call: Call, reply: dict[str, Any]) -> Any:
-    if reply.get("ok") is True:
-        return call.result(reply)
-    raise error_from_wire(reply.get("error"))
-
-
-def _results(calls: Sequence[Call], replies: list[dict[str, Any]]) -> list[Any]:
-    return [_result(call, reply) for call, reply in zip(calls, replies, strict=True)]
+from .wire.protocol import Connection, Mode, ProtocolError
 
 
 class Client(OpMethods):
@@ -133,11 +103,11 @@ class Client(OpMethods):
         return message
 
     def run(self, call: Call) -> Any:
-        return _result(call, self.send_raw([call.request])[0])
+        return result_of(call, self.send_raw([call.request])[0])
 
     def run_all(self, calls: Sequence[Call]) -> list[Any]:
         """Several calls pipelined (one round trip); the first failure is raised."""
-        return _results(calls, self.send_raw([call.request for call in calls]))
+        return results_of(calls, self.send_raw([call.request for call in calls]))
 
     def iter_ids(self, prefix: str = "", *, page: int = 1000) -> Iterator[str]:
         after: str | None = None
@@ -153,30 +123,17 @@ class Client(OpMethods):
     ) -> Iterator[dict[str, Any]]:
         """Events in seq order, none skipped. Resumes with `since` after a lost connection
         or a `lagged` notice; raises Compacted when the history it needs is gone."""
-        cursor = since
-        failures = 0
+        resume = WatchResume(since)
         while True:
             watcher = Client(self.socket_path, timeout=None)
             try:
-                reply = watcher.send_raw(
-                    [r.make("watch", since=UNSET if cursor is None else cursor).request]
-                )[0]
-                _result(r.make("watch"), reply)
-                if cursor is None:
-                    cursor = reply["seq"]
-                failures = 0
-                while True:
-                    event = watcher._read_message()
-                    if event.get("event") == "lagged":
-                        cursor = event["resume_from"]
-                        break
-                    cursor = event["seq"]
+                resume.started(watcher.send_raw([resume.request()])[0])
+                while resume.deliver(event := watcher._read_message()):
                     yield event
-            except (ConnectionLost, OSError, ProtocolError):
+            except RESUMABLE:
                 if not reconnect:
                     raise
-                time.sleep(WATCH_RETRY_S[min(failures, len(WATCH_RETRY_S) - 1)])
-                failures += 1
+                time.sleep(resume.lost())
             finally:
                 watcher.close()
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .codes import ErrorCode
+from .wire.codes import ErrorCode
 
 
 class SessionStoreError(Exception):

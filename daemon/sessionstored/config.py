@@ -8,9 +8,9 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sessionstore.helpformat import DefaultsShown
 from sessionstore.paths import FALLBACK, default_socket, state_dir
-from sessionstore.protocol import DEFAULT_MAX_REQUEST_BYTES
+from sessionstore.tools.helpformat import DefaultsShown
+from sessionstore.wire.protocol import DEFAULT_MAX_REQUEST_BYTES
 
 from . import __version__
 from .access import AccessPolicy

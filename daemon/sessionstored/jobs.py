@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from sessionstore.codes import ErrorCode
+from sessionstore.wire.codes import ErrorCode
 
 from .storage.mutations import Mutation, Outcome, Txn
 

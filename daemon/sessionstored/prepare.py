@@ -14,12 +14,12 @@ from typing import Any
 
 import cbor2
 
-from sessionstore import cbor_bytes
-from sessionstore.byte_path import MAP, major_type
-from sessionstore.canonical import Hint, canonical_dumps, digest_bytes_of_canonical
-from sessionstore.codes import ErrorCode
-from sessionstore.protocol import Connection, Mode, ProtocolError, Request, parse_request
-from sessionstore.wire import CanonicalItem
+from sessionstore.wire import cbor_bytes
+from sessionstore.wire.byte_path import MAP, major_type
+from sessionstore.wire.canonical import Hint, canonical_dumps, digest_bytes_of_canonical
+from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.protocol import Connection, Mode, ProtocolError, Request, parse_request
+from sessionstore.wire.shared import CanonicalItem
 
 from .snapshot import (
     InvalidSnapshot,

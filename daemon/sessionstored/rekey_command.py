@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 
-from sessionstore.helpformat import DefaultsShown
+from sessionstore.tools.helpformat import DefaultsShown
 
 from .config import resolve_state_dir
 from .keyfile import read_key_file

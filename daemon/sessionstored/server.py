@@ -36,10 +36,10 @@ from typing import Any
 
 import trio
 
-from sessionstore.codes import ErrorCode
 from sessionstore.errors import UnsafeSocketDirectory
 from sessionstore.paths import FALLBACK, Choice, refuse_unsafe
-from sessionstore.protocol import (
+from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.protocol import (
     END_OF_STREAM,
     MORE_WORK,
     NEED_DATA,

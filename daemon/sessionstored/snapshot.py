@@ -9,7 +9,7 @@ from typing import Any, TypeGuard
 
 import cbor2
 
-from sessionstore.byte_path import (
+from sessionstore.wire.byte_path import (
     ARRAY,
     MAP,
     decode_span,
@@ -18,7 +18,7 @@ from sessionstore.byte_path import (
     raw_entries,
     raw_map,
 )
-from sessionstore.canonical import canonical_dumps
+from sessionstore.wire.canonical import canonical_dumps
 
 SCHEMA_VERSION = 1
 MAX_ID_BYTES = 1024

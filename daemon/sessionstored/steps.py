@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sessionstore.canonical import digest_text
-from sessionstore.codes import ErrorCode
-from sessionstore.protocol import Request, error_response
+from sessionstore.wire.canonical import digest_text
+from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.protocol import Request, error_response
 
 from .jobs import ExclusiveJob, MutationJob
 from .storage.mutations import Outcome

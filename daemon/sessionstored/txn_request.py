@@ -7,10 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sessionstore.byte_path import MAP, array_keeping, decode_span, major_type, map_fields
-from sessionstore.canonical import Hint, canonical_dumps, digest_bytes_of_canonical, parse_digest
-from sessionstore.codes import ErrorCode
-from sessionstore.wire import CanonicalItem
+from sessionstore.wire.byte_path import MAP, array_keeping, decode_span, major_type, map_fields
+from sessionstore.wire.canonical import (
+    Hint,
+    canonical_dumps,
+    digest_bytes_of_canonical,
+    parse_digest,
+)
+from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.shared import CanonicalItem
 
 from .snapshot import id_problem
 from .storage.errors import Refused

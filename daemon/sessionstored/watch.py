@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import trio
 
-from sessionstore.canonical import digest_text
+from sessionstore.wire.canonical import digest_text
 
 from .storage.engine import Engine
 from .storage.mutations import (

@@ -37,7 +37,7 @@ from typing import Any
 
 import trio
 
-from sessionstore.codes import ErrorCode
+from sessionstore.wire.codes import ErrorCode
 
 from .collector import Collector
 from .jobs import ExclusiveJob, Job, MutationJob

@@ -5,8 +5,8 @@
 # handlers share is OpContext (context.py); Ops is that, with dispatch.
 from __future__ import annotations
 
-from sessionstore.codes import ErrorCode
-from sessionstore.protocol import Request, error_response
+from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.protocol import Request, error_response
 
 from ..access import Access
 from ..steps import Reply, Step

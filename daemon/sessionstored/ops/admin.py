@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import time
 
-from sessionstore import cbor_bytes
-from sessionstore.codes import ErrorCode
-from sessionstore.protocol import PROTOCOL_VERSION, Request, error_response, ok_response
+from sessionstore.wire import cbor_bytes
+from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.protocol import PROTOCOL_VERSION, Request, error_response, ok_response
 
 from .. import __version__
 from ..jobs import ExclusiveJob

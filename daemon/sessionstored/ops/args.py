@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sessionstore.canonical import digest_text, parse_digest
-from sessionstore.codes import ErrorCode
-from sessionstore.protocol import Request, ok_response
+from sessionstore.wire.canonical import digest_text, parse_digest
+from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.protocol import Request, ok_response
 
 from ..steps import Response
 from ..storage.errors import Refused

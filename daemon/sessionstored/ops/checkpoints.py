@@ -7,10 +7,10 @@ from typing import Any
 
 import trio
 
-from sessionstore.canonical import digest_text
-from sessionstore.codes import ErrorCode
-from sessionstore.protocol import RawCBOR, Request, ok_response
-from sessionstore.wire import CanonicalItem
+from sessionstore.wire.canonical import digest_text
+from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.protocol import RawCBOR, Request, ok_response
+from sessionstore.wire.shared import CanonicalItem
 
 from ..offload import OFFLOAD_ABOVE_BYTES
 from ..prepare import checkpoint_document

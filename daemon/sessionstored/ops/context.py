@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 
 import trio
 
-from sessionstore.codes import ErrorCode
-from sessionstore.protocol import Request, error_response
+from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.protocol import Request, error_response
 
 from ..jobs import MutationJob
 from ..offload import OFFLOAD_ABOVE_BYTES, Offload

@@ -7,9 +7,9 @@ from typing import Any
 
 import cbor2
 
-from sessionstore.canonical import canonical_dumps
-from sessionstore.codes import ErrorCode
-from sessionstore.protocol import Request, ok_response
+from sessionstore.wire.canonical import canonical_dumps
+from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.protocol import Request, ok_response
 
 from ..steps import Read, Response, Step
 from ..storage.errors import Refused

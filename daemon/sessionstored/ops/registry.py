@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sessionstore.protocol import Request
+from sessionstore.wire.protocol import Request
 
 from ..steps import Step
 from .context import OpContext

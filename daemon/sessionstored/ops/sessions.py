@@ -2,10 +2,10 @@
 # updates and forks (both decided in the writer on the committed state).
 from __future__ import annotations
 
-from sessionstore.canonical import digest_text
-from sessionstore.codes import ErrorCode
-from sessionstore.protocol import RawCBOR, Request, ok_response
-from sessionstore.wire import CanonicalItem
+from sessionstore.wire.canonical import digest_text
+from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.protocol import RawCBOR, Request, ok_response
+from sessionstore.wire.shared import CanonicalItem
 
 from ..prepare import Encoded, forked_body, snapshot_document, updated_body
 from ..snapshot import UPDATABLE

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from sessionstore.canonical import digest_bytes_of_canonical
-from sessionstore.codes import ErrorCode
+from sessionstore.wire.canonical import digest_bytes_of_canonical
+from sessionstore.wire.codes import ErrorCode
 
 from .documents import RangeReader
 from .errors import CorruptRecord, Refused

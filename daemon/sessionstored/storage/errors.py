@@ -4,7 +4,7 @@ from __future__ import annotations
 import errno
 from typing import Any
 
-from sessionstore.codes import ErrorCode
+from sessionstore.wire.codes import ErrorCode
 
 
 class FatalStorageError(Exception):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from sessionstore.codes import ErrorCode
+from sessionstore.wire.codes import ErrorCode
 
 from .documents import Entry
 from .log.index import Prepared

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sessionstore.canonical import digest_text
-from sessionstore.codes import ErrorCode
+from sessionstore.wire.canonical import digest_text
+from sessionstore.wire.codes import ErrorCode
 
 from .documents import Entry, KeyRange, RangeReader
 from .errors import Refused

@@ -27,7 +27,7 @@ from typing import Any
 import cbor2
 import xxhash
 
-from sessionstore.cbor_bytes_python import head  # shortest form, as cbor2 writes it
+from sessionstore.wire.cbor_bytes_python import head  # shortest form, as cbor2 writes it
 
 from ..documents import Entry
 from ..sealing import Sealer, SealError

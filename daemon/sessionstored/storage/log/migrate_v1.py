@@ -29,7 +29,7 @@ from typing import Any
 import cbor2
 import xxhash
 
-from sessionstore.canonical import digest_bytes_of_canonical
+from sessionstore.wire.canonical import digest_bytes_of_canonical
 
 from ..documents import Document, Entry
 from ..errors import StoreFormatError

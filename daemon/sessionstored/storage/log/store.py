@@ -29,8 +29,8 @@ from typing import Any
 
 import cbor2
 
-from sessionstore.canonical import digest_bytes_of_canonical
-from sessionstore.codes import ErrorCode
+from sessionstore.wire.canonical import digest_bytes_of_canonical
+from sessionstore.wire.codes import ErrorCode
 
 from ..decide import Accepted, decide_all, fold_txn_results, record_applied
 from ..documents import Document, Entry, Found, KeyRange, session_page

@@ -39,8 +39,8 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from sessionstore.canonical import digest_bytes_of_canonical
-from sessionstore.codes import ErrorCode
+from sessionstore.wire.canonical import digest_bytes_of_canonical
+from sessionstore.wire.codes import ErrorCode
 
 from ..decide import CommittedState, decide_all, fold_txn_results, record_applied
 from ..documents import Document, Entry, Found, KeyRange, session_page

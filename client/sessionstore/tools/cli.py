@@ -17,14 +17,16 @@ from typing import Any, NoReturn
 
 import cbor2
 
-from . import a3s_import, jsonform
-from .client import DEFAULT_TIMEOUT_S, UNSET, Client
-from .codes import ErrorCode
-from .errors import NoDaemon, SessionStoreError
+from ..client import UNSET, Client
+from ..errors import NoDaemon, SessionStoreError
+from ..paths import client_socket, default_socket, state_dir
+from ..replies import DEFAULT_TIMEOUT_S
+from ..wire import jsonform
+from ..wire.codes import ErrorCode
+from ..wire.jsonform import from_json_value, to_json_value
+from ..wire.protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, ProtocolError
+from . import a3s_import
 from .helpformat import DefaultsShown
-from .jsonform import from_json_value, to_json_value
-from .paths import client_socket, default_socket, state_dir
-from .protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, ProtocolError
 
 EXIT_OK = 0
 EXIT_ERROR = 1

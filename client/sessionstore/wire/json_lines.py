@@ -9,7 +9,7 @@ from typing import Any
 from . import jsonform
 from .codes import ErrorCode
 from .jsonform import from_json_value
-from .wire import (
+from .shared import (
     END_OF_STREAM,
     NEED_DATA,
     Deferred,

@@ -35,7 +35,7 @@ import cbor2
 from .byte_path import USE_DECODER, ByteReader
 from .canonical import Hint, OrderingHook
 from .codes import ErrorCode
-from .wire import (
+from .shared import (
     END_OF_STREAM,
     MAX_NESTING_DEPTH,
     MORE_WORK,

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..client import Client
+from ..errors import Conflict, SessionStoreError
 from .a3s_serde import Unreadable, artifact_store, check_session, compact_json, session_as_read
-from .client import Client
-from .errors import Conflict, SessionStoreError
 
 ENVELOPE_MAGIC = b"A3SE"
 ENVELOPE_VERSION = 1

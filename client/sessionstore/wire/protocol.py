@@ -40,7 +40,7 @@ from .messages import (
     ok_response,
     parse_request,
 )
-from .wire import (
+from .shared import (
     DEFAULT_MAX_REQUEST_BYTES,
     END_OF_STREAM,
     MAX_NESTING_DEPTH,

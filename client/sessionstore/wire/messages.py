@@ -10,7 +10,7 @@ import cbor2
 from . import cbor_bytes, jsonform
 from .canonical import Hint, canonical_dumps
 from .codes import ErrorCode
-from .wire import Mode, ProtocolError
+from .shared import Mode, ProtocolError
 
 PROTOCOL_VERSION = 1
 

@@ -1,4 +1,4 @@
-# The CBOR byte helper the process uses: the compiled one (sessionstore._cbor_bytes,
+# The CBOR byte helper the process uses: the compiled one (sessionstore.wire._cbor_bytes,
 # built from cbor_core.c when a C compiler was present at install) or its twin in
 # Python (cbor_bytes_python.py). SESSIONSTORE_CBOR_HELPER=python chooses the twin
 # even where the compiled one exists, so that both paths can be measured and

@@ -22,7 +22,7 @@ import cbor2
 
 from . import cbor_bytes
 from .cbor_bytes_python import head
-from .wire import NEED_DATA, CanonicalItem, Deferred, Inbox, Mode
+from .shared import NEED_DATA, CanonicalItem, Deferred, Inbox, Mode
 
 USE_DECODER: Any = object()  # the helper leaves this item to the decoder
 _OP_KEY = cbor2.dumps("op")

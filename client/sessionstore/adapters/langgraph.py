@@ -1,0 +1,808 @@
+# A LangGraph checkpointer on sessionstore: `SessionStoreSaver`, sync and
+# async, with the extended capabilities (delete_for_runs, copy_thread, prune).
+#
+# Layout, all `kv` documents under one prefix (default "langgraph/"), each
+# part of a key encoded by keyparts.key_part:
+#   c/THREAD/NS/CHECKPOINT             a checkpoint, its metadata, its parent
+#   w/THREAD/NS/CHECKPOINT/TASK/IDX    one pending write
+#   r/RUN/THREAD/NS/CHECKPOINT         "this run wrote this checkpoint"
+#   t/THREAD/RUN                       "this thread has checkpoints of this run"
+# Checkpoint ids are uuid6 text, so key order is time order within a
+# namespace and "newest first" is a reverse range read.
+#
+# Every call is one round trip or a few, and every write is one `txn`: all of
+# its documents commit together or none does. A write of more documents than one
+# txn takes (TXN_OPS, the daemon's limit: put_writes of over 10,000 writes,
+# copy_thread or prune of a thread with thousands of checkpoints) is sent as
+# several, in an order that keeps what a reader sees whole if the daemon dies
+# between them: a copy puts the writes before the checkpoints they belong to, so
+# a checkpoint is never seen without its writes; a prune deletes checkpoints
+# before their writes; a put_writes cut short is finished by the task's next run
+# (regular writes are stored only where absent).
+#
+# Deleted stays deleted. delete_thread, prune and delete_for_runs leave
+# tombstones (d/THREAD and d/THREAD/NS: every checkpoint up to an id; x/...:
+# one checkpoint), and a checkpoint put on a parent that is not stored is
+# refused (DeletedCheckpoint) when a tombstone covers that parent, so a run
+# that goes on after its checkpoints were removed recreates nothing. A parent
+# that was never stored is taken, as every LangGraph saver takes it (the put
+# then requires the tombstones as they were read, so a deletion meanwhile is
+# not missed). The fast path, a parent that is stored, is one round trip. Its put_writes are not
+# chained (with durability="async" they may arrive before their checkpoint),
+# so they cannot be told from late ones and are stored; a write is only ever
+# read with its checkpoint, so a late one is never seen, and delete_thread and
+# prune remove it. put_writes is idempotent: a regular write is stored only
+# where absent; the special channels (ERROR, INTERRUPT, ...) overwrite, as in
+# LangGraph's own savers. A stored value that cannot be deserialised raises
+# CorruptCheckpoint, never None.
+#
+# The decisions are written once, as plans: generators that yield the calls
+# they need (sent pipelined) and get the results back. The sync methods run
+# them on the blocking client, the async ones on the asyncio client.
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from .. import requests as r
+from ..asyncio_client import ClientPerLoop
+from ..client import Client
+from ..errors import Conflict, SessionStoreError
+from ..requests import Call
+from ..wire.canonical import canonical_dumps, digest_bytes_of_canonical, digest_text
+from .keyparts import key_part
+
+T = TypeVar("T")
+Plan = Generator[list[Call], list[Any], T]
+Items = list[dict[str, Any]]  # range-read items: {key, seq, digest, value}
+RunsByThread = dict[str, list[str]]
+
+KIND = "kv"
+PAGE = 100  # checkpoints per range read when listing
+SCAN_PAGE = 1000  # the daemon's largest range read
+TXN_OPS = 10_000  # the daemon's largest txn
+DELTA_METADATA = "counters_since_delta_snapshot"  # a checkpoint of a DeltaChannel graph
+PUT_ATTEMPTS = 8  # a put whose parent was never stored, while deletions change meanwhile
+
+
+class DeletedCheckpoint(SessionStoreError):
+    """A write built on a checkpoint that is no longer stored (the thread was deleted
+    or pruned after the write began): refused, so the deletion stands."""
+
+    code = "deleted_checkpoint"
+
+
+class CorruptCheckpoint(SessionStoreError):
+    """A stored checkpoint or write that cannot be deserialised."""
+
+    code = "corrupt_checkpoint"
+
+
+class _Keys:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def thread_checkpoints(self, thread: str) -> str:
+        return f"{self.prefix}c/{key_part(thread)}/"
+
+    def namespace_checkpoints(self, thread: str, ns: str) -> str:
+        return f"{self.thread_checkpoints(thread)}{key_part(ns)}/"
+
+    def checkpoint(self, thread: str, ns: str, checkpoint_id: str) -> str:
+        return f"{self.namespace_checkpoints(thread, ns)}{key_part(checkpoint_id)}"
+
+    def thread_writes(self, thread: str) -> str:
+        return f"{self.prefix}w/{key_part(thread)}/"
+
+    def checkpoint_writes(self, thread: str, ns: str, checkpoint_id: str) -> str:
+        return f"{self.thread_writes(thread)}{key_part(ns)}/{key_part(checkpoint_id)}/"
+
+    def write(self, thread: str, ns: str, checkpoint_id: str, task_id: str, idx: int) -> str:
+        return f"{self.checkpoint_writes(thread, ns, checkpoint_id)}{key_part(task_id)}/{idx}"
+
+    def run_checkpoints(self, run_id: str) -> str:
+        return f"{self.prefix}r/{key_part(run_id)}/"
+
+    def run_marker(self, run_id: str, thread: str, ns: str, checkpoint_id: str) -> str:
+        where = f"{key_part(thread)}/{key_part(ns)}/{key_part(checkpoint_id)}"
+        return f"{self.run_checkpoints(run_id)}{where}"
+
+    def thread_runs(self, thread: str) -> str:
+        return f"{self.prefix}t/{key_part(thread)}/"
+
+    def thread_run(self, thread: str, run_id: str) -> str:
+        return f"{self.thread_runs(thread)}{key_part(run_id)}"
+
+    # tombstones: what was deleted, so that a checkpoint built on it is refused while
+    # one whose parent was never stored is taken, as every LangGraph saver takes it
+    def thread_deleted(self, thread: str) -> str:
+        """{"upto": id}: delete_thread removed every checkpoint up to that id."""
+        return f"{self.prefix}d/{key_part(thread)}"
+
+    def namespace_pruned(self, thread: str, ns: str) -> str:
+        """{"upto": id}: prune removed every checkpoint of the namespace up to that id."""
+        return f"{self.prefix}d/{key_part(thread)}/{key_part(ns)}"
+
+    def checkpoint_deleted(self, thread: str, ns: str, checkpoint_id: str) -> str:
+        """delete_for_runs removed this one."""
+        return f"{self.prefix}x/{key_part(thread)}/{key_part(ns)}/{key_part(checkpoint_id)}"
+
+
+def _put(key: str, value: dict[str, Any], *, if_absent: bool = False) -> dict[str, Any]:
+    op = {"op": "put", "kind": KIND, "key": key, "value": value}
+    return {**op, "if_absent": True} if if_absent else op
+
+
+def _delete(key: str) -> dict[str, Any]:
+    return {"op": "delete", "kind": KIND, "key": key}
+
+
+def _delete_prefix(prefix: str) -> dict[str, Any]:
+    return {"op": "delete_prefix", "kind": KIND, "prefix": prefix}
+
+
+def _exists(key: str) -> dict[str, Any]:
+    return {"kind": KIND, "key": key, "exists": True}
+
+
+def _scan(prefix: str, **options: Any) -> Call:
+    return r.checkpoint_scan(KIND, prefix, **options)
+
+
+class SessionStoreSaver(BaseCheckpointSaver[int]):
+    """LangGraph checkpoints in a sessionstore daemon, shared by every process on the
+    machine that talks to it; see the module comment for what it guarantees."""
+
+    def __init__(
+        self,
+        socket_path: str | None = None,
+        *,
+        prefix: str = "langgraph/",
+        serde: SerializerProtocol | None = None,
+        timeout: float | None = 60.0,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self.keys = _Keys(prefix)
+        self._client: Client | None = None
+        self._client_lock = threading.Lock()
+        self._async_clients = ClientPerLoop(socket_path, timeout)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    async def aclose(self) -> None:
+        await self._async_clients.aclose()
+
+    # -- running plans ------------------------------------------------------------
+
+    def _run(self, plan: Plan[T]) -> T:
+        with self._client_lock:
+            if self._client is None:
+                self._client = Client(self.socket_path, timeout=self.timeout)
+            client = self._client
+            try:
+                calls = next(plan)
+                while True:
+                    try:
+                        results = client.run_all(calls)
+                    except SessionStoreError as error:
+                        calls = plan.throw(error)
+                        continue
+                    calls = plan.send(results)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+
+    async def _arun(self, plan: Plan[T]) -> T:
+        client = self._async_clients.current()
+        try:
+            calls = next(plan)
+            while True:
+                try:
+                    results = await client.run_all(calls)
+                except SessionStoreError as error:
+                    calls = plan.throw(error)
+                    continue
+                calls = plan.send(results)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    # -- the saver's methods -------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._run(self._get_tuple(config))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._arun(self._get_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        listing = _Listing(self, config, filter, before, limit)
+        while not listing.done:
+            yield from self._run(listing.next_page())
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        listing = _Listing(self, config, filter, before, limit)
+        while not listing.done:
+            for item in await self._arun(listing.next_page()):
+                yield item
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._run(self._put(config, checkpoint, metadata))
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._arun(self._put(config, checkpoint, metadata))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._run(self._put_writes(config, _pairs(writes), task_id, task_path))
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._arun(self._put_writes(config, _pairs(writes), task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._run(self._delete_threads([thread_id]))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._arun(self._delete_threads([thread_id]))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._run(self._delete_for_runs(_ids(run_ids, "run_ids")))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._arun(self._delete_for_runs(_ids(run_ids, "run_ids")))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._run(self._copy_thread(source_thread_id, target_thread_id))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._arun(self._copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._run(self._prune(_ids(thread_ids, "thread_ids"), strategy))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._arun(self._prune(_ids(thread_ids, "thread_ids"), strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._run(self._delta_history(config, _ids(channels, "channels")))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await self._arun(self._delta_history(config, _ids(channels, "channels")))
+
+    def _delta_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Plan[dict[str, DeltaChannelHistory]]:
+        """The base class's contract, walked with a guard: a parent chain that comes back
+        to a checkpoint already seen (a put that made one its own ancestor) ends there,
+        where the inherited walk went round for ever."""
+        if not channels:
+            return {}
+        writes: dict[str, Any] = {channel: [] for channel in channels}
+        seeds: dict[str, Any] = {}
+        remaining: set[str] = set(channels)
+        target = yield from self._get_tuple(config)
+        seen = {target.checkpoint["id"]} if target is not None else set()
+        cursor = target.parent_config if target is not None else None
+        while cursor is not None and remaining:
+            ancestor = yield from self._get_tuple(cursor)
+            if ancestor is None or ancestor.checkpoint["id"] in seen:
+                break
+            seen.add(ancestor.checkpoint["id"])
+            for write in reversed(ancestor.pending_writes or []):
+                if write[1] in remaining:
+                    writes[write[1]].append(write)
+            values = ancestor.checkpoint["channel_values"]
+            for channel in [c for c in remaining if c in values]:
+                seeds[channel] = values[channel]
+                remaining.discard(channel)
+            cursor = ancestor.parent_config
+        history: dict[str, DeltaChannelHistory] = {}
+        for channel in channels:
+            entry: DeltaChannelHistory = {"writes": writes[channel][::-1]}
+            if channel in seeds:
+                entry["seed"] = seeds[channel]
+            history[channel] = entry
+        return history
+
+    def get_next_version(self, current: int | None, channel: None) -> int:
+        return 1 if current is None else int(current) + 1
+
+    # -- plans ---------------------------------------------------------------------
+
+    def _get_tuple(self, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
+        configurable = config["configurable"]
+        thread, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
+        checkpoint_id = get_checkpoint_id(config)
+        if checkpoint_id:
+            key = self.keys.checkpoint(thread, ns, checkpoint_id)
+            writes_prefix = self.keys.checkpoint_writes(thread, ns, checkpoint_id)
+            value, writes = yield [r.checkpoint_get(KIND, key), _first_page(writes_prefix)]
+            if value is None:
+                return None
+            return self._tuple(key, value, (yield from _whole(writes_prefix, writes)))
+        newest = (
+            yield [_scan(self.keys.namespace_checkpoints(thread, ns), reverse=True, limit=1)]
+        )[0]["items"]
+        if not newest:
+            return None
+        item = newest[0]
+        value = item["value"]
+        writes_prefix = self.keys.checkpoint_writes(thread, ns, value["checkpoint_id"])
+        (writes,) = yield [_first_page(writes_prefix)]
+        return self._tuple(item["key"], value, (yield from _whole(writes_prefix, writes)))
+
+    def _put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> Plan[RunnableConfig]:
+        configurable = config["configurable"]
+        thread, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
+        parent_id = configurable.get("checkpoint_id")
+        checkpoint_id = checkpoint["id"]
+        checkpoint_type, checkpoint_bytes = self.serde.dumps_typed(checkpoint)
+        stored_metadata = get_serializable_checkpoint_metadata(config, metadata)
+        metadata_type, metadata_bytes = self.serde.dumps_typed(stored_metadata)
+        run_id = stored_metadata.get("run_id")
+        value = {
+            "thread_id": thread,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+            "parent_checkpoint_id": parent_id,
+            "run_id": None if run_id is None else str(run_id),
+            "type": checkpoint_type,
+            "checkpoint": checkpoint_bytes,
+            "metadata_type": metadata_type,
+            "metadata": metadata_bytes,
+            "delta": DELTA_METADATA in stored_metadata,  # prune refuses such threads
+        }
+        ops = [_put(self.keys.checkpoint(thread, ns, checkpoint_id), value)]
+        if run_id is not None:
+            ops.append(_put(self.keys.run_marker(str(run_id), thread, ns, checkpoint_id), {}))
+            ops.append(_put(self.keys.thread_run(thread, str(run_id)), {}, if_absent=True))
+        require = [] if not parent_id else [_exists(self.keys.checkpoint(thread, ns, parent_id))]
+        for _attempt in range(PUT_ATTEMPTS):
+            try:
+                yield [r.txn(ops, require)]
+                break
+            except Conflict as error:
+                assert parent_id
+                # the parent is not stored: deleted (refused, so that the deletion stands),
+                # or never stored (taken, on the tombstones as they are now)
+                require = yield from self._never_deleted(thread, ns, parent_id, error)
+        else:
+            raise SessionStoreError("the thread's tombstones kept changing under this put")
+        return {
+            "configurable": {
+                "thread_id": thread,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
+
+    def _never_deleted(
+        self, thread: str, ns: str, parent_id: str, conflict: Conflict
+    ) -> Plan[Items]:
+        """Requirements that hold while no tombstone covers parent_id: the tombstones as
+        they are now. DeletedCheckpoint if one covers it."""
+        keys = [
+            self.keys.thread_deleted(thread),
+            self.keys.namespace_pruned(thread, ns),
+            self.keys.checkpoint_deleted(thread, ns, parent_id),
+        ]
+        values = yield [r.checkpoint_get(KIND, key) for key in keys]
+        thread_gone, ns_pruned, checkpoint_gone = values
+        if (
+            checkpoint_gone is not None
+            or (thread_gone is not None and parent_id <= thread_gone["upto"])
+            or (ns_pruned is not None and parent_id <= ns_pruned["upto"])
+        ):
+            raise DeletedCheckpoint(
+                f"checkpoint {parent_id!r} of thread {thread!r} (namespace {ns!r}) was deleted; "
+                "a checkpoint built on it is refused so that the deletion stands",
+                conflict.details,
+            ) from conflict
+        return [
+            {"kind": KIND, "key": key, "exists": False}
+            if value is None
+            else {"kind": KIND, "key": key, "digest": _digest_of(value)}
+            for key, value in zip(keys, values, strict=True)
+        ]
+
+    def _put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Plan[None]:
+        if not writes:
+            return
+        configurable = config["configurable"]
+        thread, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
+        checkpoint_id = str(configurable["checkpoint_id"])
+        ops = []
+        for position, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, position)
+            value_type, value_bytes = self.serde.dumps_typed(value)
+            document = {
+                "task_id": task_id,
+                "task_path": task_path,
+                "idx": idx,
+                "channel": channel,
+                "type": value_type,
+                "value": value_bytes,
+            }
+            key = self.keys.write(thread, ns, checkpoint_id, task_id, idx)
+            ops.append(_put(key, document, if_absent=idx >= 0))
+        yield from _in_txns(ops)
+
+    def _runs_of(self, threads: Sequence[str]) -> Plan[RunsByThread]:
+        """The runs of each thread, as encoded key parts."""
+        prefixes = [self.keys.thread_runs(thread) for thread in threads]
+        pages = yield [_scan(prefix, values=False, limit=SCAN_PAGE) for prefix in prefixes]
+        runs: RunsByThread = {}
+        for thread, prefix, page in zip(threads, prefixes, pages, strict=True):
+            items = yield from _whole(prefix, page)
+            runs[thread] = [item["key"][len(prefix) :] for item in items]
+        return runs
+
+    def _delete_threads(self, threads: Sequence[str]) -> Plan[None]:
+        if not threads:
+            return
+        runs = yield from self._runs_of(threads)
+        ops = []
+        upto = str(uuid6())  # later than every checkpoint id made so far
+        for thread in threads:
+            ops.append(_put(self.keys.thread_deleted(thread), {"upto": upto}))
+            ops.append(_delete_prefix(self.keys.thread_checkpoints(thread)))
+            ops.append(_delete_prefix(self.keys.thread_writes(thread)))
+            ops.append(_delete_prefix(self.keys.thread_runs(thread)))
+            for encoded_run in runs[thread]:
+                ops.append(_delete_prefix(f"{self.keys.prefix}r/{encoded_run}/{key_part(thread)}/"))
+        yield from _in_txns(ops)
+
+    def _delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
+        if not run_ids:
+            return
+        ops: list[dict[str, Any]] = []
+        for run_id in run_ids:
+            prefix = self.keys.run_checkpoints(run_id)
+            threads: set[str] = set()
+            for item in (yield from _every_item(prefix, values=False)):
+                thread, ns, checkpoint = item["key"][len(prefix) :].split("/")
+                ops.append(_put(f"{self.keys.prefix}x/{thread}/{ns}/{checkpoint}", {}))
+                ops.append(_delete(f"{self.keys.prefix}c/{thread}/{ns}/{checkpoint}"))
+                ops.append(_delete_prefix(f"{self.keys.prefix}w/{thread}/{ns}/{checkpoint}/"))
+                threads.add(thread)
+            ops.append(_delete_prefix(prefix))
+            ops += [_delete(f"{self.keys.prefix}t/{t}/{key_part(run_id)}") for t in sorted(threads)]
+        yield from _in_txns(ops)
+
+    def _copy_thread(self, source: str, target: str) -> Plan[None]:
+        checkpoints = yield from _every_item(self.keys.thread_checkpoints(source))
+        writes = yield from _every_item(self.keys.thread_writes(source))
+        if not checkpoints:
+            return
+        ops = []  # the writes first: a checkpoint is never seen without its writes
+        source_writes = self.keys.thread_writes(source)
+        for item in writes:
+            ops.append(
+                _put(
+                    self.keys.thread_writes(target) + item["key"][len(source_writes) :],
+                    item["value"],
+                )
+            )
+        for run_id in sorted({i["value"]["run_id"] for i in checkpoints} - {None}):
+            ops.append(_put(self.keys.thread_run(target, run_id), {}))
+        for item in checkpoints:
+            value = {**item["value"], "thread_id": target}
+            ns, checkpoint_id = value["checkpoint_ns"], value["checkpoint_id"]
+            run_id = value.get("run_id")
+            if run_id is not None:
+                ops.append(_put(self.keys.run_marker(run_id, target, ns, checkpoint_id), {}))
+            ops.append(_put(self.keys.checkpoint(target, ns, checkpoint_id), value))
+        yield from _in_txns(ops)
+
+    def _prune(self, threads: Sequence[str], strategy: str) -> Plan[None]:
+        """keep_latest: per namespace, the newest checkpoint stays, as the head of its
+        thread (its parent_config becomes None, as PostgresSaver makes it), with every
+        write put for it, before or after it was stored; the older checkpoints and their
+        writes go. A thread whose graph uses a DeltaChannel is refused (nothing pruned,
+        NotImplementedError, as PostgresSaver does): its latest state is rebuilt from
+        older checkpoints' writes, which keep_latest would drop."""
+        if strategy == "delete":
+            yield from self._delete_threads(threads)
+            return
+        if strategy != "keep_latest":
+            raise ValueError(f"unknown prune strategy {strategy!r}: 'keep_latest' or 'delete'")
+        stored = {}
+        for thread in threads:
+            stored[thread] = yield from _every_item(self.keys.thread_checkpoints(thread))
+        for thread, checkpoints in stored.items():
+            if any(self._uses_delta(item) for item in checkpoints):
+                raise NotImplementedError(
+                    f"prune keep_latest of thread {thread!r}: it uses a DeltaChannel, whose "
+                    "latest value is rebuilt from older checkpoints; nothing was pruned"
+                )
+        ops: list[dict[str, Any]] = []
+        for thread, checkpoints in stored.items():
+            newest: dict[str, dict[str, Any]] = {}
+            for item in checkpoints:  # key order: per namespace, oldest first
+                newest[item["value"]["checkpoint_ns"]] = item
+            upto: dict[str, str] = {}  # per namespace, the newest pruned id (key order)
+            for item in checkpoints:
+                value = item["value"]
+                ns, checkpoint_id = value["checkpoint_ns"], value["checkpoint_id"]
+                if newest[ns] is item:
+                    if value.get("parent_checkpoint_id") is not None:  # now the head
+                        ops.append(_put(item["key"], {**value, "parent_checkpoint_id": None}))
+                    continue
+                ops.append(_delete(item["key"]))
+                upto[ns] = checkpoint_id
+                if value.get("run_id") is not None:
+                    ops.append(
+                        _delete(self.keys.run_marker(value["run_id"], thread, ns, checkpoint_id))
+                    )
+            for ns, checkpoint_id in upto.items():
+                ops.append(_put(self.keys.namespace_pruned(thread, ns), {"upto": checkpoint_id}))
+            kept = {
+                key_part(ns): key_part(item["value"]["checkpoint_id"])
+                for ns, item in newest.items()
+            }
+            writes_prefix = self.keys.thread_writes(thread)
+            writes = yield from _every_item(writes_prefix, values=False)
+            for write in writes:
+                ns_part, checkpoint_part, _ = write["key"][len(writes_prefix) :].split("/", 2)
+                head = kept.get(ns_part)
+                # older than the head: a pruned checkpoint's, or a late one for a checkpoint
+                # gone earlier; a write for the head, or for a checkpoint not stored yet
+                # (durability="async" sends writes first: uuid6 ids sort by time), stays
+                if head is not None and checkpoint_part < head:
+                    ops.append(_delete(write["key"]))
+        yield from _in_txns(ops)  # each thread's checkpoints before their writes
+
+    def _uses_delta(self, item: dict[str, Any]) -> bool:
+        """Whether a stored checkpoint's metadata counts DeltaChannel snapshots."""
+        value = item["value"]
+        if "delta" in value:
+            return bool(value["delta"])
+        metadata = self._loads("metadata", item["key"], value["metadata_type"], value["metadata"])
+        return DELTA_METADATA in metadata
+
+    # -- reading stored values ------------------------------------------------------
+
+    def _loads(self, what: str, key: str, value_type: Any, data: Any) -> Any:
+        try:
+            return self.serde.loads_typed((value_type, data))
+        except Exception as error:
+            raise CorruptCheckpoint(
+                f"cannot deserialise the {what} stored at {key!r}: {error}"
+            ) from error
+
+    def _tuple(self, key: str, value: Any, writes: Items) -> CheckpointTuple:
+        try:
+            thread, ns = value["thread_id"], value["checkpoint_ns"]
+            checkpoint_id, parent_id = value["checkpoint_id"], value["parent_checkpoint_id"]
+            checkpoint = self._loads("checkpoint", key, value["type"], value["checkpoint"])
+            metadata = self._loads("metadata", key, value["metadata_type"], value["metadata"])
+            ordered: Items = sorted(
+                writes,
+                key=lambda w: (w["value"]["task_path"], w["value"]["task_id"], w["value"]["idx"]),
+            )
+            pending = [
+                (
+                    w["value"]["task_id"],
+                    w["value"]["channel"],
+                    self._loads("write", w["key"], w["value"]["type"], w["value"]["value"]),
+                )
+                for w in ordered
+            ]
+        except (KeyError, TypeError) as error:
+            raise CorruptCheckpoint(
+                f"the document at {key!r} is not a checkpoint: {error!r}"
+            ) from error
+        parent = None
+        if parent_id:
+            parent = {
+                "configurable": {
+                    "thread_id": thread,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": parent_id,
+                }
+            }
+        return CheckpointTuple(
+            config={
+                "configurable": {
+                    "thread_id": thread,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": checkpoint_id,
+                }
+            },
+            checkpoint=checkpoint,
+            metadata=metadata,
+            parent_config=parent,  # type: ignore[arg-type]
+            pending_writes=pending,
+        )
+
+
+def _digest_of(value: dict[str, Any]) -> str:
+    """The digest the daemon gives a stored kv value (of its canonical CBOR)."""
+    return digest_text(digest_bytes_of_canonical(canonical_dumps(value)))
+
+
+def _ids(values: Sequence[str], name: str) -> list[str]:
+    """A sequence of ids as a list; a lone string is refused (iterating it would act on
+    one id per character), as PostgresSaver refuses it."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a sequence of ids, not {type(values).__name__}")
+    return [str(value) for value in values]
+
+
+def _pairs(writes: Sequence[tuple[str, Any]]) -> Sequence[tuple[str, Any]]:
+    if isinstance(writes, (str, bytes, dict)) or not isinstance(writes, Iterable):
+        raise TypeError(
+            f"writes must be a sequence of (channel, value), not {type(writes).__name__}"
+        )
+    return writes
+
+
+def _address(value: dict[str, Any]) -> tuple[str, str, str]:
+    return value["thread_id"], value["checkpoint_ns"], value["checkpoint_id"]
+
+
+def _first_page(prefix: str) -> Call:
+    """The first page of a range (most checkpoints' writes fit in it; _whole reads on)."""
+    return _scan(prefix, limit=SCAN_PAGE)
+
+
+def _in_txns(ops: list[dict[str, Any]]) -> Plan[None]:
+    """The ops in order, in txns of at most TXN_OPS; nothing for none."""
+    for start in range(0, len(ops), TXN_OPS):
+        yield [r.txn(ops[start : start + TXN_OPS])]
+
+
+def _whole(prefix: str, page: dict[str, Any]) -> Plan[list[dict[str, Any]]]:
+    """A range's items: the first page read already, and any pages after it."""
+    rest = [] if page["next"] is None else (yield from _every_item(prefix, page["next"]))
+    return [*page["items"], *rest]
+
+
+def _every_item(
+    prefix: str, after: str | None = None, *, values: bool = True
+) -> Plan[list[dict[str, Any]]]:
+    items: list[dict[str, Any]] = []
+    while True:
+        (page,) = yield [_scan(prefix, limit=SCAN_PAGE, after=after, values=values)]
+        items += page["items"]
+        after = page["next"]
+        if after is None:
+            return items
+
+
+class _Listing:
+    """list()'s state between pages: newest first, filtered, limited."""
+
+    def __init__(
+        self,
+        saver: SessionStoreSaver,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> None:
+        self.saver = saver
+        self.filter = filter or {}
+        self.remaining = limit
+        self.before_id = get_checkpoint_id(before) if before else None
+        self.only_id: str | None = None
+        configurable = (config or {}).get("configurable", {})
+        keys = saver.keys
+        if "thread_id" not in configurable:
+            self.prefix = f"{keys.prefix}c/"
+        elif "checkpoint_ns" in configurable:
+            thread, ns = str(configurable["thread_id"]), configurable["checkpoint_ns"]
+            self.prefix = keys.namespace_checkpoints(thread, ns)
+            self.only_id = get_checkpoint_id(config) if config else None
+        else:
+            self.prefix = keys.thread_checkpoints(str(configurable["thread_id"]))
+        # one namespace is one key range in time order; more are merged in memory
+        self.one_namespace = "checkpoint_ns" in configurable
+        self.cursor: str | None = None
+        if self.one_namespace and self.before_id is not None:
+            self.cursor = self.prefix + key_part(self.before_id)
+        self.done = limit is not None and limit <= 0
+
+    def next_page(self) -> Plan[list[CheckpointTuple]]:
+        if self.one_namespace:
+            (page,) = yield [_scan(self.prefix, reverse=True, limit=PAGE, before=self.cursor)]
+            items = page["items"]
+            self.cursor = page["next"]
+            self.done = self.cursor is None
+        else:
+            items = yield from _every_item(self.prefix)
+            items.sort(key=lambda i: i["value"]["checkpoint_id"], reverse=True)
+            self.done = True
+        candidates = []
+        for item in items:
+            value = item["value"]
+            if self.only_id is not None and value["checkpoint_id"] != self.only_id:
+                continue
+            if self.before_id is not None and value["checkpoint_id"] >= self.before_id:
+                continue
+            candidates.append(item)
+        prefixes = [self.saver.keys.checkpoint_writes(*_address(i["value"])) for i in candidates]
+        pages: list[Any] = []
+        if candidates:
+            pages = yield [_first_page(prefix) for prefix in prefixes]
+        found = []
+        for item, prefix, page in zip(candidates, prefixes, pages, strict=True):
+            item_writes = yield from _whole(prefix, page)
+            tup = self.saver._tuple(item["key"], item["value"], item_writes)
+            if any(tup.metadata.get(k) != v for k, v in self.filter.items()):
+                continue
+            found.append(tup)
+            if self.remaining is not None:
+                self.remaining -= 1
+                if self.remaining <= 0:
+                    self.done = True
+                    break
+        return found
