@@ -10,6 +10,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STORAGE = ROOT / "daemon" / "sessionstored" / "storage"
+PACKAGES = {"sessionstore": ROOT / "client", "sessionstored": ROOT / "daemon"}
+# the daemon's start-up: the only modules outside storage/ that name an engine's own modules
+START_UP = {"sessionstored.cli", "sessionstored.rekey_command"}
+ENGINE_PACKAGES = ("sessionstored.storage.log", "sessionstored.storage.postgres")
 
 
 def _imports(path: Path) -> set[str]:
@@ -22,8 +26,110 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Every module of both packages: name -> (file, is a package)."""
+    found = {}
+    for top, base in PACKAGES.items():
+        for path in (base / top).rglob("*.py"):
+            parts = list(path.relative_to(base).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the modules it imports: at the top, inside functions, under
+    TYPE_CHECKING, all of them. `from package import name` imports the package, or
+    the submodule when name is one."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, (path, is_package) in modules.items():
+        package = name if is_package else name.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names if alias.name in modules)
+            elif isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+                if not node.level:
+                    target = node.module or ""
+                for alias in node.names:
+                    if f"{target}.{alias.name}" in modules:
+                        edges.add(f"{target}.{alias.name}")
+                    elif target in modules:
+                        edges.add(target)
+        edges.discard(name)
+        graph[name] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for other in graph[module]:
+            if other not in order:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], order[other])
+        if low[module] == order[module]:
+            component = []
+            while (member := stack.pop()) != module:
+                component.append(member)
+            if component:
+                found.append(sorted([module, *component]))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return found
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for other in graph[todo.pop()] - seen:
+            seen.add(other)
+            todo.append(other)
+    return seen
+
+
+def test_no_import_cycle_anywhere() -> None:
+    assert _cycles(_import_graph()) == []
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_postgresql_imports_no_module_of_the_log() -> None:
+    graph = _import_graph()
+    for module in graph:
+        if module.startswith("sessionstored.storage.postgres"):
+            log_modules = {m for m in _reachable(graph, module) if ".storage.log" in m}
+            assert not log_modules, (module, log_modules)
+
+
+def test_the_daemon_names_an_engine_only_at_start_up() -> None:
+    """Outside storage/, only the start-up imports an engine's own modules: the rest of
+    the daemon holds it as storage.engine.Engine."""
+    for module, edges in _import_graph().items():
+        if module.startswith("sessionstored.storage") or module in START_UP:
+            continue
+        engines = {e for e in edges if e.startswith(ENGINE_PACKAGES)}
+        assert not engines, (module, engines)
+
+
 def test_storage_imports_no_trio() -> None:
-    for path in STORAGE.glob("*.py"):
+    for path in STORAGE.rglob("*.py"):
         assert "trio" not in _imports(path), path
     loaded = subprocess.run(
         [
@@ -40,8 +146,8 @@ def test_storage_imports_no_trio() -> None:
 
 
 def test_only_the_seam_calls_os_for_data_files() -> None:
-    for path in STORAGE.glob("*.py"):
-        if path.name == "fs.py":
+    for path in STORAGE.rglob("*.py"):
+        if path == STORAGE / "log" / "fs.py":
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):

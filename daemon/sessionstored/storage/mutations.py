@@ -14,7 +14,6 @@ from typing import Any, NamedTuple
 from sessionstore.wire.codes import ErrorCode
 
 from .documents import Entry
-from .log.index import Prepared
 from .txn import Require, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut, txn_body_bytes
 
 
@@ -155,4 +154,3 @@ class Batch:
     committed: list[Committed] = field(default_factory=list)
     last_seq: int = 0
     lease_body: bytes | None = None
-    prepared: Prepared | None = None  # the index's new tables, for a large batch

@@ -55,7 +55,7 @@ from .cache import DEFAULT_CAPACITY_BYTES, DocumentCache
 from .check import check
 from .durable import Failpoint, no_failpoint
 from .fs import ENOSPC_ERRNOS, FileSystem
-from .index import BULK_CHANGES, Index
+from .index import BULK_CHANGES, Index, Prepared
 from .index_checkpoint import Checkpoints, CheckpointState, DamageRow
 from .maintenance import Upkeep
 from .records import Commit, encode_commit, encode_data, encode_removal, read_document
@@ -106,6 +106,11 @@ class _IndexState:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass
+class LogBatch(Batch):
+    prepared: Prepared | None = None  # the index's new tables, for a large batch
 
 
 class Store:
@@ -285,7 +290,7 @@ class Store:
             raise FatalStorageError("the store failed earlier and must be reopened")
         state = _IndexState(self)
         outcomes, accepted, txn_results = decide_all(state, mutations, self.seq + 1, full=False)
-        batch = Batch([], last_seq=self.seq)
+        batch = LogBatch([], last_seq=self.seq)
         try:
             if accepted:
                 try:
@@ -385,9 +390,10 @@ class Store:
 
     def publish(self, batch: Batch) -> None:
         """Make a durable batch visible to readers (the event loop's thread in the daemon)."""
-        self.index.apply(batch.changes, batch.prepared)
-        if batch.prepared is not None:
-            self.cache.discard_all(batch.prepared.removed)
+        prepared = batch.prepared if isinstance(batch, LogBatch) else None
+        self.index.apply(batch.changes, prepared)
+        if prepared is not None:
+            self.cache.discard_all(prepared.removed)
         else:
             for kind, doc_id, entry in batch.changes:
                 if entry is None:
