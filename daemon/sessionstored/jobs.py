@@ -58,12 +58,16 @@ class MutationJob(Job):
 
 
 class ExclusiveJob(Job):
-    def __init__(self, run: Callable[[], Any]) -> None:
+    """A job whose run() answers with the whole reply (a response map)."""
+
+    def __init__(self, run: Callable[[], dict[str, Any]]) -> None:
         super().__init__()
         self.run = run
-        self.result: Any = None
+        self.result: dict[str, Any] | None = None
         self.error: BaseException | None = None
 
-    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+    def finish(
+        self, result: dict[str, Any] | None = None, error: BaseException | None = None
+    ) -> None:
         self.result, self.error = result, error
         self._finished()

@@ -106,8 +106,8 @@ class Exclusive(Step):
             return failure_reply(self.request, self.job.failure)
         if self.job.error is not None:
             raise self.job.error
-        result: Response = self.job.result
-        return result
+        assert self.job.result is not None  # finished without failure or error: answered
+        return self.job.result
 
 
 class Stream(Step):

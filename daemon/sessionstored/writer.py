@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -44,10 +44,11 @@ from .jobs import ExclusiveJob, Job, MutationJob
 from .notify import notify
 from .storage.engine import CompactionRun, Engine, LogMaintenance
 from .storage.errors import FatalStorageError, InjectedFault, NoSpace
-from .storage.mutations import split_batches
+from .storage.mutations import Batch, split_batches
 from .worker_thread import WorkerThread, name_os_thread
 
 log = logging.getLogger("sessionstored.writer")
+T = TypeVar("T")
 
 QUEUE_DEPTH = 64
 MAX_BATCH_JOBS = 512
@@ -113,7 +114,7 @@ class Writer:
     def close(self) -> None:
         self._send.close()
 
-    async def _call(self, fn: Callable[[], Any]) -> Any:
+    async def _call(self, fn: Callable[[], T]) -> T:
         assert self._thread is not None
         return await self._thread.call(fn)
 
@@ -197,7 +198,7 @@ class Writer:
         started = time.perf_counter()
         timing: list[float] = []
 
-        def commit() -> Any:
+        def commit() -> Batch:
             began = time.perf_counter()
             result = self.store.commit_durably(mutations)
             timing.append(time.perf_counter() - began)

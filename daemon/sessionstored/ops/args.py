@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 from sessionstore.wire.canonical import digest_text, parse_digest
 from sessionstore.wire.codes import ErrorCode
@@ -11,7 +11,7 @@ from sessionstore.wire.protocol import Request, ok_response
 
 from ..steps import Response
 from ..storage.errors import Refused
-from ..storage.mutations import ANY, Outcome
+from ..storage.mutations import ANY, Expect, Fence, Outcome
 from ..txn_request import document_kind, key_text
 
 
@@ -19,7 +19,7 @@ def id_arg(args: dict[str, Any], name: str) -> str:
     return key_text(args.get(name), name)
 
 
-def expect_arg(args: dict[str, Any]) -> Any:
+def expect_arg(args: dict[str, Any]) -> Expect:
     if "expect" not in args:
         return ANY
     expect = args["expect"]
@@ -31,7 +31,7 @@ def expect_arg(args: dict[str, Any]) -> Any:
     return digest
 
 
-def lease_arg(args: dict[str, Any]) -> Any:
+def lease_arg(args: dict[str, Any]) -> Fence:
     lease = args.get("lease")
     if lease is None:
         return ANY
@@ -43,7 +43,7 @@ def lease_arg(args: dict[str, Any]) -> Any:
     return (holder, epoch)
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -17,7 +17,7 @@ from ..jobs import MutationJob
 from ..offload import OFFLOAD_ABOVE_BYTES, Offload
 from ..snapshot import InvalidSnapshot
 from ..steps import Reply, Response, Step, Write
-from ..storage.documents import Entry
+from ..storage.documents import Document, Entry
 from ..storage.engine import Engine
 from ..storage.errors import CorruptRecord, Refused
 from ..storage.mutations import Mutation, Outcome
@@ -75,22 +75,22 @@ class OpContext:
     ) -> Step:
         return Write(request, MutationJob(mutation), respond)
 
-    async def query(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def query(self, fn: Callable[..., T], *args: Any) -> T:
         """fn(*args), a read of the committed state: inline from the log engine's index,
         in a thread when the backend's reads are network round trips (PostgreSQL)."""
         if self.store.blocking_reads:
             return await trio.to_thread.run_sync(fn, *args)
         return fn(*args)
 
-    def current_lease(self) -> Awaitable[Any]:
+    def current_lease(self) -> Awaitable[dict[str, Any] | None]:
         return self.query(self.store.current_lease)
 
-    def read_document(self, kind: str, doc_id: str) -> Callable[[], Awaitable[Any]]:
+    def read_document(self, kind: str, doc_id: str) -> Callable[[], Awaitable[Document | None]]:
         """A reader of the committed generation; returns the Document or None. A large
         one is read, decrypted and checked in a thread (those release the GIL), so the
         event loop goes on meanwhile; the read cache is only touched here, on the loop."""
 
-        async def read() -> Any:
+        async def read() -> Document | None:
             if self.store.blocking_reads:
                 return await trio.to_thread.run_sync(self.store.read, kind, doc_id)
             entry = self.store.head(kind, doc_id)

@@ -21,6 +21,7 @@ from .mutations import (
     SESSION,
     Batch,
     Committed,
+    Fence,
     Mutation,
     Outcome,
     Put,
@@ -53,7 +54,7 @@ def conflict_message(mutation: Put | Remove | Rewrite, current: bytes | None) ->
     return f"{what} {mutation.id!r} changed: it is no longer at the expected digest"
 
 
-def fence_refusal(lease: dict[str, Any] | None, fence: Any) -> Outcome | None:
+def fence_refusal(lease: dict[str, Any] | None, fence: Fence) -> Outcome | None:
     holder = lease.get("holder") if lease else None
     epoch = lease.get("epoch") if lease else None
     if fence is ANY:

@@ -7,6 +7,7 @@
 # and lease changes free of races with commits.
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -17,12 +18,17 @@ from .documents import Entry
 from .txn import Require, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut, txn_body_bytes
 
 
-class _AnyValue:
+class Unconditional(enum.Enum):
+    """No condition given: any current digest will do (expect), or no lease was named
+    with the write (fence)."""
+
+    ANY = "ANY"
+
     def __repr__(self) -> str:
         return "ANY"
 
 
-ANY: Any = _AnyValue()
+ANY = Unconditional.ANY
 
 SESSION = "s"
 LOOP_CHECKPOINT = "l"
@@ -32,7 +38,8 @@ LEASE = "L"
 LEASE_ID = "lease"
 
 
-Fence = Any  # ANY (no lease given) or (holder, epoch)
+Fence = Unconditional | tuple[str, int]  # ANY (no lease given) or (holder, epoch)
+Expect = Unconditional | bytes | None  # ANY, None (must not exist) or the current digest
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,7 @@ class Put:
     id: str
     body: bytes
     digest: bytes
-    expect: Any = ANY  # ANY, None (must not exist) or the current digest
+    expect: Expect = ANY
     fence: Fence = ANY
 
 
@@ -49,7 +56,7 @@ class Put:
 class Remove:
     kind: str
     id: str
-    expect: Any = ANY
+    expect: Expect = ANY
     fence: Fence = ANY
 
 
@@ -58,7 +65,7 @@ class Rewrite:
     kind: str
     id: str
     apply: Callable[[bytes | None, bytes | None], bytes | None]
-    expect: Any = ANY
+    expect: Expect = ANY
     fence: Fence = ANY
     source: tuple[str, str] | None = None
     fenced: bool = True  # False only for lease changes, which decide for themselves
