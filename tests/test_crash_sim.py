@@ -56,7 +56,7 @@ def _lease(holder: str) -> Rewrite:
         LEASE,
         LEASE_ID,
         lambda current, _s: canonical_dumps({"holder": holder, "epoch": 1}),
-        fenced=False,
+        decides_lease=True,
         exclusive=True,
     )
 
@@ -90,7 +90,7 @@ def _run(store: Store, model: dict[DocKey, Any], inflight: dict[DocKey, list[Any
             store.compact()
             continue
         if step == "checkpoint":
-            store.checkpoint()
+            store.write_index_checkpoint()
             continue
         for mutation in step:
             key = (mutation.kind, mutation.id)

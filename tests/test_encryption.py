@@ -40,7 +40,7 @@ def _lease(holder: str) -> Rewrite:
         LEASE,
         LEASE_ID,
         lambda _current, _source: canonical_dumps({"holder": holder, "epoch": 1}),
-        fenced=False,
+        decides_lease=True,
         exclusive=True,
     )
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from sessionstore.wire.canonical import canonical_dumps
 from sessionstore.wire.shared import CanonicalItem
+from sessionstored.document_arguments import document_body, prepared_txn
 from sessionstored.snapshot import (
     UPDATABLE,
     InvalidSnapshot,
@@ -22,7 +23,6 @@ from sessionstored.snapshot import (
     with_component_bytes,
 )
 from sessionstored.storage.errors import Refused
-from sessionstored.txn_request import document_body, prepared_txn
 
 anything = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(), st.text(max_size=4)),

@@ -141,7 +141,7 @@ def test_bit_rot_in_a_replayed_record_is_reported_and_hides_only_its_document(
 def test_bit_rot_in_a_checkpointed_record_is_io_error_naming_file_and_offset() -> None:
     fs = new_fs()
     store = _five_sessions_in_the_log(fs)
-    store.checkpoint()
+    store.write_index_checkpoint()
     entry = store.index.get("s", "s3")
     assert entry is not None
     store.close()
@@ -191,7 +191,7 @@ def test_a_full_disk_refuses_saves_keeps_deletes_and_recovers() -> None:
     [deleted] = store.commit([remove("s0")])
     assert deleted.ok, "a removal goes into the segment's reserve"
     with pytest.raises(NoSpace):
-        store.checkpoint()
+        store.write_index_checkpoint()
     assert not store.failed
     assert_clean(store)
     fs.full_after_bytes = None
@@ -306,7 +306,7 @@ def test_an_fsync_failure_is_fatal(target: str) -> None:
         fs.fail_fsync_paths.add(f"{ROOT}/tmp")
         fs.fail_fsync_paths.add(f"{ROOT}/ckpt")
         with pytest.raises(FatalStorageError):
-            store.checkpoint()
+            store.write_index_checkpoint()
     with pytest.raises(FatalStorageError, match="failed earlier"):
         store.commit([put("a", 3)])
 

@@ -21,6 +21,7 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Connection, Mode, ProtocolError, Request, parse_request
 from sessionstore.wire.shared import CanonicalItem
 
+from .document_arguments import DOCUMENT_KINDS, PreparedTxn, document_body, prepared_txn
 from .snapshot import (
     InvalidSnapshot,
     forked,
@@ -31,11 +32,10 @@ from .snapshot import (
     with_component_bytes,
 )
 from .storage.errors import Refused
-from .txn_request import DOCUMENT_KINDS, PreparedTxn, document_body, prepared_txn
 
 
 @dataclass(frozen=True)
-class Document:
+class ReadyDocument:
     """A document ready to store: its canonical bytes and their digest."""
 
     body: bytes
@@ -65,12 +65,12 @@ def encode_document(document: Any, *, hint: Hint = Hint.NONE) -> bytes:
         raise InvalidSnapshot(f"cannot encode: {error}") from None
 
 
-def snapshot_document(args: dict[str, Any], max_snapshot_bytes: int, hint: Hint) -> Document:
+def snapshot_document(args: dict[str, Any], max_snapshot_bytes: int, hint: Hint) -> ReadyDocument:
     """The `snapshot` argument of a save, checked, canonical and hashed."""
     if "snapshot" not in args:
         raise Refused(ErrorCode.BAD_REQUEST, "snapshot is missing")
     snapshot = args["snapshot"]
-    if isinstance(snapshot, Document):
+    if isinstance(snapshot, ReadyDocument):
         return snapshot  # prepared in a worker already
     if isinstance(snapshot, CanonicalItem):
         if major_type(snapshot.data) != MAP:
@@ -87,7 +87,7 @@ def snapshot_document(args: dict[str, Any], max_snapshot_bytes: int, hint: Hint)
             ErrorCode.TOO_LARGE,
             f"snapshot is {len(body)} bytes, over max_snapshot_bytes={max_snapshot_bytes}",
         )
-    return Document(body, digest_bytes_of_canonical(body), session_id)
+    return ReadyDocument(body, digest_bytes_of_canonical(body), session_id)
 
 
 def checkpoint_document(
@@ -96,13 +96,13 @@ def checkpoint_document(
     key: str,
     max_snapshot_bytes: int,
     hint: Hint = Hint.NONE,
-) -> Document:
+) -> ReadyDocument:
     """The `value` argument of checkpoint_put, checked, canonical and hashed."""
     value = args.get("value")
-    if isinstance(value, Document):
+    if isinstance(value, ReadyDocument):
         return value
     body, digest = document_body(value, id_field, key, max_snapshot_bytes, hint)
-    return Document(body, digest)
+    return ReadyDocument(body, digest)
 
 
 def decoded(value: Any) -> Any:
@@ -216,7 +216,7 @@ def prepare_large(
     oversized = [
         name
         for name, value in kept.items()
-        if not isinstance(value, Document | Encoded | PreparedTxn | CanonicalItem)
+        if not isinstance(value, ReadyDocument | Encoded | PreparedTxn | CanonicalItem)
         and len(cbor2.dumps(value)) > small_argument_bytes
     ]
     if oversized:

@@ -237,7 +237,7 @@ class Writer:
             run = upkeep.plan_compaction()
             if run is not None:
                 self._compaction = _BackgroundCompaction(run, self._background.submit(run.copy))
-        if self.failed is None and upkeep.checkpoint_due():
+        if self.failed is None and upkeep.index_checkpoint_due():
             await self._checkpoint(upkeep, "checkpoint")
 
     async def _settle_compaction(self, *, wait: bool) -> None:
@@ -274,7 +274,7 @@ class Writer:
 
     async def _checkpoint(self, upkeep: LogMaintenance, what: str) -> None:
         try:
-            path = await self._call(upkeep.checkpoint)
+            path = await self._call(upkeep.write_index_checkpoint)
         except (NoSpace, InjectedFault) as error:
             log.warning("%s skipped: %s", what, error)
             return

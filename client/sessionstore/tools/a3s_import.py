@@ -143,7 +143,7 @@ class ImportProblem(Exception):
 
 
 @dataclass
-class Document:
+class UpstreamDocument:
     kind: str  # session, loop, workflow
     id: str
     path: Path
@@ -187,7 +187,7 @@ def _read_json(path: Path, key: bytes | None) -> Any:
         raise ImportProblem(path, f"not JSON: {error}") from None
 
 
-def _session_document(path: Path, file_id: str | None, value: Any) -> Document:
+def _session_document(path: Path, file_id: str | None, value: Any) -> UpstreamDocument:
     if not isinstance(value, dict):
         raise ImportProblem(path, "not a JSON object")
     try:
@@ -209,7 +209,7 @@ def _session_document(path: Path, file_id: str | None, value: Any) -> Document:
         raise ImportProblem(
             path, f"key collision: the file is named for {file_id!r} but holds {stored_id!r}"
         )
-    return Document("session", stored_id, path, document, legacy)
+    return UpstreamDocument("session", stored_id, path, document, legacy)
 
 
 def legacy_safe_id(doc_id: str) -> str:
@@ -240,7 +240,7 @@ def _fragment(root: Path, category: str, doc_id: str, owned: bool) -> Path | Non
     return legacy if owned and legacy.exists() else None
 
 
-def merge_fragments(root: Path, doc: Document, key: bytes | None) -> None:
+def merge_fragments(root: Path, doc: UpstreamDocument, key: bytes | None) -> None:
     """A bare SessionData's components, as upstream's load_snapshot assembles them:
     traces, runs, verification, subagent tasks and the artifact manifest (its
     artifacts and its retained URIs, sorted, as save_artifacts sorts them), every
@@ -269,8 +269,8 @@ def merge_fragments(root: Path, doc: Document, key: bytes | None) -> None:
         doc.value.setdefault(field_name, [])
 
 
-def find_documents(root: Path, key: bytes | None, report: Report) -> list[Document]:
-    found: list[Document] = []
+def find_documents(root: Path, key: bytes | None, report: Report) -> list[UpstreamDocument]:
+    found: list[UpstreamDocument] = []
     v1 = root / "v1"
     for category, kind in CATEGORIES:
         directory = v1 / category
@@ -300,7 +300,7 @@ def find_documents(root: Path, key: bytes | None, report: Report) -> list[Docume
                         raise ImportProblem(
                             path, f"key collision: named {file_id!r}, holds {stored!r}"
                         )
-                    found.append(Document(kind, file_id, path, value))
+                    found.append(UpstreamDocument(kind, file_id, path, value))
             except ImportProblem as problem:
                 report.refused.append((str(problem.path), problem.reason))
             except OSError as error:
@@ -331,7 +331,7 @@ def find_documents(root: Path, key: bytes | None, report: Report) -> list[Docume
     return found
 
 
-def apply_wal_recovery(root: Path, documents: list[Document], report: Report) -> None:
+def apply_wal_recovery(root: Path, documents: list[UpstreamDocument], report: Report) -> None:
     """Upstream's reopen: an open intent is sealed when the durable snapshot matches it."""
     wal = root / "v1" / "wal" / "session-store.ndjson"
     if not wal.is_file():
@@ -388,13 +388,13 @@ def _check_wal_entry(entry: Any) -> None:
         raise ValueError("entryDigest does not match its contents")
 
 
-def _stored(client: Client, doc: Document) -> Any:
+def _stored(client: Client, doc: UpstreamDocument) -> Any:
     if doc.kind == "session":
         return client.load(doc.id)
     return client.checkpoint_get(doc.kind, doc.id)
 
 
-def _write(client: Client, doc: Document, *, create_only: bool) -> None:
+def _write(client: Client, doc: UpstreamDocument, *, create_only: bool) -> None:
     if doc.kind == "session":
         if create_only:
             client.save(doc.value, expect=None)
@@ -411,7 +411,9 @@ def import_store(
     key: bytes | None,
     dry_run: bool,
     overwrite: bool,
-    progress: Callable[[Iterator[Document], int], Iterator[Document]] = lambda items, _: items,
+    progress: Callable[
+        [Iterator[UpstreamDocument], int], Iterator[UpstreamDocument]
+    ] = lambda items, _: items,
 ) -> Report:
     report = Report()
     if not root.is_dir():
@@ -448,7 +450,7 @@ def _same(stored: Any, value: Any) -> bool:
     )
 
 
-def tty_progress(items: Iterator[Document], total: int) -> Iterator[Document]:
+def tty_progress(items: Iterator[UpstreamDocument], total: int) -> Iterator[UpstreamDocument]:
     if not sys.stderr.isatty():
         return items
     from tqdm import tqdm

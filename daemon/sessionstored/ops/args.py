@@ -9,10 +9,10 @@ from sessionstore.wire.canonical import digest_text, parse_digest
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, ok_response
 
+from ..document_arguments import document_kind, key_text
 from ..steps import Response
 from ..storage.errors import Refused
 from ..storage.mutations import ANY, Expect, Fence, Outcome
-from ..txn_request import document_kind, key_text
 
 
 def id_arg(args: dict[str, Any], name: str) -> str:

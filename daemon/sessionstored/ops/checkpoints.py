@@ -12,13 +12,13 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import RawCBOR, Request, ok_response
 from sessionstore.wire.shared import CanonicalItem
 
+from ..document_arguments import prepared_txn
 from ..offload import OFFLOAD_ABOVE_BYTES
 from ..prepare import checkpoint_document
 from ..steps import Prepare, Read, Response, Step
 from ..storage.documents import Entry, KeyRange
 from ..storage.errors import Refused
 from ..storage.mutations import Put, Remove, Txn
-from ..txn_request import prepared_txn
 from .args import checkpoint_kind, id_arg, is_int, lease_arg
 from .context import OpContext
 from .registry import Op

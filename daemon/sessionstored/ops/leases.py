@@ -30,7 +30,7 @@ def lease_acquire(ops: OpContext, request: Request) -> Step:
         granted.update(holder=holder, epoch=epoch + 1, acquired_at_ms=int(time.time() * 1000))
         return canonical_dumps(granted)
 
-    rewrite = Rewrite(LEASE, LEASE_ID, apply, fenced=False, exclusive=True)
+    rewrite = Rewrite(LEASE, LEASE_ID, apply, decides_lease=True, exclusive=True)
     return ops.mutation(request, rewrite, lambda o: ok_response(request, **granted))
 
 
@@ -60,7 +60,7 @@ def lease_release(ops: OpContext, request: Request) -> Step:
             {"holder": None, "epoch": epoch, "released_at_ms": int(time.time() * 1000)}
         )
 
-    rewrite = Rewrite(LEASE, LEASE_ID, apply, fenced=False, exclusive=True)
+    rewrite = Rewrite(LEASE, LEASE_ID, apply, decides_lease=True, exclusive=True)
     return ops.mutation(request, rewrite, lambda o: ok_response(request, released=o.changed))
 
 

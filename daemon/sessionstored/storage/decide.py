@@ -81,8 +81,8 @@ def _decide(
 ) -> Put | Remove | Outcome:
     """The concrete change a mutation makes now, or the outcome that refuses it.
     full: the disk has no room for a new generation, only for removals."""
-    fenced = not isinstance(mutation, Rewrite) or mutation.fenced
-    refusal = fence_refusal(state.lease, mutation.fence) if fenced else None
+    decides_lease = isinstance(mutation, Rewrite) and mutation.decides_lease
+    refusal = None if decides_lease else fence_refusal(state.lease, mutation.fence)
     if refusal is not None:
         return refusal
     entry = state.get(mutation.kind, mutation.id)

@@ -68,7 +68,7 @@ class Rewrite:
     expect: Expect = ANY
     fence: Fence = ANY
     source: tuple[str, str] | None = None
-    fenced: bool = True  # False only for lease changes, which decide for themselves
+    decides_lease: bool = False  # a lease change: its apply() decides against the lease
     exclusive: bool = False  # alone in its batch (lease changes move the fence)
 
 

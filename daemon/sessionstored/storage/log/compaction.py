@@ -176,14 +176,14 @@ def compact(store: StoreParts, *, everything: bool = True) -> CompactResult:
             store.log.rotate(0)  # the active segment's dead bytes can go too
     work = plan(store, everything=everything)
     if work is None:
-        path = store.checkpoint()
+        path = store.write_index_checkpoint()
         return CompactResult(store.seq, before, store.log.size_bytes, 0, 0, path)
     try:
         copy(store, work)
     except NoSpace:
         return _rescue(store, before)
     moved = switch(store, work)
-    path = store.checkpoint()
+    path = store.write_index_checkpoint()
     store.log.close_retired()
     reserve.ensure(store)
     return CompactResult(store.seq, before, store.log.size_bytes, len(work.victims), moved, path)
@@ -198,7 +198,7 @@ def _rescue(store: StoreParts, before: int) -> CompactResult:
     work = plan(store, dead_only=True)
     if work is not None:
         moved += switch(store, work)
-        path = store.checkpoint()
+        path = store.write_index_checkpoint()
         store.log.close_retired()
         replaced += len(work.victims)
     reserve.release(store)
@@ -215,7 +215,7 @@ def _rescue(store: StoreParts, before: int) -> CompactResult:
             except NoSpace:
                 break
             moved += switch(store, work)
-            path = store.checkpoint()
+            path = store.write_index_checkpoint()
             store.log.close_retired()
             replaced += len(work.victims)
     finally:

@@ -150,7 +150,7 @@ def rows_for_damaged_header(
     header, else one row naming the document where anything tells, or saying that nothing
     does."""
     if offset + HEADER_BYTES > len(data) or not any(data[offset : offset + HEADER_BYTES]):
-        return [(_untold_key(path, offset), 0, path, offset, UNTOLD, None)]
+        return [DamageRow(_untold_key(path, offset), 0, path, offset, UNTOLD, None)]
     repaired = repaired_header(data, offset)
     if repaired is not None:
         # exact: the header as written, in a copy of the record's bytes
@@ -161,11 +161,11 @@ def rows_for_damaged_header(
     matches = payload_intact(data, offset, raw)  # then length, check and payload are intact
     named = _named_by_payload(sealer, data, offset, raw, matches)
     if named is not None:
-        return [(named[0], raw.seq, path, offset, "damaged record header", named[1])]
+        return [DamageRow(named[0], raw.seq, path, offset, "damaged record header", named[1])]
     doc_id = known(raw.id_hash)
     if doc_id is not None or repaired is not None:
-        return [(raw.id_hash, raw.seq, path, offset, "damaged record header", doc_id)]
-    return [(_untold_key(path, offset), raw.seq, path, offset, UNTOLD, None)]
+        return [DamageRow(raw.id_hash, raw.seq, path, offset, "damaged record header", doc_id)]
+    return [DamageRow(_untold_key(path, offset), raw.seq, path, offset, UNTOLD, None)]
 
 
 def _untold_key(path: str, offset: int) -> int:

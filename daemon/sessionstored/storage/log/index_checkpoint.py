@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import cbor2
 import xxhash
@@ -44,7 +44,17 @@ ASSOCIATED_DATA = b"sessionstore/index-checkpoint"
 MAX_CHECKPOINT_BYTES = 4 * 1024 * 1024 * 1024
 
 HistoryRow = tuple[int, str, str, bytes | None, int, int]
-DamageRow = tuple[int, int, str, int, str, str | None]  # hash, seq, file, offset, why, id
+
+
+class DamageRow(NamedTuple):
+    """A committed record found damaged: its document is io_error until rewritten."""
+
+    id_hash: int  # negative when no id hash survived (damage.py)
+    seq: int
+    file: str
+    offset: int
+    reason: str
+    id: str | None  # None when nothing tells which document it held
 
 
 @dataclass
@@ -177,7 +187,7 @@ def decode_checkpoint(path: str, data: bytes, sealer: Sealer) -> CheckpointState
             segments=dict(fields["segments"]),
             index=index,
             history=_history_rows(fields["history"]),
-            damaged=[tuple(row) for row in fields["damaged"]],
+            damaged=[DamageRow(*row) for row in fields["damaged"]],
             path=path,
         )
     except (KeyError, TypeError, ValueError, IndexError, cbor2.CBORDecodeError) as error:

@@ -52,8 +52,8 @@ class Upkeep:
         work = compaction.plan(self.store, dead_only=dead_only)
         return None if work is None else Compaction(self.store, work)
 
-    def checkpoint_due(self) -> bool:
-        return self.store.checkpoint_due()
+    def index_checkpoint_due(self) -> bool:
+        return self.store.index_checkpoint_due()
 
-    def checkpoint(self) -> str:
-        return self.store.checkpoint()
+    def write_index_checkpoint(self) -> str:
+        return self.store.write_index_checkpoint()

@@ -313,7 +313,7 @@ def recover(store: Store) -> RecoveryReport:
         known=lambda: ((kind, doc_id) for kind, doc_id, _ in index.rows()),
     )
     history = _shared_history(base) if base else []
-    damaged = {row[0]: row for row in base.damaged} if base else {}
+    damaged = {row.id_hash: row for row in base.damaged} if base else {}
     for batch in result.batches:
         for kind, doc_id, seq, digest, size, segment, offset, length in batch.intents:
             if digest is None:
@@ -325,7 +325,7 @@ def recover(store: Store) -> RecoveryReport:
                     damaged.pop(id_hash, None)
             history.append(Committed(seq, kind, doc_id, digest, batch.committed_at_ms, size))
         for row in batch.damaged:
-            damaged[row[0]] = row
+            damaged[row.id_hash] = row
     report.records_replayed = result.records
     report.batches_replayed = len(result.batches)
     report.rolled_back = result.rolled_back
@@ -366,7 +366,7 @@ def recover(store: Store) -> RecoveryReport:
         rekey = finish_rekey(store, bridge)
         report.rekey_finished = f"{rekey.bridge}, {rekey.resealed} documents resealed"
     report.damaged_documents = len(store.damaged)
-    report.untold_damage = sum(1 for row in store.damaged.values() if row[5] is None)
+    report.untold_damage = sum(1 for row in store.damaged.values() if row.id is None)
     report.seq = store.seq
     report.documents = sum(store.index.count(k) for k in store.index.kinds())
     report.checkpoint_seq = store.checkpoint_seq

@@ -50,7 +50,7 @@ def finish_rekey(
     if work is not None:
         compaction.copy(store, work, reseal=True, progress=progress)
         report.resealed = compaction.switch(store, work)
-    store.checkpoint()
+    store.write_index_checkpoint()
     store.log.close_retired()
     new = store.sealer.seal_with
     fs = store.fs

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import CorruptRecord
 from ..sealing import Sealer
@@ -53,8 +53,18 @@ from .records import (
 )
 from .segments import SEGMENT_HEADER_BYTES
 
-# (kind, id, seq, digest or None, size, segment, offset, length)
-Intent = tuple[str, str, int, bytes | None, int, int, int, int]
+
+class Intent(NamedTuple):
+    """A Data (digest, size) or Removal (None, 0) record of a batch, and where it is."""
+
+    kind: str
+    id: str
+    seq: int
+    digest: bytes | None
+    size: int
+    segment: int
+    offset: int
+    length: int
 
 
 @dataclass
@@ -294,7 +304,7 @@ def scan(
                 if doc_id is None:
                     doc_id = names(item.header.id_hash)
                 pending.damaged.append(
-                    (
+                    DamageRow(
                         item.header.id_hash,
                         item.header.seq,
                         item.path,
@@ -326,12 +336,14 @@ def scan(
                     {"path": error.path, "offset": error.offset, "reason": error.reason}
                 )
                 pending.damaged.append(
-                    (header.id_hash, header.seq, error.path, error.offset, error.reason, None)
+                    DamageRow(
+                        header.id_hash, header.seq, error.path, error.offset, error.reason, None
+                    )
                 )
             else:
                 names.saw(kind, doc_id)
                 pending.intents.append(
-                    (
+                    Intent(
                         kind,
                         doc_id,
                         header.seq,
@@ -358,9 +370,12 @@ def scan(
                 }
             )
             damaged = damaged + [
-                (sealer.id_hash(i[0], i[1]), i[2], segment.path, i[6], "duplicate sequence", i[1])
+                DamageRow(
+                    sealer.id_hash(i.kind, i.id), i.seq, segment.path, i.offset,
+                    "duplicate sequence", i.id,
+                )
                 for i in intents
-            ]
+            ]  # fmt: skip
             intents = []
         elif len(intents) + len(damaged) != commit.intents:
             result.corruption.append(
@@ -403,7 +418,7 @@ def _lost_commit(
     rows = list(pending.damaged)
     for kind, doc_id, seq, _digest, _size, number, offset, _length in pending.intents:
         rows.append(
-            (
+            DamageRow(
                 sealer.id_hash(kind, doc_id),
                 seq,
                 by_number[number].path,
@@ -422,7 +437,7 @@ def _lost_commit(
                 f"committed: its {len(rows)} documents are io_error",
             }
         )
-    seqs = [i[2] for i in pending.intents]
+    seqs = [i.seq for i in pending.intents]
     first = min(seqs, default=pending.top_seq)
     result.batches.append(CommittedBatch(pending.batch, first, pending.top_seq, 0, [], rows))
     result.last_batch = max(result.last_batch, pending.batch)

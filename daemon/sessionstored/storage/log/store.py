@@ -409,7 +409,7 @@ class Store:
 
     # -- checkpoints (the writer's thread, between batches) ------------------------------
 
-    def checkpoint_due(self) -> bool:
+    def index_checkpoint_due(self) -> bool:
         return (
             self.seq - self.checkpoint_seq >= self.checkpoint_every
             or self.bytes_since_checkpoint >= self.checkpoint_every_bytes
@@ -428,7 +428,7 @@ class Store:
             damaged=list(self.damaged.values()),
         )
 
-    def checkpoint(self) -> str:
+    def write_index_checkpoint(self) -> str:
         """Write an index checkpoint, then remove segments that no checkpoint names.
         NoSpace (the store goes on) or InjectedFault (before-rename) change nothing;
         any other error is FatalStorageError."""
