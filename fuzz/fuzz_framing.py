@@ -3,7 +3,7 @@
 # (byte_path.py), and each input also goes through the helper and its Python
 # twin, which must agree.
 # Any bytes, cut anywhere, must give the same messages whole or in pieces, or a
-# classified ProtocolError; every message decoded must encode again in the
+# classified Refusal; every message decoded must encode again in the
 # connection's mode (a reply carrying it never fails). Each input is tried as
 # CBOR and, with a "{" in front, as JSON lines. Anything else (an exception, a
 # hang) is a finding.
@@ -19,7 +19,7 @@ with atheris.instrument_imports():
         END_OF_STREAM,
         NEED_DATA,
         Connection,
-        ProtocolError,
+        Refusal,
         parse_request,
     )
 
@@ -37,7 +37,7 @@ def _messages(chunks: list[bytes], order_maps: bool) -> list[object]:
         while True:
             try:
                 message = conn.next_message()
-            except ProtocolError as error:
+            except Refusal as error:
                 assert error.code in ("bad_request", "too_large"), error.code
                 out.append(("error", error.code))  # the code must agree; wording may differ
                 if error.fatal:
@@ -47,7 +47,7 @@ def _messages(chunks: list[bytes], order_maps: bool) -> list[object]:
                 break
             try:
                 parse_request(message)
-            except ProtocolError as error:
+            except Refusal as error:
                 assert error.code == "bad_request" and not error.fatal
             conn.encode({"ok": True, "echo": message})
             out.append(message)

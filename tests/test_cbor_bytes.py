@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from sessionstore.wire import cbor_bytes, cbor_bytes_python
 from sessionstore.wire.canonical import canonical_dumps
-from sessionstore.wire.protocol import END_OF_STREAM, Connection, Mode, ProtocolError
+from sessionstore.wire.protocol import END_OF_STREAM, Connection, Mode, Refusal
 
 from . import cbor_reference as reference
 from .test_canonical import values
@@ -221,7 +221,7 @@ def _decoder_verdict(data: bytes) -> bytes | None:
         if conn.buffered or message is END_OF_STREAM:
             return None  # more than one item, or none
         return canonical_dumps(message)
-    except (ProtocolError, ValueError, TypeError, OverflowError):
+    except (Refusal, ValueError, TypeError, OverflowError):
         return None
 
 

@@ -64,9 +64,9 @@ async def test_replies_leave_in_request_order_whoever_finishes_first() -> None:
         outbox.add_job(first)
         outbox.add_job(second)
         outbox.add_reply(cbor2.dumps({"rid": 3}))
-        second.job.finish(Outcome(True, seq=2))  # the later write is done first
+        second.job.finish(Outcome(seq=2))  # the later write is done first
         assert _received(peer) == []
-        first.job.finish(Outcome(True, seq=1))
+        first.job.finish(Outcome(seq=1))
         await outbox.wait_sent()
         assert _received(peer) == [{"rid": 1}, {"rid": 2}, {"rid": 3}]
     sock.detach()
@@ -106,7 +106,7 @@ async def test_a_closed_outbox_sends_nothing_when_a_job_finishes_late() -> None:
         late = _write(1)
         outbox.add_job(late)
         outbox.closed = True  # the connection went away
-        late.job.finish(Outcome(True, seq=1))
+        late.job.finish(Outcome(seq=1))
     assert _received(peer) == []
     sock.detach()
     await stream.aclose()

@@ -17,8 +17,8 @@ from sessionstore.wire.protocol import (
     Connection,
     ItemScanner,
     Mode,
-    ProtocolError,
     RawCBOR,
+    Refusal,
     encode,
     parse_request,
 )
@@ -100,7 +100,7 @@ def test_garbage_only_yields_messages_or_classified_errors(junk: bytes) -> None:
     for _ in range(len(junk) + 2):
         try:
             message = conn.next_message()
-        except ProtocolError as error:
+        except Refusal as error:
             assert error.code in ("bad_request", "too_large")
             if error.fatal:
                 return
@@ -109,7 +109,7 @@ def test_garbage_only_yields_messages_or_classified_errors(junk: bytes) -> None:
             return
         try:
             parse_request(message)
-        except ProtocolError as error:
+        except Refusal as error:
             assert error.code == "bad_request" and not error.fatal
 
 
@@ -127,7 +127,7 @@ def test_eof_inside_an_item_is_bad_request() -> None:
     conn.receive_data(cbor2.dumps({"op": "ping"})[:-1])
     assert conn.next_message() is NEED_DATA
     conn.receive_eof()
-    with pytest.raises(ProtocolError) as error:
+    with pytest.raises(Refusal) as error:
         conn.next_message()
     assert error.value.code == "bad_request" and error.value.fatal
 
@@ -135,22 +135,22 @@ def test_eof_inside_an_item_is_bad_request() -> None:
 def test_declared_length_over_cap_refused_before_buffering() -> None:
     scanner = ItemScanner(max_item_bytes=1000)
     header = b"\x5b" + (10**12).to_bytes(8, "big")  # a 1 TB byte string, only the header sent
-    with pytest.raises(ProtocolError) as error:
+    with pytest.raises(Refusal) as error:
         scanner.scan(header)
     assert error.value.code == "too_large"
-    with pytest.raises(ProtocolError):
+    with pytest.raises(Refusal):
         ItemScanner(1000).scan(b"\x9b" + (10**12).to_bytes(8, "big"))  # a 10^12-element array
 
 
 def test_nesting_cap() -> None:
     deep_ok = b"\x81" * 63 + b"\x01"
     assert ItemScanner(10_000).scan(deep_ok) == len(deep_ok)
-    with pytest.raises(ProtocolError) as error:
+    with pytest.raises(Refusal) as error:
         ItemScanner(10_000).scan(b"\x81" * 65 + b"\x01")
     assert error.value.code == "bad_request"
     conn = Connection()
     conn.receive_data(b'{"op":' + b"[" * 100 + b"]" * 100 + b'}\n{"op":"ping"}\n')
-    with pytest.raises(ProtocolError) as json_error:
+    with pytest.raises(Refusal) as json_error:
         conn.next_message()
     assert json_error.value.code == "bad_request" and not json_error.value.fatal
     assert conn.next_message() == {"op": "ping"}
@@ -176,7 +176,7 @@ def test_indefinite_lengths_and_bignums_accepted() -> None:
     [b"\xc1\x00", b"\xf7", b"\xf8\x20", b"\x1c", b"\xff", b"\x5f\x61a\xff", b"\x9f\x5f\x41a\x5f"],
 )
 def test_rejected_encodings(item: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ProtocolError) as error:
+    with pytest.raises(Refusal) as error:
         ItemScanner(1000).scan(item)
     assert error.value.code == "bad_request"
     for fast_path_bytes in (protocol.FAST_PATH_MAX_BYTES, 0):
@@ -184,7 +184,7 @@ def test_rejected_encodings(item: bytes, monkeypatch: pytest.MonkeyPatch) -> Non
         conn = Connection()
         conn.receive_data(item + b"\x00" * 8)
         conn.receive_eof()
-        with pytest.raises(ProtocolError) as through_connection:
+        with pytest.raises(Refusal) as through_connection:
             conn.next_message()
         assert through_connection.value.code == "bad_request"
 
@@ -197,14 +197,14 @@ def test_fast_path_and_scanner_agree(fast_path_bytes: int, monkeypatch: pytest.M
     assert _feed([stream]) == messages
     assert _feed([stream[i : i + 7] for i in range(0, len(stream), 7)]) == messages
     duplicate_keys = b"\xa2\x62op\x64ping\x62op\x64ping"
-    with pytest.raises(ProtocolError):
+    with pytest.raises(Refusal):
         _feed([duplicate_keys])
 
 
 def test_json_line_over_cap_is_too_large() -> None:
     conn = Connection(max_message_bytes=1024)
     conn.receive_data(b'{"op":"' + b"x" * 2000)
-    with pytest.raises(ProtocolError) as error:
+    with pytest.raises(Refusal) as error:
         conn.next_message()
     assert error.value.code == "too_large" and error.value.fatal
 
@@ -212,7 +212,7 @@ def test_json_line_over_cap_is_too_large() -> None:
 def test_parse_request_rules() -> None:
     assert parse_request({"op": "ping", "rid": 5}).rid == 5
     for bad in ([1], {"op": 1}, {"op": ""}, {1: "x", "op": "ping"}, {"op": "ping", "rid": [1]}):
-        with pytest.raises(ProtocolError) as error:
+        with pytest.raises(Refusal) as error:
             parse_request(bad)
         assert error.value.code == "bad_request" and not error.value.fatal
 
@@ -235,7 +235,7 @@ def test_a_cbor_null_is_a_message_not_the_end_of_the_stream() -> None:
     conn.receive_data(b"\xf6" + cbor2.dumps({"op": "ping"}))
     assert conn.next_message() is None
     assert conn.next_message() == {"op": "ping"}
-    with pytest.raises(ProtocolError):
+    with pytest.raises(Refusal):
         parse_request(None)
 
 
@@ -243,7 +243,7 @@ def test_a_cbor_null_is_a_message_not_the_end_of_the_stream() -> None:
 def test_simple_values_are_refused_on_the_fast_path_too(item: bytes) -> None:
     conn = Connection(order_maps=True)
     conn.receive_data(item)
-    with pytest.raises(ProtocolError) as error:
+    with pytest.raises(Refusal) as error:
         conn.next_message()
     assert error.value.code == "bad_request"
 
@@ -300,7 +300,7 @@ def test_each_side_names_what_it_received_and_the_state_is_explicit() -> None:
         conn = Connection(max_message_bytes=64, received=received)  # type: ignore[arg-type]
         assert conn.state is State.UNDECIDED
         conn.receive_data(item)
-        with pytest.raises(ProtocolError) as error:
+        with pytest.raises(Refusal) as error:
             conn.next_message()
         assert error.value.code == "too_large" and error.value.message == text
         assert conn.state is State.FAILED and conn.mode is Mode.CBOR
@@ -313,7 +313,7 @@ def test_a_walked_item_may_hold_only_so_many_data_items() -> None:
     many = cbor2.dumps({"op": "save", "snapshot": [[]] * 5000})
     conn = Connection(defer_above_bytes=100, max_items=4000, received="request")
     conn.receive_data(many)
-    with pytest.raises(ProtocolError) as error:
+    with pytest.raises(Refusal) as error:
         while conn.next_message() is not NEED_DATA:
             pass
     assert error.value.code == "too_large" and "4000 CBOR data items" in error.value.message

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionstore.wire.canonical import canonical_dumps
-from sessionstore.wire.shared import CanonicalItem
+from sessionstore.wire.shared import CanonicalItem, Refusal
 from sessionstored.document_arguments import document_body, prepared_txn
 from sessionstored.snapshot import (
     UPDATABLE,
@@ -22,7 +22,6 @@ from sessionstored.snapshot import (
     with_component,
     with_component_bytes,
 )
-from sessionstored.storage.errors import Refused
 
 anything = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(), st.text(max_size=4)),
@@ -79,7 +78,7 @@ snapshots = st.fixed_dictionaries(
 def _verdict(check: Any, value: Any) -> tuple[str, Any]:
     try:
         return ("ok", check(value))
-    except (InvalidSnapshot, Refused) as error:
+    except (InvalidSnapshot, Refusal) as error:
         return (type(error).__name__, str(error))
 
 

@@ -13,9 +13,9 @@ from .async_core import AsyncCore
 from .errors import ConnectionLost, NoDaemon
 from .paths import checked_socket
 from .replies import DEFAULT_TIMEOUT_S, RECEIVE_BYTES, answers_after_broken_send
-from .wire.protocol import ProtocolError
+from .wire.protocol import Refusal
 
-_LOST = (OSError, ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError)
+_LOST = (OSError, Refusal, trio.BrokenResourceError, trio.ClosedResourceError)
 
 
 class AsyncClient(AsyncCore):
@@ -64,7 +64,7 @@ class AsyncClient(AsyncCore):
     async def _answers_after_broken_send(self, count: int) -> list[Any] | None:
         """The daemon closed mid-send: its refusal may be waiting unread."""
         replies: list[dict[str, Any]] = []
-        with contextlib.suppress(*_LOST, ConnectionLost, ProtocolError):
+        with contextlib.suppress(*_LOST, ConnectionLost, Refusal):
             while len(replies) < count:
                 replies.append(await self._read_message())
         return answers_after_broken_send(replies, count)

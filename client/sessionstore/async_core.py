@@ -20,7 +20,7 @@ from .replies import (
     take_response,
 )
 from .requests import Call
-from .wire.protocol import Connection, Mode, ProtocolError
+from .wire.protocol import Connection, Mode, Refusal
 
 
 class AsyncCore(OpMethods):
@@ -64,7 +64,7 @@ class AsyncCore(OpMethods):
                     self._conn.receive_data(data)
                 else:
                     self._conn.receive_eof()
-        except ProtocolError as error:  # a reply we cannot frame: this connection is done
+        except Refusal as error:  # a reply we cannot frame: this connection is done
             raise ConnectionLost(f"bad response from the daemon: {error}") from error
         return message
 

@@ -12,7 +12,7 @@ from .async_core import AsyncCore
 from .errors import ConnectionLost, NoDaemon
 from .paths import checked_socket
 from .replies import DEFAULT_TIMEOUT_S, RECEIVE_BYTES, answers_after_broken_send
-from .wire.protocol import ProtocolError
+from .wire.protocol import Refusal
 
 
 class AsyncioClient(AsyncCore):
@@ -53,7 +53,7 @@ class AsyncioClient(AsyncCore):
         assert self._reader is not None
         try:
             return await self._reader.read(RECEIVE_BYTES)
-        except (OSError, ProtocolError) as error:
+        except (OSError, Refusal) as error:
             raise ConnectionLost(str(error)) from error
 
     async def _sleep(self, seconds: float) -> None:
@@ -70,7 +70,7 @@ class AsyncioClient(AsyncCore):
         try:
             while len(replies) < len(requests):
                 replies.append(await self._read_message())
-        except (OSError, ProtocolError, ConnectionLost):
+        except (OSError, Refusal, ConnectionLost):
             answered = answers_after_broken_send(replies, len(requests))
             if answered is None:
                 raise
@@ -89,7 +89,7 @@ class AsyncioClient(AsyncCore):
             except TimeoutError as error:
                 await self.aclose()
                 raise ConnectionLost(f"no reply within {self.timeout} s") from error
-            except (OSError, ProtocolError, ConnectionLost) as error:
+            except (OSError, Refusal, ConnectionLost) as error:
                 await self.aclose()
                 raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error
 

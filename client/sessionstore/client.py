@@ -22,7 +22,7 @@ from .replies import (
     take_response,
 )
 from .requests import UNSET, Call
-from .wire.protocol import Connection, Mode, ProtocolError
+from .wire.protocol import Connection, Mode, Refusal
 
 
 class Client(OpMethods):
@@ -78,7 +78,7 @@ class Client(OpMethods):
                 self.close()
                 return answered
             return [self._read_message() for _ in requests]
-        except (OSError, ProtocolError) as error:
+        except (OSError, Refusal) as error:
             self.close()
             raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error
 
@@ -88,7 +88,7 @@ class Client(OpMethods):
         try:
             while len(replies) < count:
                 replies.append(self._read_message())
-        except (OSError, ProtocolError, ConnectionLost):
+        except (OSError, Refusal, ConnectionLost):
             pass
         return replies
 

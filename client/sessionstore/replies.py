@@ -9,7 +9,7 @@ from typing import Any
 
 from .errors import ConnectionLost, error_from_wire
 from .requests import UNSET, Call, make
-from .wire.protocol import END_OF_STREAM, NEED_DATA, Connection, ProtocolError
+from .wire.protocol import END_OF_STREAM, NEED_DATA, Connection, Refusal
 
 # what one recv asks for: Python allocates that much before it knows how much
 # arrives, and above glibc's mmap threshold (128 KiB) that costs more than the call
@@ -53,7 +53,7 @@ def results_of(calls: Sequence[Call], replies: list[dict[str, Any]]) -> list[Any
 
 
 # what a watch resumes after: the socket failing, or a reply it cannot frame
-RESUMABLE = (ConnectionLost, OSError, ProtocolError)
+RESUMABLE = (ConnectionLost, OSError, Refusal)
 
 
 class WatchResume:

@@ -15,10 +15,9 @@ from sessionstore.wire.canonical import (
     parse_digest,
 )
 from sessionstore.wire.codes import ErrorCode
-from sessionstore.wire.shared import CanonicalItem
+from sessionstore.wire.shared import CanonicalItem, Refusal
 
 from .snapshot import id_problem
-from .storage.errors import Refused
 from .storage.mutations import KV_DOCUMENT, LOOP_CHECKPOINT, SESSION, WORKFLOW_CHECKPOINT
 from .storage.txn import Require, TxnAppend, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut
 
@@ -47,14 +46,14 @@ class PreparedTxn:
 def key_text(value: Any, name: str) -> str:
     problem = id_problem(value)
     if problem:
-        raise Refused(ErrorCode.BAD_REQUEST, f"{name} {problem}")
+        raise Refusal(ErrorCode.BAD_REQUEST, f"{name} {problem}")
     assert isinstance(value, str)
     return value
 
 
 def document_kind(value: Any, where: str = "kind") -> tuple[str, str | None]:
     if not isinstance(value, str) or value not in DOCUMENT_KINDS:
-        raise Refused(ErrorCode.BAD_REQUEST, f"{where} must be 'loop', 'workflow' or 'kv'")
+        raise Refusal(ErrorCode.BAD_REQUEST, f"{where} must be 'loop', 'workflow' or 'kv'")
     return DOCUMENT_KINDS[value]
 
 
@@ -69,20 +68,20 @@ def document_body(
     the request's (Connection.last_hint)."""
     if isinstance(value, CanonicalItem):
         if major_type(value.data) != MAP:
-            raise Refused(ErrorCode.BAD_REQUEST, "value must be a map")
+            raise Refusal(ErrorCode.BAD_REQUEST, "value must be a map")
         span = map_fields(value.data).get(id_field) if id_field is not None else None
         _check_id_field(id_field, decode_span(value.data, span) if span else _ABSENT, key)
         body = value.data
     else:
         if not isinstance(value, dict):
-            raise Refused(ErrorCode.BAD_REQUEST, "value must be a map")
+            raise Refusal(ErrorCode.BAD_REQUEST, "value must be a map")
         _check_id_field(id_field, value.get(id_field, _ABSENT) if id_field else _ABSENT, key)
         try:
             body = canonical_dumps(value, hint=hint)
         except (ValueError, TypeError, OverflowError) as error:
-            raise Refused(ErrorCode.BAD_REQUEST, f"cannot encode value: {error}") from None
+            raise Refusal(ErrorCode.BAD_REQUEST, f"cannot encode value: {error}") from None
     if len(body) > limit:
-        raise Refused(ErrorCode.TOO_LARGE, f"value is {len(body)} bytes, over {limit}")
+        raise Refusal(ErrorCode.TOO_LARGE, f"value is {len(body)} bytes, over {limit}")
     return body, digest_bytes_of_canonical(body)
 
 
@@ -91,30 +90,30 @@ _ABSENT: Any = object()
 
 def _check_id_field(id_field: str | None, found: Any, key: str | None) -> None:
     if found is not _ABSENT and found != key:
-        raise Refused(ErrorCode.BAD_REQUEST, f"value.{id_field} {found!r} is not key {key!r}")
+        raise Refusal(ErrorCode.BAD_REQUEST, f"value.{id_field} {found!r} is not key {key!r}")
 
 
 def _require(number: int, item: Any) -> Require:
     where = f"require[{number}]"
     if not isinstance(item, dict):
-        raise Refused(ErrorCode.BAD_REQUEST, f"{where} must be a map")
+        raise Refusal(ErrorCode.BAD_REQUEST, f"{where} must be a map")
     kind = item.get("kind")
     if not isinstance(kind, str) or kind not in REQUIRE_KINDS:
         names = ", ".join(repr(name) for name in REQUIRE_KINDS)
-        raise Refused(ErrorCode.BAD_REQUEST, f"{where}.kind must be one of {names}")
+        raise Refusal(ErrorCode.BAD_REQUEST, f"{where}.kind must be one of {names}")
     key = key_text(item.get("key"), f"{where}.key")
     exists = item.get("exists")
     has_digest = "digest" in item
     if (exists is None) == (not has_digest) or (exists is not None and has_digest):
         message = f"{where} needs exactly one of exists (true/false) or digest"
-        raise Refused(ErrorCode.BAD_REQUEST, message)
+        raise Refusal(ErrorCode.BAD_REQUEST, message)
     if exists is not None:
         if not isinstance(exists, bool):
-            raise Refused(ErrorCode.BAD_REQUEST, f"{where}.exists must be true or false")
+            raise Refusal(ErrorCode.BAD_REQUEST, f"{where}.exists must be true or false")
         return Require(REQUIRE_KINDS[kind], key, exists=exists)
     digest = parse_digest(item["digest"])
     if digest is None:
-        raise Refused(
+        raise Refusal(
             ErrorCode.BAD_REQUEST, f"{where}.digest must be an 'xxh3-128:<32 hex>' digest"
         )
     return Require(REQUIRE_KINDS[kind], key, digest=digest)
@@ -123,16 +122,16 @@ def _require(number: int, item: Any) -> Require:
 def _op(number: int, item: Any, limit: int, hint: Hint) -> TxnOp:
     where = f"ops[{number}]"
     if not isinstance(item, dict):
-        raise Refused(ErrorCode.BAD_REQUEST, f"{where} must be a map")
+        raise Refusal(ErrorCode.BAD_REQUEST, f"{where} must be a map")
     name = item.get("op")
     kind, id_field = document_kind(item.get("kind"), f"{where}.kind")
     if name == "put":
         key = key_text(item.get("key"), f"{where}.key")
         if "value" not in item:
-            raise Refused(ErrorCode.BAD_REQUEST, f"{where}.value is missing")
+            raise Refusal(ErrorCode.BAD_REQUEST, f"{where}.value is missing")
         if_absent = item.get("if_absent", False)
         if not isinstance(if_absent, bool):
-            raise Refused(ErrorCode.BAD_REQUEST, f"{where}.if_absent must be true or false")
+            raise Refusal(ErrorCode.BAD_REQUEST, f"{where}.if_absent must be true or false")
         body, digest = document_body(item["value"], id_field, key, limit, hint)
         return TxnPut(kind, key, body, digest, if_absent)
     if name == "delete":
@@ -141,16 +140,16 @@ def _op(number: int, item: Any, limit: int, hint: Hint) -> TxnOp:
         return TxnDeletePrefix(kind, key_text(item.get("prefix"), f"{where}.prefix"))
     if name == "append":
         if id_field is not None:
-            raise Refused(ErrorCode.BAD_REQUEST, f"{where}: append is for kind 'kv'")
+            raise Refusal(ErrorCode.BAD_REQUEST, f"{where}: append is for kind 'kv'")
         prefix = key_text(item.get("prefix"), f"{where}.prefix")
         if len(prefix.encode("utf-8")) > 1000:
-            raise Refused(ErrorCode.BAD_REQUEST, f"{where}.prefix must be at most 1000 UTF-8 bytes")
+            raise Refusal(ErrorCode.BAD_REQUEST, f"{where}.prefix must be at most 1000 UTF-8 bytes")
         if "value" not in item:
-            raise Refused(ErrorCode.BAD_REQUEST, f"{where}.value is missing")
+            raise Refusal(ErrorCode.BAD_REQUEST, f"{where}.value is missing")
         body, digest = document_body(item["value"], None, None, limit, hint)
         return TxnAppend(kind, prefix, body, digest)
     message = f"{where}.op must be 'put', 'delete', 'delete_prefix' or 'append'"
-    raise Refused(ErrorCode.BAD_REQUEST, message)
+    raise Refusal(ErrorCode.BAD_REQUEST, message)
 
 
 def prepared_txn(
@@ -164,10 +163,10 @@ def prepared_txn(
         ops = array_keeping(ops, OP_DOCUMENTS)
     requires = args.get("require", [])
     if not isinstance(ops, list) or not 1 <= len(ops) <= MAX_TXN_OPS:
-        raise Refused(ErrorCode.BAD_REQUEST, f"ops must be an array of 1 to {MAX_TXN_OPS} maps")
+        raise Refusal(ErrorCode.BAD_REQUEST, f"ops must be an array of 1 to {MAX_TXN_OPS} maps")
     if not isinstance(requires, list) or len(requires) > MAX_TXN_REQUIRES:
         message = f"require must be an array of at most {MAX_TXN_REQUIRES} maps"
-        raise Refused(ErrorCode.BAD_REQUEST, message)
+        raise Refusal(ErrorCode.BAD_REQUEST, message)
     return PreparedTxn(
         tuple(_require(n, item) for n, item in enumerate(requires)),
         tuple(_op(n, item, max_document_bytes, hint) for n, item in enumerate(ops)),

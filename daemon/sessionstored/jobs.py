@@ -11,7 +11,7 @@ import trio
 
 from sessionstore.wire.codes import ErrorCode
 
-from .storage.mutations import Mutation, Outcome, Txn
+from .storage.mutations import Mutation, Outcome, Txn, refused
 
 
 class Job:
@@ -31,7 +31,7 @@ class Job:
 
     def fail(self, code: ErrorCode, message: str) -> None:
         """Finish a job that will not run (a failed store, a stopping daemon)."""
-        self.failure = Outcome(False, code=code, message=message)
+        self.failure = refused(code, message)
         self._finished()
 
 

@@ -18,8 +18,8 @@ from sessionstore.wire import cbor_bytes
 from sessionstore.wire.byte_path import MAP, major_type
 from sessionstore.wire.canonical import Hint, canonical_dumps, digest_bytes_of_canonical
 from sessionstore.wire.codes import ErrorCode
-from sessionstore.wire.protocol import Connection, Mode, ProtocolError, Request, parse_request
-from sessionstore.wire.shared import CanonicalItem
+from sessionstore.wire.protocol import Connection, Mode, Request, parse_request
+from sessionstore.wire.shared import CanonicalItem, Refusal
 
 from .document_arguments import DOCUMENT_KINDS, PreparedTxn, document_body, prepared_txn
 from .snapshot import (
@@ -31,7 +31,6 @@ from .snapshot import (
     with_component,
     with_component_bytes,
 )
-from .storage.errors import Refused
 
 
 @dataclass(frozen=True)
@@ -50,14 +49,6 @@ class Encoded:
     data: bytes
 
 
-@dataclass(frozen=True)
-class Failure:
-    code: ErrorCode
-    message: str
-    details: dict[str, Any]
-    fatal: bool = False  # a framing error: the connection closes after the reply
-
-
 def encode_document(document: Any, *, hint: Hint = Hint.NONE) -> bytes:
     try:
         return canonical_dumps(document, hint=hint)
@@ -68,22 +59,22 @@ def encode_document(document: Any, *, hint: Hint = Hint.NONE) -> bytes:
 def snapshot_document(args: dict[str, Any], max_snapshot_bytes: int, hint: Hint) -> ReadyDocument:
     """The `snapshot` argument of a save, checked, canonical and hashed."""
     if "snapshot" not in args:
-        raise Refused(ErrorCode.BAD_REQUEST, "snapshot is missing")
+        raise Refusal(ErrorCode.BAD_REQUEST, "snapshot is missing")
     snapshot = args["snapshot"]
     if isinstance(snapshot, ReadyDocument):
         return snapshot  # prepared in a worker already
     if isinstance(snapshot, CanonicalItem):
         if major_type(snapshot.data) != MAP:
-            raise Refused(ErrorCode.BAD_REQUEST, "snapshot must be a map")
+            raise Refusal(ErrorCode.BAD_REQUEST, "snapshot must be a map")
         session_id = validate_snapshot_bytes(snapshot.data)
         body = snapshot.data
     elif not isinstance(snapshot, dict):
-        raise Refused(ErrorCode.BAD_REQUEST, "snapshot must be a map")
+        raise Refusal(ErrorCode.BAD_REQUEST, "snapshot must be a map")
     else:
         session_id = validate_snapshot(snapshot)
         body = encode_document(snapshot, hint=hint)
     if len(body) > max_snapshot_bytes:
-        raise Refused(
+        raise Refusal(
             ErrorCode.TOO_LARGE,
             f"snapshot is {len(body)} bytes, over max_snapshot_bytes={max_snapshot_bytes}",
         )
@@ -112,7 +103,7 @@ def decoded(value: Any) -> Any:
 def updated_body(
     current: bytes | None, session_id: str, component: str, value: Any, max_snapshot_bytes: int
 ) -> bytes:
-    """The stored snapshot after `update`, canonical; Refused when it cannot be. Where the
+    """The stored snapshot after `update`, canonical; Refusal when it cannot be. Where the
     compiled helper runs, spliced: the current snapshot is not decoded."""
     try:
         if cbor_bytes.compiled:
@@ -126,11 +117,9 @@ def updated_body(
             )
             body = encode_document(document)
     except LookupError:
-        raise Refused(ErrorCode.NOT_FOUND, f"no session {session_id!r}") from None
-    except InvalidSnapshot as error:
-        raise Refused(ErrorCode.INVALID_SNAPSHOT, str(error)) from None
+        raise Refusal(ErrorCode.NOT_FOUND, f"no session {session_id!r}") from None
     if len(body) > max_snapshot_bytes:
-        raise Refused(ErrorCode.TOO_LARGE, f"the updated snapshot is {len(body)} bytes")
+        raise Refusal(ErrorCode.TOO_LARGE, f"the updated snapshot is {len(body)} bytes")
     return body
 
 
@@ -141,12 +130,9 @@ def _canonical(value: Any) -> bytes:
 
 
 def forked_body(source: bytes, new_id: str, workspace: Any) -> bytes:
-    try:
-        if cbor_bytes.compiled:
-            return forked_bytes(source, new_id, decoded(workspace))
-        return encode_document(forked(cbor2.loads(source), new_id, decoded(workspace)))
-    except InvalidSnapshot as error:
-        raise Refused(ErrorCode.INVALID_SNAPSHOT, str(error)) from None
+    if cbor_bytes.compiled:
+        return forked_bytes(source, new_id, decoded(workspace))
+    return encode_document(forked(cbor2.loads(source), new_id, decoded(workspace)))
 
 
 # -- a large request, whole, in a worker ------------------------------------------
@@ -163,7 +149,7 @@ def prepare_large(
     small_argument_bytes: int,
     arguments: Mapping[str, frozenset[str]],
     documents: Mapping[str, frozenset[str]],
-) -> Request | Failure:
+) -> Request | Refusal:
     """Decode one large item and do the heavy part of its op. What comes back is small
     or bytes: the caller's process never builds the large value's objects. arguments:
     what each op reads (the ops registry); any other key of the request is dropped."""
@@ -179,12 +165,10 @@ def prepare_large(
     try:
         message = conn.next_message()
         request = parse_request(message, canonical_hint=conn.last_hint)
-    except ProtocolError as error:
-        return Failure(error.code, error.message, {}, error.fatal)
+    except Refusal as refusal:
+        return refusal
     except MemoryError:
-        return Failure(
-            ErrorCode.TOO_LARGE, "the request needs more memory to decode than allowed", {}
-        )
+        return Refusal(ErrorCode.TOO_LARGE, "the request needs more memory to decode than allowed")
     args = dict(request.args)
     try:
         if request.op == "save":
@@ -203,12 +187,10 @@ def prepare_large(
             name = LARGE_VALUE_ARGUMENT[request.op]
             if name in args and not isinstance(args[name], CanonicalItem):
                 args[name] = Encoded(cbor2.dumps(args[name]))
-    except Refused as error:
-        return Failure(error.code, error.message, error.details)
-    except InvalidSnapshot as error:
-        return Failure(ErrorCode.INVALID_SNAPSHOT, str(error), {})
+    except Refusal as refusal:
+        return refusal
     except MemoryError:
-        return Failure(ErrorCode.TOO_LARGE, "the request needs more memory than allowed", {})
+        return Refusal(ErrorCode.TOO_LARGE, "the request needs more memory than allowed")
     # Only what the op reads goes back, and only small values or prepared bytes, so the
     # daemon's process unpickles no large object tree.
     read = arguments.get(request.op, frozenset()) | {"op", "rid"}
@@ -220,7 +202,6 @@ def prepare_large(
         and len(cbor2.dumps(value)) > small_argument_bytes
     ]
     if oversized:
-        return Failure(
-            ErrorCode.BAD_REQUEST, f"{', '.join(sorted(oversized))} too large for {request.op}", {}
-        )
+        message = f"{', '.join(sorted(oversized))} too large for {request.op}"
+        return Refusal(ErrorCode.BAD_REQUEST, message)
     return Request(request.op, kept, request.rid, request.has_rid, Hint.NONE)

@@ -46,8 +46,8 @@ from sessionstore.wire.protocol import (
     Connection,
     Deferred,
     Mode,
-    ProtocolError,
     RawCBOR,
+    Refusal,
     Request,
     encode,
     error_response,
@@ -66,7 +66,7 @@ from .offload import (
 )
 from .ops import ARGUMENTS, DOCUMENTS, Ops
 from .outbox import Outbox
-from .prepare import Failure, prepare_large
+from .prepare import prepare_large
 from .socket_io import SocketIO
 from .steps import Exclusive, Prepare, Read, Step, Stream, Write
 from .storage.engine import Engine, Follower, StartReport
@@ -362,7 +362,7 @@ class Server:
                 while True:
                     try:
                         item = conn.next_message()
-                    except ProtocolError:
+                    except Refusal:
                         break
                     if item is END_OF_STREAM:
                         break
@@ -370,7 +370,7 @@ class Server:
                         await trio.sleep(0)
                         continue
                     if item is not NEED_DATA:
-                        with contextlib.suppress(ProtocolError):
+                        with contextlib.suppress(Refusal):
                             request = parse_request(item)
                         break
                     data = await stream.receive_some(RECEIVE_BYTES)
@@ -412,7 +412,7 @@ class Server:
             while True:
                 try:
                     message = conn.next_message()
-                except ProtocolError as error:
+                except Refusal as error:
                     outbox.add_reply(_refusal(conn, error.code, error.message))
                     if error.fatal:
                         await outbox.wait_sent()
@@ -428,11 +428,11 @@ class Server:
                     return
                 if isinstance(message, Deferred):
                     prepared = await self._prepare_large(message)
-                    if isinstance(prepared, Failure):
-                        failure = error_response(
+                    if isinstance(prepared, Refusal):
+                        refusal = error_response(
                             None, prepared.code, prepared.message, **prepared.details
                         )
-                        outbox.add_reply(conn.encode(failure))
+                        outbox.add_reply(conn.encode(refusal))
                         if prepared.fatal:
                             await outbox.wait_sent()
                             return
@@ -441,7 +441,7 @@ class Server:
                 else:
                     try:
                         request = parse_request(message, canonical_hint=conn.last_hint)
-                    except ProtocolError as error:
+                    except Refusal as error:
                         outbox.add_reply(_refusal(conn, error.code, error.message))
                         continue
                 handled += 1
@@ -520,7 +520,7 @@ class Server:
             await step.run(SocketSink(stream, conn.encode))
             nursery.cancel_scope.cancel()
 
-    async def _prepare_large(self, item: Deferred) -> Request | Failure:
+    async def _prepare_large(self, item: Deferred) -> Request | Refusal:
         """Decode a large item and do its op's heavy part in a worker process: only this
         connection waits for it."""
         try:
@@ -536,9 +536,8 @@ class Server:
             )
         except WorkerLost as error:
             log.warning("a worker died decoding a %d-byte request: %s", len(item.data), error)
-            return Failure(
-                ErrorCode.TOO_LARGE, "the request needs more memory to decode than allowed", {}
-            )
+            message = "the request needs more memory to decode than allowed"
+            return Refusal(ErrorCode.TOO_LARGE, message)
 
     async def _encode(self, conn: Connection, response: dict[str, Any]) -> bytes:
         """A reply's bytes; a large one in JSON is encoded in a worker (CBOR splices bytes)."""

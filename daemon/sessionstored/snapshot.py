@@ -19,6 +19,8 @@ from sessionstore.wire.byte_path import (
     raw_map,
 )
 from sessionstore.wire.canonical import canonical_dumps
+from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.shared import Refusal
 
 SCHEMA_VERSION = 1
 MAX_ID_BYTES = 1024
@@ -32,8 +34,11 @@ COMPONENTS = (
 )
 
 
-class InvalidSnapshot(Exception):
-    pass
+class InvalidSnapshot(Refusal):
+    """A snapshot that breaks the document rules above: `invalid_snapshot`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.INVALID_SNAPSHOT, message)
 
 
 def id_problem(value: Any) -> str | None:

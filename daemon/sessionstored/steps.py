@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sessionstore.wire.canonical import digest_text
-from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, error_response
 
 from .jobs import ExclusiveJob, MutationJob
@@ -23,13 +21,9 @@ Response = dict[str, Any]
 
 
 def failure_reply(request: Request | None, outcome: Outcome) -> Response:
-    code = outcome.code
-    assert code is not None, "a failed outcome always carries its code"
-    if code == ErrorCode.CONFLICT and not outcome.details:  # a failed `expect`
-        current = digest_text(outcome.current) if outcome.current is not None else None
-        message = outcome.message or "expect does not match the current digest"
-        return error_response(request, code, message, current=current)
-    return error_response(request, code, outcome.message or code, **outcome.details)
+    refusal = outcome.refused
+    assert refusal is not None, "a failed outcome always carries its refusal"
+    return error_response(request, refusal.code, refusal.message, **refusal.details)
 
 
 class Step:

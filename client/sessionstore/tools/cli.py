@@ -24,7 +24,7 @@ from ..replies import DEFAULT_TIMEOUT_S
 from ..wire import jsonform
 from ..wire.codes import ErrorCode
 from ..wire.jsonform import from_json_value, to_json_value
-from ..wire.protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, ProtocolError
+from ..wire.protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, Refusal
 from . import a3s_import
 from .helpformat import DefaultsShown
 
@@ -727,7 +727,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OF_CODE.get(error.code, EXIT_ERROR)
     except BrokenPipeError:  # `sessionstore ls | head`: the reader has what it wanted
         return EXIT_OK
-    except (OSError, ProtocolError) as error:
+    except (OSError, Refusal) as error:
         print(f"sessionstore: {error}", file=sys.stderr)
         return EXIT_ERROR
 

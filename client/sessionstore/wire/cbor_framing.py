@@ -43,8 +43,8 @@ from .shared import (
     Deferred,
     Inbox,
     Mode,
-    ProtocolError,
     Received,
+    Refusal,
     too_large,
 )
 
@@ -152,7 +152,7 @@ def _refuse_simple_values(value: Any) -> bool:
         elif kind is float:
             floats = True
         elif item is cbor2.undefined or isinstance(item, cbor2.CBORSimpleValue):
-            raise ProtocolError(
+            raise Refusal(
                 ErrorCode.BAD_REQUEST, "simple value other than false/true/null", fatal=True
             )
         elif isinstance(item, Mapping):  # frozendict: maps used as keys
@@ -201,11 +201,11 @@ class ItemScanner:
         self.paused = False
         self.items = 0
 
-    def _too_large(self) -> ProtocolError:
+    def _too_large(self) -> Refusal:
         return too_large(self.received, self.max_item_bytes)
 
-    def _bad(self, message: str) -> ProtocolError:
-        return ProtocolError(
+    def _bad(self, message: str) -> Refusal:
+        return Refusal(
             ErrorCode.BAD_REQUEST, f"{message} at byte {self.pos - self.start}", fatal=True
         )
 
@@ -225,7 +225,7 @@ class ItemScanner:
                 return None
             self.items += 1
             if self.max_items is not None and self.items > self.max_items:
-                raise ProtocolError(
+                raise Refusal(
                     ErrorCode.TOO_LARGE,
                     f"{self.received} holds more than {self.max_items} CBOR data items",
                     fatal=True,
@@ -307,7 +307,7 @@ class ItemScanner:
 
     def _push(self, kind: str | int, remaining: int) -> None:
         if len(self.stack) >= self.max_depth:
-            raise ProtocolError(
+            raise Refusal(
                 ErrorCode.BAD_REQUEST, f"nesting deeper than {self.max_depth} levels", fatal=True
             )
         self.stack.append(_Frame(kind, remaining))
@@ -402,7 +402,7 @@ class CborReader:
                 fp.seek(start)
                 if self.inbox.eof:  # the limits first, as for an item cut into pieces
                     self._scanner_in_use().scan(self.inbox.data)
-                    raise ProtocolError(
+                    raise Refusal(
                         ErrorCode.BAD_REQUEST, "stream ended inside a CBOR item", fatal=True
                     ) from None
                 # Incomplete. If it stays so, walk what has arrived (resumably, each byte
@@ -417,15 +417,13 @@ class CborReader:
                     return NEED_DATA
                 if self._scanner_in_use().scan(self.inbox.data) is None:
                     return NEED_DATA
-                raise ProtocolError(
-                    ErrorCode.BAD_REQUEST, "undecodable CBOR item", fatal=True
-                ) from None
+                raise Refusal(ErrorCode.BAD_REQUEST, "undecodable CBOR item", fatal=True) from None
             except _DECODE_ERRORS as error:
                 # The first problem in byte order wins, however the bytes arrived: the
                 # limits get to look at exactly what the decoder read before it failed.
                 failed_at = _failure_offset(bytes(self.inbox.data), self.max_depth, self.received)
                 self._scanner_in_use().scan(bytes(self.inbox.data[:failed_at]))
-                raise ProtocolError(
+                raise Refusal(
                     ErrorCode.BAD_REQUEST, f"undecodable CBOR item: {error}", fatal=True
                 ) from None
             self._scanner = None
@@ -443,9 +441,7 @@ class CborReader:
             if scanner.paused:
                 return MORE_WORK
             if self.inbox.eof:
-                raise ProtocolError(
-                    ErrorCode.BAD_REQUEST, "stream ended inside a CBOR item", fatal=True
-                )
+                raise Refusal(ErrorCode.BAD_REQUEST, "stream ended inside a CBOR item", fatal=True)
             return NEED_DATA
         self._scanner = None
         self._fast_fp = None
@@ -458,7 +454,7 @@ class CborReader:
             fp = io.BytesIO(self.inbox.data[:end_or_none])
             value = _decoder(fp, self.max_depth, self._hook, self.received).decode()
         except _DECODE_ERRORS as error:
-            raise ProtocolError(
+            raise Refusal(
                 ErrorCode.BAD_REQUEST, f"undecodable CBOR item: {error}", fatal=True
             ) from None
         return self._accept(value, end_or_none)

@@ -15,8 +15,8 @@ from .shared import (
     Deferred,
     Inbox,
     Mode,
-    ProtocolError,
     Received,
+    Refusal,
     too_large,
 )
 
@@ -86,17 +86,17 @@ class JsonLinesReader:
             try:
                 value = jsonform.loads(line)
             except (ValueError, RecursionError) as error:
-                raise ProtocolError(
+                raise Refusal(
                     ErrorCode.BAD_REQUEST, f"invalid JSON line: {error}", fatal=False
                 ) from None
             if not _json_depth_ok(value, self.max_depth):
-                raise ProtocolError(
+                raise Refusal(
                     ErrorCode.BAD_REQUEST,
                     f"nesting deeper than {self.max_depth} levels",
                     fatal=False,
                 )
             if b"\\u" in line and not _json_text_is_unicode(value):
-                raise ProtocolError(
+                raise Refusal(
                     ErrorCode.BAD_REQUEST,
                     "text with a lone surrogate escape is not Unicode",
                     fatal=False,
@@ -104,6 +104,4 @@ class JsonLinesReader:
             try:
                 return from_json_value(value)
             except ValueError as error:
-                raise ProtocolError(
-                    ErrorCode.BAD_REQUEST, f"bad value: {error}", fatal=False
-                ) from None
+                raise Refusal(ErrorCode.BAD_REQUEST, f"bad value: {error}", fatal=False) from None

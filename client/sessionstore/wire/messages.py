@@ -10,7 +10,7 @@ import cbor2
 from . import cbor_bytes, jsonform
 from .canonical import Hint, canonical_dumps
 from .codes import ErrorCode
-from .shared import Mode, ProtocolError
+from .shared import Mode, Refusal
 
 PROTOCOL_VERSION = 1
 
@@ -59,16 +59,16 @@ class Request:
 def parse_request(message: Any, *, canonical_hint: Hint = Hint.NONE) -> Request:
     """Classify a decoded item as a request; a well-framed but wrong item is a soft error."""
     if not isinstance(message, dict):
-        raise ProtocolError(ErrorCode.BAD_REQUEST, "a request must be a map", fatal=False)
+        raise Refusal(ErrorCode.BAD_REQUEST, "a request must be a map", fatal=False)
     if not all(isinstance(key, str) for key in message):
-        raise ProtocolError(ErrorCode.BAD_REQUEST, "request keys must be text", fatal=False)
+        raise Refusal(ErrorCode.BAD_REQUEST, "request keys must be text", fatal=False)
     op = message.get("op")
     if not isinstance(op, str) or not op:
-        raise ProtocolError(ErrorCode.BAD_REQUEST, "missing or non-text 'op'", fatal=False)
+        raise Refusal(ErrorCode.BAD_REQUEST, "missing or non-text 'op'", fatal=False)
     has_rid = "rid" in message
     rid = message.get("rid")
     if has_rid and not isinstance(rid, SCALAR_TYPES):
-        raise ProtocolError(ErrorCode.BAD_REQUEST, "'rid' must be a scalar", fatal=False)
+        raise Refusal(ErrorCode.BAD_REQUEST, "'rid' must be a scalar", fatal=False)
     return Request(op=op, args=message, rid=rid, has_rid=has_rid, canonical_hint=canonical_hint)
 
 

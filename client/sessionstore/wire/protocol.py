@@ -52,8 +52,8 @@ from .shared import (
     Mode,
     MoreWork,
     NeedData,
-    ProtocolError,
     Received,
+    Refusal,
     State,
 )
 
@@ -73,8 +73,8 @@ __all__ = [
     "Mode",
     "MoreWork",
     "NeedData",
-    "ProtocolError",
     "RawCBOR",
+    "Refusal",
     "Request",
     "State",
     "encode",
@@ -189,9 +189,9 @@ class Connection:
 
     def next_message(self) -> Any:
         """A decoded message, NEED_DATA, END_OF_STREAM (EOF with nothing buffered), or raise
-        ProtocolError."""
+        Refusal."""
         if self._failed:
-            raise ProtocolError(ErrorCode.BAD_REQUEST, "connection already failed", fatal=True)
+            raise Refusal(ErrorCode.BAD_REQUEST, "connection already failed", fatal=True)
         if self.mode is Mode.UNDECIDED:
             first = _first_significant(self._inbox.data)
             if first is None:  # nothing yet, or only whitespace: a JSON-lines peer's habit
@@ -205,7 +205,7 @@ class Connection:
             if self.mode is Mode.JSON:
                 return self._json.next_message()
             return self._cbor.next_message()
-        except ProtocolError as error:
+        except Refusal as error:
             if error.fatal:
                 self._failed = True
             raise

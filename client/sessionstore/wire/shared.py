@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from .codes import ErrorCode
 
@@ -15,14 +15,28 @@ MAX_NESTING_DEPTH = 64
 Received = Literal["request", "response"]  # what the peer sends: how errors name it
 
 
-class ProtocolError(Exception):
-    """A peer's mistake, reported on the wire as `code`; `fatal` closes the connection."""
+class Refusal(Exception):
+    """The one way to say "answer with error code X": the code (codes.py says when each
+    is given), a message for people, details for programs (they become the error
+    map's other fields), and fatal when the connection closes after the reply (a
+    framing error). Raised where the refusal is found, or carried as a value (a
+    mutation's outcome, a large item's preparation in a worker process)."""
 
-    def __init__(self, code: ErrorCode, message: str, *, fatal: bool) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, *, fatal: bool = False, **details: Any
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.fatal = fatal
+        self.details = details
+
+    def __reduce__(self) -> tuple[Any, ...]:  # raised in a worker process, re-raised here
+        return (_refusal, (self.code, self.message, self.fatal, self.details))
+
+
+def _refusal(code: ErrorCode, message: str, fatal: bool, details: dict[str, Any]) -> Refusal:
+    return Refusal(code, message, fatal=fatal, **details)
 
 
 class Mode(enum.Enum):
@@ -71,8 +85,8 @@ class CanonicalItem:
     data: bytes
 
 
-def too_large(received: Received, limit: int) -> ProtocolError:
-    return ProtocolError(
+def too_large(received: Received, limit: int) -> Refusal:
+    return Refusal(
         ErrorCode.TOO_LARGE, f"{received} exceeds max_{received}_bytes={limit}", fatal=True
     )
 

@@ -6,11 +6,12 @@ import time
 from sessionstore.wire import cbor_bytes
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import PROTOCOL_VERSION, Request, error_response, ok_response
+from sessionstore.wire.shared import Refusal
 
 from .. import __version__
 from ..jobs import ExclusiveJob
 from ..steps import Exclusive, Read, Reply, Response, Step, Stream
-from ..storage.errors import InjectedFault, NoSpace, Refused
+from ..storage.errors import InjectedFault, NoSpace
 from ..watch import Sink
 from .args import is_int
 from .context import OpContext
@@ -50,7 +51,7 @@ def hello(ops: OpContext, request: Request) -> Step:
 def watch(ops: OpContext, request: Request) -> Step:
     since = request.args.get("since")
     if since is not None and (not is_int(since) or since < 0):
-        raise Refused(ErrorCode.BAD_REQUEST, "since must be a non-negative integer")
+        raise Refusal(ErrorCode.BAD_REQUEST, "since must be a non-negative integer")
 
     async def stream(sink: Sink) -> None:
         current = ops.store.seq

@@ -1,5 +1,5 @@
 # Parsers for the arguments several ops share: ids, `expect`, `lease`, checkpoint
-# kinds. Each raises Refused(bad_request) with a message naming the argument.
+# kinds. Each raises Refusal(bad_request) with a message naming the argument.
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -8,10 +8,10 @@ from typing import Any, TypeGuard
 from sessionstore.wire.canonical import digest_text, parse_digest
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, ok_response
+from sessionstore.wire.shared import Refusal
 
 from ..document_arguments import document_kind, key_text
 from ..steps import Response
-from ..storage.errors import Refused
 from ..storage.mutations import ANY, Expect, Fence, Outcome
 
 
@@ -27,7 +27,7 @@ def expect_arg(args: dict[str, Any]) -> Expect:
         return None
     digest = parse_digest(expect)
     if digest is None:
-        raise Refused(ErrorCode.BAD_REQUEST, "expect must be null or an 'xxh3-128:<32 hex>' digest")
+        raise Refusal(ErrorCode.BAD_REQUEST, "expect must be null or an 'xxh3-128:<32 hex>' digest")
     return digest
 
 
@@ -36,10 +36,10 @@ def lease_arg(args: dict[str, Any]) -> Fence:
     if lease is None:
         return ANY
     if not isinstance(lease, dict):
-        raise Refused(ErrorCode.BAD_REQUEST, "lease must be a map {holder, epoch}")
+        raise Refusal(ErrorCode.BAD_REQUEST, "lease must be a map {holder, epoch}")
     holder, epoch = lease.get("holder"), lease.get("epoch")
     if not isinstance(holder, str) or not holder or not is_int(epoch):
-        raise Refused(ErrorCode.BAD_REQUEST, "lease must be {holder: text, epoch: integer}")
+        raise Refusal(ErrorCode.BAD_REQUEST, "lease must be {holder: text, epoch: integer}")
     return (holder, epoch)
 
 

@@ -10,14 +10,13 @@ import trio
 from sessionstore.wire.canonical import digest_text
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import RawCBOR, Request, ok_response
-from sessionstore.wire.shared import CanonicalItem
+from sessionstore.wire.shared import CanonicalItem, Refusal
 
 from ..document_arguments import prepared_txn
 from ..offload import OFFLOAD_ABOVE_BYTES
 from ..prepare import checkpoint_document
 from ..steps import Prepare, Read, Response, Step
 from ..storage.documents import Entry, KeyRange
-from ..storage.errors import Refused
 from ..storage.mutations import Put, Remove, Txn
 from .args import checkpoint_kind, id_arg, is_int, lease_arg
 from .context import OpContext
@@ -67,7 +66,7 @@ def _optional_key(args: dict[str, Any], name: str) -> str | None:
 def _flag(args: dict[str, Any], name: str, default: bool) -> bool:
     value = args.get(name, default)
     if not isinstance(value, bool):
-        raise Refused(ErrorCode.BAD_REQUEST, f"{name} must be true or false")
+        raise Refusal(ErrorCode.BAD_REQUEST, f"{name} must be true or false")
     return value
 
 
@@ -76,12 +75,12 @@ def checkpoint_scan(ops: OpContext, request: Request) -> Step:
     kind, _ = checkpoint_kind(args)
     prefix = args.get("prefix") or ""
     if not isinstance(prefix, str):
-        raise Refused(ErrorCode.BAD_REQUEST, "prefix must be text")
+        raise Refusal(ErrorCode.BAD_REQUEST, "prefix must be text")
     after, before = _optional_key(args, "after"), _optional_key(args, "before")
     limit = args.get("limit", SCAN_DEFAULT_LIMIT)
     if not is_int(limit) or not 1 <= limit <= SCAN_MAX_LIMIT:
         message = f"limit must be an integer from 1 to {SCAN_MAX_LIMIT}"
-        raise Refused(ErrorCode.BAD_REQUEST, message)
+        raise Refusal(ErrorCode.BAD_REQUEST, message)
     reverse, values = _flag(args, "reverse", False), _flag(args, "values", True)
 
     def read_values(found: list[tuple[str, Entry]]) -> list[dict[str, Any]]:
@@ -134,7 +133,7 @@ def _txn_step(ops: OpContext, request: Request) -> Step:
     return ops.mutation(
         request,
         mutation,
-        lambda o: ok_response(request, seq=o.seq, results=o.details.get("results", [])),
+        lambda o: ok_response(request, seq=o.seq, results=o.results),
     )
 
 

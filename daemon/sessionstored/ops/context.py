@@ -12,14 +12,14 @@ import trio
 
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, error_response
+from sessionstore.wire.shared import Refusal
 
 from ..jobs import MutationJob
 from ..offload import OFFLOAD_ABOVE_BYTES, Offload
-from ..snapshot import InvalidSnapshot
 from ..steps import Reply, Response, Step, Write
 from ..storage.documents import Document, Entry
 from ..storage.engine import Engine
-from ..storage.errors import CorruptRecord, Refused
+from ..storage.errors import CorruptRecord
 from ..storage.mutations import Mutation, Outcome
 from ..watch import Broadcaster
 from ..writer import Writer
@@ -54,11 +54,9 @@ class OpContext:
         """build()'s step, or the reply that its refusal (or our bug) makes."""
         try:
             return build()
-        except Refused as error:
+        except Refusal as error:
             refusal = error_response(request, error.code, error.message, **error.details)
             return Reply(request, refusal)
-        except InvalidSnapshot as error:
-            return Reply(request, error_response(request, ErrorCode.INVALID_SNAPSHOT, str(error)))
         except Exception as error:  # our bug, not the client's: answer it, keep the connection
             return Reply(request, self.internal_error(request, error, "dispatching"))
 
@@ -119,7 +117,7 @@ class OpContext:
     ) -> Response:
         try:
             return await produce()
-        except Refused as error:
+        except Refusal as error:
             return error_response(request, error.code, error.message, **error.details)
         except (CorruptRecord, OSError) as error:
             log.error("%s: %s", request.op, error)

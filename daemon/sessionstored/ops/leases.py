@@ -10,9 +10,9 @@ import cbor2
 from sessionstore.wire.canonical import canonical_dumps
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, ok_response
+from sessionstore.wire.shared import Refusal
 
 from ..steps import Read, Response, Step
-from ..storage.errors import Refused
 from ..storage.mutations import LEASE, LEASE_ID, Rewrite
 from .args import is_int
 from .context import OpContext
@@ -22,7 +22,7 @@ from .registry import Op
 def lease_acquire(ops: OpContext, request: Request) -> Step:
     holder = request.args.get("holder")
     if not isinstance(holder, str) or not holder:
-        raise Refused(ErrorCode.BAD_REQUEST, "holder must be non-empty text")
+        raise Refusal(ErrorCode.BAD_REQUEST, "holder must be non-empty text")
     granted: dict[str, Any] = {}
 
     def apply(current: bytes | None, _source: bytes | None) -> bytes:
@@ -48,7 +48,7 @@ def lease_get(ops: OpContext, request: Request) -> Step:
 def lease_release(ops: OpContext, request: Request) -> Step:
     holder, epoch = request.args.get("holder"), request.args.get("epoch")
     if not isinstance(holder, str) or not holder or not is_int(epoch):
-        raise Refused(
+        raise Refusal(
             ErrorCode.BAD_REQUEST, "lease_release needs holder (text) and epoch (integer)"
         )
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 from sessionstore.wire.canonical import digest_text
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import RawCBOR, Request, ok_response
-from sessionstore.wire.shared import CanonicalItem
+from sessionstore.wire.shared import CanonicalItem, Refusal
 
 from ..prepare import Encoded, forked_body, snapshot_document, updated_body
 from ..snapshot import UPDATABLE
 from ..steps import Read, Response, Step
-from ..storage.errors import Refused
 from ..storage.mutations import SESSION, Put, Remove, Rewrite
 from .args import expect_arg, id_arg, is_int, lease_arg, rewritten_reply
 from .context import OpContext
@@ -83,11 +82,11 @@ def list_sessions(ops: OpContext, request: Request) -> Step:
     after = args.get("after")
     limit = args.get("limit", LIST_DEFAULT_LIMIT)
     if not isinstance(prefix, str):
-        raise Refused(ErrorCode.BAD_REQUEST, "prefix must be text")
+        raise Refusal(ErrorCode.BAD_REQUEST, "prefix must be text")
     if after is not None and not isinstance(after, str):
-        raise Refused(ErrorCode.BAD_REQUEST, "after must be text or null")
+        raise Refusal(ErrorCode.BAD_REQUEST, "after must be text or null")
     if not is_int(limit) or not 1 <= limit <= LIST_MAX_LIMIT:
-        raise Refused(ErrorCode.BAD_REQUEST, f"limit must be an integer from 1 to {LIST_MAX_LIMIT}")
+        raise Refusal(ErrorCode.BAD_REQUEST, f"limit must be an integer from 1 to {LIST_MAX_LIMIT}")
 
     async def read() -> Response:
         ids, cursor = await ops.query(ops.store.list_sessions, prefix, after, limit)
@@ -109,9 +108,9 @@ def update(ops: OpContext, request: Request) -> Step:
     session_id = id_arg(args, "session_id")
     component = args.get("component")
     if component not in UPDATABLE:
-        raise Refused(ErrorCode.BAD_REQUEST, f"component must be one of {', '.join(UPDATABLE)}")
+        raise Refusal(ErrorCode.BAD_REQUEST, f"component must be one of {', '.join(UPDATABLE)}")
     if "value" not in args:
-        raise Refused(ErrorCode.BAD_REQUEST, "value is missing")
+        raise Refusal(ErrorCode.BAD_REQUEST, "value is missing")
     value = args["value"]
     limit = ops.max_snapshot_bytes
     value_size = len(value.data) if isinstance(value, Encoded | CanonicalItem) else 0
@@ -133,12 +132,12 @@ def fork(ops: OpContext, request: Request) -> Step:
     source_id = id_arg(args, "session_id")
     new_id = id_arg(args, "new_session_id")
     if "workspace" not in args:
-        raise Refused(ErrorCode.BAD_REQUEST, "workspace is missing")
+        raise Refusal(ErrorCode.BAD_REQUEST, "workspace is missing")
     workspace = args["workspace"]
 
     def apply(_current: bytes | None, source: bytes | None) -> bytes:
         if source is None:
-            raise Refused(ErrorCode.NOT_FOUND, f"no session {source_id!r}")
+            raise Refusal(ErrorCode.NOT_FOUND, f"no session {source_id!r}")
         return ops.heavy(len(source), forked_body, source, new_id, workspace)
 
     rewrite = Rewrite(

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from sessionstore.wire.canonical import digest_bytes_of_canonical
+from sessionstore.wire.canonical import digest_bytes_of_canonical, digest_text
 from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.shared import Refusal
 
 from .documents import RangeReader
-from .errors import CorruptRecord, Refused
+from .errors import CorruptRecord
 from .mutations import (
     ANY,
     LEASE,
@@ -28,6 +29,7 @@ from .mutations import (
     Remove,
     Rewrite,
     Txn,
+    refused,
 )
 from .txn import decide as decide_txn
 
@@ -68,12 +70,7 @@ def fence_refusal(lease: dict[str, Any] | None, fence: Fence) -> Outcome | None:
         return None
     else:
         message = f"lease {fence!r} is not the current one (epoch {epoch})"
-    return Outcome(
-        False,
-        code=ErrorCode.FENCED,
-        message=message,
-        details={"epoch": epoch, "holder": holder},
-    )
+    return refused(ErrorCode.FENCED, message, epoch=epoch, holder=holder)
 
 
 def _decide(
@@ -88,31 +85,29 @@ def _decide(
     entry = state.get(mutation.kind, mutation.id)
     current = entry.digest if entry else None
     if mutation.expect is not ANY and mutation.expect != current:
-        return Outcome(
-            False,
-            code=ErrorCode.CONFLICT,
-            message=conflict_message(mutation, current),
-            current=current,
+        message = conflict_message(mutation, current)
+        return refused(
+            ErrorCode.CONFLICT, message, current=None if current is None else digest_text(current)
         )
     if isinstance(mutation, Remove):
         if entry is None and not state.damaged(mutation.kind, mutation.id):
-            return Outcome(True, seq=next_seq - 1, existed=False, changed=False)
+            return Outcome(seq=next_seq - 1, existed=False, changed=False)
         return mutation
     if full:
-        return Outcome(False, code=ErrorCode.NO_SPACE, message="disk full: only removals fit")
+        return refused(ErrorCode.NO_SPACE, "disk full: only removals fit")
     if isinstance(mutation, Put):
         return mutation
     try:
         source = state.body(*mutation.source) if mutation.source else None
         body = mutation.apply(state.body(mutation.kind, mutation.id), source)
-    except Refused as refused:
-        return Outcome(False, code=refused.code, message=refused.message, details=refused.details)
+    except Refusal as refusal:
+        return Outcome(refused=refusal)
     except (CorruptRecord, OSError) as error:
-        return Outcome(False, code=ErrorCode.IO_ERROR, message=str(error))
+        return refused(ErrorCode.IO_ERROR, str(error))
     if body is None:
-        return Outcome(True, seq=next_seq - 1, existed=entry is not None, changed=False)
+        return Outcome(seq=next_seq - 1, existed=entry is not None, changed=False)
     if len(body) > state.max_document_bytes:
-        return Outcome(False, code=ErrorCode.TOO_LARGE, message=f"result is {len(body)} bytes")
+        return refused(ErrorCode.TOO_LARGE, f"result is {len(body)} bytes")
     return Put(mutation.kind, mutation.id, body, digest_bytes_of_canonical(body))
 
 
@@ -124,10 +119,10 @@ def _decide_txn(
         return refusal
     try:
         changes, results = decide_txn(txn.requires, txn.ops, state, next_seq)
-    except Refused as refused:
-        return Outcome(False, code=refused.code, message=refused.message, details=refused.details)
+    except Refusal as refusal:
+        return Outcome(refused=refusal)
     if full and any(change.body is not None for change in changes):
-        return Outcome(False, code=ErrorCode.NO_SPACE, message="disk full: only removals fit")
+        return refused(ErrorCode.NO_SPACE, "disk full: only removals fit")
     concrete: list[Put | Remove] = [
         Remove(c.kind, c.id)
         if c.body is None or c.digest is None
@@ -153,9 +148,7 @@ def decide_all(
                 continue
             changes, results = planned
             if not changes:
-                outcomes[position] = Outcome(
-                    True, seq=next_seq - 1, changed=False, details={"results": results}
-                )
+                outcomes[position] = Outcome(seq=next_seq - 1, changed=False, results=results)
                 continue
             txn_results[position] = results
             for change in changes:
@@ -181,7 +174,7 @@ def record_applied(
 ) -> None:
     """A durable change as its mutation's outcome and as the event watch reports."""
     if isinstance(change, Put):
-        outcomes[position] = Outcome(True, seq=seq, digest=change.digest)
+        outcomes[position] = Outcome(seq=seq, digest=change.digest)
         size = len(change.body)
         batch.committed.append(
             Committed(seq, change.kind, change.id, change.digest, committed_at_ms, size)
@@ -189,7 +182,7 @@ def record_applied(
         if change.kind == LEASE and change.id == LEASE_ID:
             batch.lease_body = change.body
     else:
-        outcomes[position] = Outcome(True, seq=seq, existed=True)
+        outcomes[position] = Outcome(seq=seq, existed=True)
         batch.committed.append(Committed(seq, change.kind, change.id, None, committed_at_ms))
     batch.last_seq = seq
 
@@ -199,5 +192,5 @@ def fold_txn_results(outcomes: list[Outcome | None], txn_results: TxnResults) ->
     for position, results in txn_results.items():
         written = outcomes[position]
         if written is not None and written.ok:  # the seq of its last change
-            outcomes[position] = Outcome(True, seq=written.seq, details={"results": results})
+            outcomes[position] = Outcome(seq=written.seq, results=results)
     return [o for o in outcomes if o is not None]

@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import errno
-from typing import Any
-
-from sessionstore.wire.codes import ErrorCode
 
 
 class FatalStorageError(Exception):
@@ -37,20 +34,3 @@ class CorruptRecord(Exception):
         self.path = path
         self.offset = offset
         self.reason = reason
-
-
-class Refused(Exception):
-    """A request or mutation refused with a wire error code; the client gets `code`."""
-
-    def __init__(self, code: ErrorCode, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
-
-    def __reduce__(self) -> tuple[Any, ...]:  # raised in a worker process, re-raised here
-        return (_refused, (self.code, self.message, self.details))
-
-
-def _refused(code: ErrorCode, message: str, details: dict[str, Any]) -> Refused:
-    return Refused(code, message, **details)

@@ -3,7 +3,7 @@
 # Put and Remove carry their final bytes. A Rewrite is decided inside the
 # writer, in commit order: its apply() gets the committed bytes of its target
 # (and of its source, for a fork) and returns the new bytes, None for "no
-# change", or raises errors.Refused. That is what makes `update` free of lost updates
+# change", or raises errors.Refusal. That is what makes `update` free of lost updates
 # and lease changes free of races with commits.
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.shared import Refusal
 
 from .documents import Entry
 from .txn import Require, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut, txn_body_bytes
@@ -129,15 +130,27 @@ def split_batches(mutations: list[Any], key_of: Callable[[Any], Mutation]) -> li
 
 @dataclass(frozen=True)
 class Outcome:
-    ok: bool
+    """What a mutation did: the seq and digest it committed, whether its target existed,
+    whether anything changed, a txn's results per op; or the refusal that stopped it."""
+
     seq: int | None = None
     digest: bytes | None = None
     existed: bool = False
     changed: bool = True
-    code: ErrorCode | None = None
-    message: str = ""
-    current: bytes | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    results: list[dict[str, Any]] = field(default_factory=list)
+    refused: Refusal | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.refused is None
+
+    @property
+    def code(self) -> ErrorCode | None:
+        return None if self.refused is None else self.refused.code
+
+
+def refused(code: ErrorCode, message: str, **details: Any) -> Outcome:
+    return Outcome(refused=Refusal(code, message, **details))
 
 
 class Committed(NamedTuple):

@@ -16,9 +16,9 @@ from typing import Any
 
 from sessionstore.wire.canonical import digest_text
 from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.shared import Refusal
 
 from .documents import Entry, KeyRange, RangeReader
-from .errors import Refused
 
 MAX_TXN_CHANGES = 100_000  # removals a delete_prefix may expand to, with the rest
 APPEND_SEQ_DIGITS = 20  # the width of a seq in an appended key: 2**64 has 20 digits
@@ -93,7 +93,7 @@ def check_requires(requires: tuple[Require, ...], get: Callable[[str, str], Entr
             problem = "is not the required generation"
         else:
             continue
-        raise Refused(
+        raise Refusal(
             ErrorCode.CONFLICT,
             f"requirement {number} not met: {require.id!r} {problem}",
             failed=number,
@@ -105,10 +105,10 @@ def decide(
     requires: tuple[Require, ...], ops: tuple[TxnOp, ...], index: RangeReader, first_seq: int
 ) -> tuple[list[Change], list[dict[str, Any]]]:
     """The changes a transaction makes now (first_seq is the seq its first one
-    takes) and each op's result, or Refused. Nothing is applied here."""
+    takes) and each op's result, or Refusal. Nothing is applied here."""
     named = [(op.kind, op.id) for op in ops if isinstance(op, TxnPut | TxnDelete)]
     if len(set(named)) < len(named):
-        raise Refused(ErrorCode.BAD_REQUEST, "the txn names one key twice")
+        raise Refusal(ErrorCode.BAD_REQUEST, "the txn names one key twice")
     check_requires(requires, index.get)
     changes: list[Change] = []
     results: list[dict[str, Any]] = []
@@ -116,10 +116,10 @@ def decide(
 
     def change(kind: str, doc_id: str, body: bytes | None, digest: bytes | None) -> None:
         if (kind, doc_id) in touched:
-            raise Refused(ErrorCode.BAD_REQUEST, f"the txn changes {doc_id!r} twice")
+            raise Refusal(ErrorCode.BAD_REQUEST, f"the txn changes {doc_id!r} twice")
         if len(changes) >= MAX_TXN_CHANGES:
             message = f"the txn makes over {MAX_TXN_CHANGES} changes; split it"
-            raise Refused(ErrorCode.TOO_LARGE, message)
+            raise Refusal(ErrorCode.TOO_LARGE, message)
         touched.add((kind, doc_id))
         changes.append(Change(kind, doc_id, body, digest))
 

@@ -47,6 +47,7 @@ from ..mutations import (
     Outcome,
     Put,
     Remove,
+    refused,
     split_batches,
 )
 from ..sealing import Key, Sealer
@@ -303,7 +304,7 @@ class Store:
                         self._write_batch(accepted, outcomes, batch)
         except NoSpace:
             for position, _, _ in accepted:
-                outcomes[position] = Outcome(False, code=ErrorCode.NO_SPACE, message="disk full")
+                outcomes[position] = refused(ErrorCode.NO_SPACE, "disk full")
         except FatalStorageError:
             self._failed = True
             raise
@@ -386,7 +387,7 @@ class Store:
         else:
             raise FatalStorageError(f"writing the log failed: {error}") from error
         for position, _, _ in accepted:
-            outcomes[position] = Outcome(False, code=code, message=message)
+            outcomes[position] = refused(code, message)
 
     def publish(self, batch: Batch) -> None:
         """Make a durable batch visible to readers (the event loop's thread in the daemon)."""

@@ -58,6 +58,7 @@ from ..mutations import (
     Put,
     Txn,
     mutation_keys,
+    refused,
 )
 from ..sealing import Key, Sealer, SealError
 
@@ -530,7 +531,7 @@ class PgStore:
             message = (
                 f"the database failed this batch, nothing is acknowledged: {_first_line(error)}"
             )
-            failure = Outcome(False, code=ErrorCode.IO_ERROR, message=message)
+            failure = refused(ErrorCode.IO_ERROR, message)
             return Batch([failure] * len(mutations), last_seq=self.seq)
 
     def _commit(self, conn: psycopg.Connection[Any], mutations: Sequence[Mutation]) -> Batch:
