@@ -258,155 +258,174 @@ def scan(
     known: Callable[[], Iterable[tuple[str, str]]] = lambda: (),
 ) -> ScanResult:
     """known: the (kind, id) of every document before the first segment (the index)."""
-    result = ScanResult(last_batch=last_batch, last_seq=last_seq)
-    by_number = {s.number: s for s in segments}
-    names = _Names(sealer, known)
-    items = _items(segments)
-    for i in items:
-        if isinstance(i, Record):
-            result.records += 1
-            result.ends[i.segment] = i.offset + record_length(i.header)
-    pending = _Pending()
-    rot_at_end = False
-    position = 0
-    while position < len(items):
-        item = items[position]
-        if isinstance(item, Damage):
-            torn_batch = pending.batch if pending.batch is not None else result.last_batch + 1
-            later = [
-                i
-                for i in items[position + 1 :]
-                if isinstance(i, Record) and i.header.batch != torn_batch
-            ]
-            reason = "damaged record followed by intact records of later batches"
-            if not later and not rot_at_end:
-                # rot in the last batch leaves some intact record of that batch around the
-                # damage; bytes after an intact commit with nothing intact after them are
-                # only ever a batch that was never acknowledged
-                own = pending.batch is not None or any(
-                    isinstance(i, Record) for i in items[position + 1 :]
-                )
-                regions = _damaged_regions(items, position, by_number)
-                if not own or all_regions_look_torn(lambda n: by_number[n].data, regions):
-                    start = pending.start or (item.segment, item.offset)
-                    _mark_torn(result, by_number, start, len(pending.intents))
-                    return result
-                rot_at_end = True
-            if rot_at_end:
-                reason = "damaged record in the last committed batch (bit rot: a torn write "
-                reason += "leaves zeros)"
-            result.corruption.append({"path": item.path, "offset": item.offset, "reason": reason})
-            segment = by_number[item.segment]
-            if item.header is not None and item.header.type != COMMIT:
-                pending.begin(item.header.batch, item.segment, item.offset)
-                pending.top_seq = max(pending.top_seq, item.header.seq)
-                doc_id = surviving_id(sealer, segment.data, item.offset, item.header)
-                if doc_id is None:
-                    doc_id = names(item.header.id_hash)
-                pending.damaged.append(
-                    DamageRow(
-                        item.header.id_hash,
-                        item.header.seq,
-                        item.path,
-                        item.offset,
-                        "damaged record",
-                        doc_id,
-                    )
-                )
-            elif item.header is None:
-                rows = rows_for_damaged_header(sealer, item.path, segment.data, item.offset, names)
-                if rows:
-                    pending.begin(torn_batch, item.segment, item.offset)
-                    pending.damaged.extend(rows)
-            position += 1
-            continue
-        header = item.header
-        segment = by_number[item.segment]
-        if header.type != COMMIT:
-            if pending.batch is not None and header.batch != pending.batch:
-                pending = _lost_commit(result, pending, sealer, by_number)
-            pending.begin(header.batch, item.segment, item.offset)
-            pending.top_seq = max(pending.top_seq, header.seq)
-            try:
-                kind, doc_id, digest, size = decode_meta(
-                    sealer, segment.path, segment.data, item.offset, header
-                )
-            except CorruptRecord as error:
-                result.corruption.append(
-                    {"path": error.path, "offset": error.offset, "reason": error.reason}
-                )
-                pending.damaged.append(
-                    DamageRow(
-                        header.id_hash, header.seq, error.path, error.offset, error.reason, None
-                    )
-                )
+    return _Scanner(segments, sealer, last_batch, last_seq, known).run()
+
+
+LATER_BATCHES_FOLLOW = "damaged record followed by intact records of later batches"
+ROT_IN_LAST_BATCH = (
+    "damaged record in the last committed batch (bit rot: a torn write leaves zeros)"
+)
+
+
+class _Scanner:
+    """One pass over the items of the log: each intent joins the batch being read, each
+    commit record closes it, and each damaged stretch is either the torn tail (the log
+    ends there) or corruption (recorded, and the scan goes on past it)."""
+
+    def __init__(
+        self,
+        segments: list[Segment],
+        sealer: Sealer,
+        last_batch: int,
+        last_seq: int,
+        known: Callable[[], Iterable[tuple[str, str]]],
+    ) -> None:
+        self.segments = segments
+        self.sealer = sealer
+        self.result = ScanResult(last_batch=last_batch, last_seq=last_seq)
+        self.by_number = {s.number: s for s in segments}
+        self.names = _Names(sealer, known)
+        self.items = _items(segments)
+        self.pending = _Pending()
+        self.rot_at_end = False  # damage in the last batch that is not a torn write
+
+    def run(self) -> ScanResult:
+        for item in self.items:
+            if isinstance(item, Record):
+                self.result.records += 1
+                self.result.ends[item.segment] = item.offset + record_length(item.header)
+        for position, item in enumerate(self.items):
+            if isinstance(item, Damage):
+                if self._damage(position, item):
+                    return self.result
+            elif item.header.type != COMMIT:
+                self._intent(item)
             else:
-                names.saw(kind, doc_id)
-                pending.intents.append(
-                    Intent(
-                        kind,
-                        doc_id,
-                        header.seq,
-                        digest,
-                        size,
-                        item.segment,
-                        item.offset,
-                        record_length(header),
-                    )
+                self._commit(item)
+        return self._finish()
+
+    def _later_batch_follows(self, position: int, batch: int) -> bool:
+        following = self.items[position + 1 :]
+        return any(isinstance(i, Record) and i.header.batch != batch for i in following)
+
+    def _is_torn(self, position: int) -> bool:
+        """Whether damage with nothing of a later batch after it is the torn tail of an
+        unacknowledged write (etcd's isTornEntry): no record of its own batch is around
+        it (bytes after an intact commit with nothing intact after them were never
+        acknowledged), or every damaged region holds the zeros a torn write leaves
+        (damage.py)."""
+        following = self.items[position + 1 :]
+        own = self.pending.batch is not None or any(isinstance(i, Record) for i in following)
+        regions = _damaged_regions(self.items, position, self.by_number)
+        return not own or all_regions_look_torn(lambda n: self.by_number[n].data, regions)
+
+    def _damage(self, position: int, item: Damage) -> bool:
+        """True when the damage is the torn tail: the log ends at the batch it began."""
+        pending = self.pending
+        torn_batch = pending.batch if pending.batch is not None else self.result.last_batch + 1
+        if not self.rot_at_end and not self._later_batch_follows(position, torn_batch):
+            if self._is_torn(position):
+                start = pending.start or (item.segment, item.offset)
+                _mark_torn(self.result, self.by_number, start, len(pending.intents))
+                return True
+            self.rot_at_end = True
+        reason = ROT_IN_LAST_BATCH if self.rot_at_end else LATER_BATCHES_FOLLOW
+        self.result.corruption.append({"path": item.path, "offset": item.offset, "reason": reason})
+        data = self.by_number[item.segment].data
+        if item.header is not None and item.header.type != COMMIT:
+            pending.begin(item.header.batch, item.segment, item.offset)
+            pending.top_seq = max(pending.top_seq, item.header.seq)
+            doc_id = surviving_id(self.sealer, data, item.offset, item.header)
+            if doc_id is None:
+                doc_id = self.names(item.header.id_hash)
+            pending.damaged.append(
+                DamageRow(
+                    item.header.id_hash, item.header.seq, item.path, item.offset,
+                    "damaged record", doc_id,
                 )
-            position += 1
-            continue
-        commit = decode_commit(segment.path, segment.data, item.offset, header)
-        if pending.batch is not None and pending.batch != commit.batch:
-            pending = _lost_commit(result, pending, sealer, by_number)
-        intents, damaged = pending.intents, pending.damaged
-        if commit.first_seq <= result.last_seq:
-            result.corruption.append(
-                {
-                    "path": segment.path,
-                    "offset": item.offset,
-                    "reason": f"batch {commit.batch} reuses seq {commit.first_seq} "
-                    f"(committed up to {result.last_seq}): duplicate sequence, not applied",
-                }
+            )  # fmt: skip
+        elif item.header is None:
+            rows = rows_for_damaged_header(self.sealer, item.path, data, item.offset, self.names)
+            if rows:
+                pending.begin(torn_batch, item.segment, item.offset)
+                pending.damaged.extend(rows)
+        return False
+
+    def _intent(self, item: Record) -> None:
+        header, segment = item.header, self.by_number[item.segment]
+        if self.pending.batch is not None and header.batch != self.pending.batch:
+            self.pending = _lost_commit(self.result, self.pending, self.sealer, self.by_number)
+        pending = self.pending
+        pending.begin(header.batch, item.segment, item.offset)
+        pending.top_seq = max(pending.top_seq, header.seq)
+        try:
+            kind, doc_id, digest, size = decode_meta(
+                self.sealer, segment.path, segment.data, item.offset, header
             )
+        except CorruptRecord as error:
+            self.result.corruption.append(
+                {"path": error.path, "offset": error.offset, "reason": error.reason}
+            )
+            pending.damaged.append(
+                DamageRow(header.id_hash, header.seq, error.path, error.offset, error.reason, None)
+            )
+            return
+        self.names.saw(kind, doc_id)
+        pending.intents.append(
+            Intent(
+                kind, doc_id, header.seq, digest, size, item.segment, item.offset,
+                record_length(header),
+            )
+        )  # fmt: skip
+
+    def _commit(self, item: Record) -> None:
+        result, segment = self.result, self.by_number[item.segment]
+        commit = decode_commit(segment.path, segment.data, item.offset, item.header)
+        if self.pending.batch is not None and self.pending.batch != commit.batch:
+            self.pending = _lost_commit(result, self.pending, self.sealer, self.by_number)
+        intents, damaged = self.pending.intents, self.pending.damaged
+        where = {"path": segment.path, "offset": item.offset}
+        if commit.first_seq <= result.last_seq:
+            reason = (
+                f"batch {commit.batch} reuses seq {commit.first_seq} "
+                f"(committed up to {result.last_seq}): duplicate sequence, not applied"
+            )
+            result.corruption.append({**where, "reason": reason})
             damaged = damaged + [
                 DamageRow(
-                    sealer.id_hash(i.kind, i.id), i.seq, segment.path, i.offset,
+                    self.sealer.id_hash(i.kind, i.id), i.seq, segment.path, i.offset,
                     "duplicate sequence", i.id,
                 )
                 for i in intents
             ]  # fmt: skip
             intents = []
         elif len(intents) + len(damaged) != commit.intents:
-            result.corruption.append(
-                {
-                    "path": segment.path,
-                    "offset": item.offset,
-                    "reason": f"batch {commit.batch} committed {commit.intents} intents, "
-                    f"{len(intents)} are readable",
-                }
+            reason = (
+                f"batch {commit.batch} committed {commit.intents} intents, "
+                f"{len(intents)} are readable"
             )
+            result.corruption.append({**where, "reason": reason})
         result.batches.append(
             CommittedBatch(
-                commit.batch,
-                commit.first_seq,
-                commit.last_seq,
-                commit.committed_at_ms,
-                intents,
-                damaged,
+                commit.batch, commit.first_seq, commit.last_seq, commit.committed_at_ms,
+                intents, damaged,
             )
-        )
+        )  # fmt: skip
         result.last_batch = commit.batch
         result.last_seq = max(result.last_seq, commit.last_seq)
-        pending = _Pending()
-        position += 1
-    if pending.batch is not None and pending.start is not None:
-        if not rot_at_end:
-            _mark_torn(result, by_number, pending.start, len(pending.intents))
-            return result
-        _lost_commit(result, pending, sealer, by_number)
-    result.end = _end_of(segments, items, past_damage=rot_at_end)
-    return result
+        self.pending = _Pending()
+
+    def _finish(self) -> ScanResult:
+        """The end of the log: a batch left open is a torn tail, unless rot was found in
+        the last batch (then its commit record was lost to the rot)."""
+        pending, result = self.pending, self.result
+        if pending.batch is not None and pending.start is not None:
+            if not self.rot_at_end:
+                _mark_torn(result, self.by_number, pending.start, len(pending.intents))
+                return result
+            _lost_commit(result, pending, self.sealer, self.by_number)
+        result.end = _end_of(self.segments, self.items, past_damage=self.rot_at_end)
+        return result
 
 
 def _lost_commit(
