@@ -32,20 +32,22 @@ from typing import Any
 from ..documents import Entry
 from ..errors import CorruptRecord, StoreFormatError, StoreLocked
 from ..mutations import Committed
+from ..sealing import Sealer
 from . import reserve
 from .durable import TMP_DIR
 from .fs import FileSystem
 from .index import Index
-from .index_checkpoint import CKPT_DIR, CheckpointState
+from .index_checkpoint import CKPT_DIR, CheckpointState, DamageRow
 from .metadata import LEGACY_FORMAT_VERSION, RekeyBridge, read_metadata, resolve_sealer
 from .migrate_v1 import migrate_v1, remove_legacy
 from .rekey import finish_rekey
-from .scan import Segment, scan
+from .scan import ScanResult, Segment, scan
 from .segments import (
     APPEND,
     COMPACTED,
     LOG_DIR,
     SEGMENT_HEADER_BYTES,
+    Log,
     parse_segment_header,
     segment_number,
 )
@@ -278,28 +280,16 @@ def recover(store: Store) -> RecoveryReport:
     started = time.monotonic()
     report = RecoveryReport()
     bridge = _prepare_layout(store, report)
-    fs, log = store.fs, store.log
-    report.temps_removed = _sweep_temps(fs, store.root)
+    report.temps_removed = _sweep_temps(store.fs, store.root)
     roles = _segment_roles(store, report)
     base, named = _choose_base(store, report, roles)
+    replayed, retiring = _plan_replay(store, report, roles, base, named)
     position = base.position if base else (0, 0)
-    if position[0] and roles.get(position[0]) != APPEND:
-        raise StoreFormatError(
-            f"{log.path(position[0])}: the log segment the index checkpoint continues from is "
-            "missing or damaged"
-        )
-    replayed = sorted(n for n, role in roles.items() if role == APPEND and n >= position[0])
-    orphans = sorted(n for n in roles if n not in named and n not in replayed)
-    log.remove(orphans)
-    report.orphan_segments_removed = len(orphans)
-    newest = set(base.segments) if base else set()
-    retiring = sorted(n for n in roles if n in named and n not in newest and n not in replayed)
-
     segments = [
         Segment(
             n,
-            log.path(n),
-            fs.read_file(log.path(n), 1 << 40),
+            store.log.path(n),
+            store.fs.read_file(store.log.path(n), 1 << 40),
             position[1] if n == position[0] else SEGMENT_HEADER_BYTES,
         )
         for n in replayed
@@ -314,18 +304,7 @@ def recover(store: Store) -> RecoveryReport:
     )
     history = _shared_history(base) if base else []
     damaged = {row.id_hash: row for row in base.damaged} if base else {}
-    for batch in result.batches:
-        for kind, doc_id, seq, digest, size, segment, offset, length in batch.intents:
-            if digest is None:
-                index.remove(kind, doc_id)
-            else:
-                index.put(kind, doc_id, Entry(seq, digest, size, segment, offset, length))
-            if damaged:
-                for id_hash in store.sealer.id_hashes(kind, doc_id):
-                    damaged.pop(id_hash, None)
-            history.append(Committed(seq, kind, doc_id, digest, batch.committed_at_ms, size))
-        for row in batch.damaged:
-            damaged[row.id_hash] = row
+    _replay(store.sealer, result, index, history, damaged)
     report.records_replayed = result.records
     report.batches_replayed = len(result.batches)
     report.rolled_back = result.rolled_back
@@ -333,29 +312,12 @@ def recover(store: Store) -> RecoveryReport:
     if result.torn is not None:
         _cut_torn_tail(store, result.torn)
         report.torn_tail = result.torn
-
-    # an empty append segment before the last one holds nothing (a rotation whose batch
-    # failed, or an interrupted rekey's): it goes, so repeated crashes leave no junk
-    empty = [
-        s.number for s in segments[:-1] if s.number not in result.ends and s.number != position[0]
-    ]
-    log.remove(empty)
-    segments = [s for s in segments if s.number not in empty]
-    for n in empty:
-        del roles[n]
-    used = {n: size for n, size in (base.segments.items() if base else ()) if n in roles}
-    for s in segments:
-        used[s.number] = max(result.ends.get(s.number, 0), s.start) - SEGMENT_HEADER_BYTES
-    log.resume(used, max([*roles, (base.next_segment - 1) if base else 0]) + 1)
-    if result.end is not None:
-        log.open_active(*result.end)
-    since = sum(max(result.ends.get(s.number, 0), s.start) - s.start for s in segments)
+    since = _resume_log(store.log, segments, roles, result, base)
+    recovered = Recovered(
+        index, history, result.last_seq, result.last_batch, damaged, base, since, retiring
+    )
     try:
-        store.adopt(
-            Recovered(
-                index, history, result.last_seq, result.last_batch, damaged, base, since, retiring
-            )
-        )
+        store.adopt(recovered)
     except CorruptRecord as error:
         # Starting without it would silently stop fencing stale writers.
         raise StoreFormatError(
@@ -373,3 +335,80 @@ def recover(store: Store) -> RecoveryReport:
     reserve.ensure(store)  # the room a full disk's compaction starts from, if there is room
     report.duration_ms = (time.monotonic() - started) * 1000
     return report
+
+
+def _plan_replay(
+    store: Store,
+    report: RecoveryReport,
+    roles: dict[int, int],
+    base: CheckpointState | None,
+    named: set[int],
+) -> tuple[list[int], list[int]]:
+    """The append segments to replay from the checkpoint's position, and the segments
+    only an older checkpoint names (unlinked after the next one). Segments nothing
+    names are removed: a compaction's that no checkpoint adopted."""
+    log = store.log
+    position = base.position if base else (0, 0)
+    if position[0] and roles.get(position[0]) != APPEND:
+        raise StoreFormatError(
+            f"{log.path(position[0])}: the log segment the index checkpoint continues from is "
+            "missing or damaged"
+        )
+    replayed = sorted(n for n, role in roles.items() if role == APPEND and n >= position[0])
+    orphans = sorted(n for n in roles if n not in named and n not in replayed)
+    log.remove(orphans)
+    report.orphan_segments_removed = len(orphans)
+    newest = set(base.segments) if base else set()
+    retiring = sorted(n for n in roles if n in named and n not in newest and n not in replayed)
+    return replayed, retiring
+
+
+def _replay(
+    sealer: Sealer,
+    result: ScanResult,
+    index: Index,
+    history: list[Committed],
+    damaged: dict[int, DamageRow],
+) -> None:
+    """The committed batches the scan found, into the index, the watch history and the
+    damage table (a rewritten document is no longer damaged)."""
+    for batch in result.batches:
+        for kind, doc_id, seq, digest, size, segment, offset, length in batch.intents:
+            if digest is None:
+                index.remove(kind, doc_id)
+            else:
+                index.put(kind, doc_id, Entry(seq, digest, size, segment, offset, length))
+            if damaged:
+                for id_hash in sealer.id_hashes(kind, doc_id):
+                    damaged.pop(id_hash, None)
+            history.append(Committed(seq, kind, doc_id, digest, batch.committed_at_ms, size))
+        for row in batch.damaged:
+            damaged[row.id_hash] = row
+
+
+def _resume_log(
+    log: Log,
+    segments: list[Segment],
+    roles: dict[int, int],
+    result: ScanResult,
+    base: CheckpointState | None,
+) -> int:
+    """Tell the log which segments it holds and where the next batch goes; returns the
+    bytes written since the checkpoint. An empty append segment before the last one
+    holds nothing (a rotation whose batch failed, or an interrupted rekey's): it goes,
+    so repeated crashes leave no junk."""
+    position = base.position if base else (0, 0)
+    empty = [
+        s.number for s in segments[:-1] if s.number not in result.ends and s.number != position[0]
+    ]
+    log.remove(empty)
+    segments = [s for s in segments if s.number not in empty]
+    for n in empty:
+        del roles[n]
+    used = {n: size for n, size in (base.segments.items() if base else ()) if n in roles}
+    for s in segments:
+        used[s.number] = max(result.ends.get(s.number, 0), s.start) - SEGMENT_HEADER_BYTES
+    log.resume(used, max([*roles, (base.next_segment - 1) if base else 0]) + 1)
+    if result.end is not None:
+        log.open_active(*result.end)
+    return sum(max(result.ends.get(s.number, 0), s.start) - s.start for s in segments)
