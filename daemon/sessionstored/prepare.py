@@ -8,7 +8,8 @@
 # free; a process does.
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,7 +138,36 @@ def forked_body(source: bytes, new_id: str, workspace: Any) -> bytes:
 
 # -- a large request, whole, in a worker ------------------------------------------
 
-LARGE_VALUE_ARGUMENT = {"update": "value", "fork": "workspace"}  # decoded where they are used
+# The heavy part of an op's arguments, done to them in place (in a worker process for a
+# large item): each op names its own in the registry (ops/registry.py).
+Preparer = Callable[[dict[str, Any], int, Hint], None]
+
+
+def prepare_snapshot(args: dict[str, Any], max_snapshot_bytes: int, hint: Hint) -> None:
+    args["snapshot"] = snapshot_document(args, max_snapshot_bytes, hint)
+
+
+def prepare_checkpoint(args: dict[str, Any], max_snapshot_bytes: int, hint: Hint) -> None:
+    if args.get("kind") not in DOCUMENT_KINDS or not isinstance(args.get("key"), str):
+        return  # the op refuses it, with the reason
+    _, id_field = DOCUMENT_KINDS[args["kind"]]
+    args["value"] = checkpoint_document(args, id_field, args["key"], max_snapshot_bytes, hint)
+
+
+def prepare_txn(args: dict[str, Any], max_snapshot_bytes: int, hint: Hint) -> None:
+    args["ops"] = prepared_txn(args, max_snapshot_bytes, hint)
+    args.pop("require", None)  # inside the prepared ops
+
+
+def encoded_argument(name: str) -> Preparer:
+    """A value decoded only where it is used (update's value, fork's workspace): kept
+    as its CBOR encoding, so no large object tree crosses between processes."""
+    return functools.partial(_encode_argument, name)
+
+
+def _encode_argument(name: str, args: dict[str, Any], _limit: int, _hint: Hint) -> None:
+    if name in args and not isinstance(args[name], CanonicalItem):
+        args[name] = Encoded(cbor2.dumps(args[name]))
 
 
 def prepare_large(
@@ -149,10 +179,12 @@ def prepare_large(
     small_argument_bytes: int,
     arguments: Mapping[str, frozenset[str]],
     documents: Mapping[str, frozenset[str]],
+    preparers: Mapping[str, Preparer],
 ) -> Request | Refusal:
     """Decode one large item and do the heavy part of its op. What comes back is small
     or bytes: the caller's process never builds the large value's objects. arguments:
-    what each op reads (the ops registry); any other key of the request is dropped."""
+    what each op reads, preparers: the heavy part of those that have one (both from the
+    ops registry); any other key of the request is dropped."""
     conn = Connection(
         max_message_bytes=max_request_bytes,
         mode=mode,
@@ -171,22 +203,9 @@ def prepare_large(
         return Refusal(ErrorCode.TOO_LARGE, "the request needs more memory to decode than allowed")
     args = dict(request.args)
     try:
-        if request.op == "save":
-            args["snapshot"] = snapshot_document(args, max_snapshot_bytes, request.canonical_hint)
-        elif request.op == "checkpoint_put" and args.get("kind") in DOCUMENT_KINDS:
-            _, id_field = DOCUMENT_KINDS[args["kind"]]
-            key = args.get("key")
-            if isinstance(key, str):
-                args["value"] = checkpoint_document(
-                    args, id_field, key, max_snapshot_bytes, request.canonical_hint
-                )
-        elif request.op == "txn":
-            args["ops"] = prepared_txn(args, max_snapshot_bytes, request.canonical_hint)
-            args.pop("require", None)  # inside the prepared ops
-        elif request.op in ("update", "fork"):
-            name = LARGE_VALUE_ARGUMENT[request.op]
-            if name in args and not isinstance(args[name], CanonicalItem):
-                args[name] = Encoded(cbor2.dumps(args[name]))
+        prepare = preparers.get(request.op)
+        if prepare is not None:
+            prepare(args, max_snapshot_bytes, request.canonical_hint)
     except Refusal as refusal:
         return refusal
     except MemoryError:

@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
 import logging
 import os
@@ -64,7 +65,7 @@ from .offload import (
     OFFLOAD_CANONICAL_ABOVE_BYTES,
     WorkerLost,
 )
-from .ops import ARGUMENTS, DOCUMENTS, Ops
+from .ops import ARGUMENTS, DOCUMENTS, PREPARERS, Ops
 from .outbox import Outbox
 from .prepare import prepare_large
 from .socket_io import SocketIO
@@ -409,82 +410,107 @@ class Server:
         partial_since: float | None = None
         while True:
             handled = 0  # requests this round: just one, and the client waits for its reply
-            while True:
-                try:
-                    message = conn.next_message()
-                except Refusal as error:
-                    outbox.add_reply(_refusal(conn, error.code, error.message))
-                    if error.fatal:
-                        await outbox.wait_sent()
-                        return
-                    continue
-                if message is NEED_DATA:
-                    break
-                if message is MORE_WORK:  # a large item is being walked: let others run
-                    await trio.sleep(0)
-                    continue
-                if message is END_OF_STREAM:
-                    await outbox.wait_sent()
+            while (request := await self._take_request(conn, outbox)) is not _Turn.READ_MORE:
+                if request is _Turn.CLOSE:
                     return
-                if isinstance(message, Deferred):
-                    prepared = await self._prepare_large(message)
-                    if isinstance(prepared, Refusal):
-                        refusal = error_response(
-                            None, prepared.code, prepared.message, **prepared.details
-                        )
-                        outbox.add_reply(conn.encode(refusal))
-                        if prepared.fatal:
-                            await outbox.wait_sent()
-                            return
-                        continue
-                    request = prepared
-                else:
-                    try:
-                        request = parse_request(message, canonical_hint=conn.last_hint)
-                    except Refusal as error:
-                        outbox.add_reply(_refusal(conn, error.code, error.message))
-                        continue
+                if request is _Turn.NEXT:
+                    continue
                 handled += 1
-                step = self.ops.dispatch(request, access)
-                if isinstance(step, Prepare):
-                    step = await trio.to_thread.run_sync(step.build)
-                if isinstance(step, (Write, Exclusive)):
-                    outbox.add_job(step)
-                    if not self.writer.submit(step.job):
-                        await self._enqueue(step.job)
-                elif isinstance(step, Read):
-                    # it sees every earlier write of this connection, and none after it:
-                    # those are started only once it has been evaluated
-                    await outbox.wait_jobs_done()
-                    outbox.add_reply(await self._answer(conn, step))
-                elif isinstance(step, Stream):
-                    await outbox.wait_sent()
-                    await self._stream(stream, conn, step)
+                if not await self._start(self.ops.dispatch(request, access), stream, conn, outbox):
                     return
-                else:
-                    outbox.add_reply(await self._answer(conn, step))
-                if len(outbox) >= MAX_PIPELINED_REQUESTS:
-                    await outbox.wait_sent()
             if not conn.buffered:
                 partial_since = None
             elif partial_since is None:
                 partial_since = trio.current_time()
-            if partial_since is None:
-                data: bytes | None = await sock.receive(RECEIVE_BYTES, try_first=handled != 1)
-            else:
-                data = None
-                with trio.move_on_at(partial_since + self.config.request_timeout_s):
-                    data = await sock.receive(RECEIVE_BYTES)
-                if data is None:  # slowloris: a started request that never completes
-                    self.timed_out_requests += 1
-                    text = f"request not complete after {self.config.request_timeout_s:g} s"
-                    outbox.add_reply(_refusal(conn, ErrorCode.BAD_REQUEST, text))
-                    await outbox.wait_sent()
-                    return
-            if data:
-                conn.receive_data(data)
-            else:
-                conn.receive_eof()
+            if not await self._receive(sock, conn, outbox, partial_since, try_first=handled != 1):
+                return
+
+    async def _take_request(self, conn: Connection, outbox: Outbox) -> Request | _Turn:
+        """The next whole request the connection holds; a refusal is answered here."""
+        try:
+            message = conn.next_message()
+        except Refusal as refusal:
+            return await self._answer_refusal(conn, outbox, refusal)
+        if message is NEED_DATA:
+            return _Turn.READ_MORE
+        if message is MORE_WORK:  # a large item is being walked: let others run
+            await trio.sleep(0)
+            return _Turn.NEXT
+        if message is END_OF_STREAM:
+            await outbox.wait_sent()
+            return _Turn.CLOSE
+        if isinstance(message, Deferred):
+            prepared = await self._prepare_large(message)
+            if isinstance(prepared, Refusal):
+                return await self._answer_refusal(conn, outbox, prepared)
+            return prepared
+        try:
+            return parse_request(message, canonical_hint=conn.last_hint)
+        except Refusal as refusal:
+            return await self._answer_refusal(conn, outbox, refusal)
+
+    @staticmethod
+    async def _answer_refusal(conn: Connection, outbox: Outbox, refusal: Refusal) -> _Turn:
+        outbox.add_reply(_refusal(conn, refusal))
+        if refusal.fatal:  # a framing error: nothing after it can be read
+            await outbox.wait_sent()
+            return _Turn.CLOSE
+        return _Turn.NEXT
+
+    async def _start(
+        self, step: Step, stream: trio.SocketStream, conn: Connection, outbox: Outbox
+    ) -> bool:
+        """Start the step, in the connection's order; False once the connection is a
+        watch's stream, and done taking requests."""
+        if isinstance(step, Prepare):
+            step = await trio.to_thread.run_sync(step.build)
+        if isinstance(step, (Write, Exclusive)):
+            outbox.add_job(step)
+            if not self.writer.submit(step.job):
+                await self._enqueue(step.job)
+        elif isinstance(step, Read):
+            # it sees every earlier write of this connection, and none after it:
+            # those are started only once it has been evaluated
+            await outbox.wait_jobs_done()
+            outbox.add_reply(await self._answer(conn, step))
+        elif isinstance(step, Stream):
+            await outbox.wait_sent()
+            await self._stream(stream, conn, step)
+            return False
+        else:
+            outbox.add_reply(await self._answer(conn, step))
+        if len(outbox) >= MAX_PIPELINED_REQUESTS:
+            await outbox.wait_sent()
+        return True
+
+    async def _receive(
+        self,
+        sock: SocketIO,
+        conn: Connection,
+        outbox: Outbox,
+        partial_since: float | None,
+        *,
+        try_first: bool,
+    ) -> bool:
+        """More bytes into the connection; False when a started request took too long
+        to complete (slowloris): its refusal is sent and the connection closes."""
+        if partial_since is None:
+            data: bytes | None = await sock.receive(RECEIVE_BYTES, try_first=try_first)
+        else:
+            data = None
+            with trio.move_on_at(partial_since + self.config.request_timeout_s):
+                data = await sock.receive(RECEIVE_BYTES)
+            if data is None:
+                self.timed_out_requests += 1
+                text = f"request not complete after {self.config.request_timeout_s:g} s"
+                outbox.add_reply(_refusal(conn, Refusal(ErrorCode.BAD_REQUEST, text)))
+                await outbox.wait_sent()
+                return False
+        if data:
+            conn.receive_data(data)
+        else:
+            conn.receive_eof()
+        return True
 
     async def _enqueue(self, job: Job) -> None:
         """The writer's queue was full: wait for room (a slow disk slows its clients)."""
@@ -533,6 +559,7 @@ class Server:
                 small_argument_bytes=OFFLOAD_ABOVE_BYTES,
                 arguments=ARGUMENTS,
                 documents=DOCUMENTS,
+                preparers=PREPARERS,
             )
         except WorkerLost as error:
             log.warning("a worker died decoding a %d-byte request: %s", len(item.data), error)
@@ -551,8 +578,16 @@ class Server:
             pass  # a watching connection takes no further requests
 
 
-def _refusal(conn: Connection, code: ErrorCode, message: str) -> bytes:
-    return conn.encode(error_response(None, code, message))
+def _refusal(conn: Connection, refusal: Refusal) -> bytes:
+    return conn.encode(error_response(None, refusal.code, refusal.message, **refusal.details))
+
+
+class _Turn(enum.Enum):
+    """What a connection does next when _take_request has no request for it."""
+
+    READ_MORE = "read more bytes"
+    NEXT = "take the next message"
+    CLOSE = "close the connection"
 
 
 def raw_bytes(value: Any) -> int:

@@ -19,6 +19,7 @@ REGISTRY: dict[str, Op] = {
 }
 ARGUMENTS = {name: frozenset(op.arguments) for name, op in REGISTRY.items()}
 DOCUMENTS = {name: op.documents for name, op in REGISTRY.items() if op.documents}
+PREPARERS = {name: op.prepare for name, op in REGISTRY.items() if op.prepare is not None}
 
 
 class Ops(OpContext):

@@ -14,7 +14,7 @@ from sessionstore.wire.shared import CanonicalItem, Refusal
 
 from ..document_arguments import prepared_txn
 from ..offload import OFFLOAD_ABOVE_BYTES
-from ..prepare import checkpoint_document
+from ..prepare import checkpoint_document, prepare_checkpoint, prepare_txn
 from ..steps import Prepare, Read, Response, Step
 from ..storage.documents import Entry, KeyRange
 from ..storage.mutations import Put, Remove, Txn
@@ -143,6 +143,7 @@ OPS = (
         checkpoint_put,
         {"kind", "key", "value", "lease"},
         documents=frozenset({"value"}),
+        prepare=prepare_checkpoint,
     ),
     Op("checkpoint_get", checkpoint_get, {"kind", "key"}, read_only=True),
     Op("checkpoint_delete", checkpoint_delete, {"kind", "key", "lease"}),
@@ -152,5 +153,5 @@ OPS = (
         {"kind", "prefix", "after", "before", "limit", "reverse", "values"},
         read_only=True,
     ),
-    Op("txn", txn, {"require", "ops", "lease"}, documents=frozenset({"ops"})),
+    Op("txn", txn, {"require", "ops", "lease"}, documents=frozenset({"ops"}), prepare=prepare_txn),
 )

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from sessionstore.wire.protocol import Request
 
+from ..prepare import Preparer
 from ..steps import Step
 from .context import OpContext
 
@@ -19,3 +20,4 @@ class Op:
     arguments: set[str] = field(default_factory=set)
     read_only: bool = False
     documents: frozenset[str] = frozenset()  # arriving as CanonicalItem where the helper runs
+    prepare: Preparer | None = None  # the heavy part of its arguments (prepare.py)

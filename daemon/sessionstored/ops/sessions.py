@@ -7,7 +7,14 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import RawCBOR, Request, ok_response
 from sessionstore.wire.shared import CanonicalItem, Refusal
 
-from ..prepare import Encoded, forked_body, snapshot_document, updated_body
+from ..prepare import (
+    Encoded,
+    encoded_argument,
+    forked_body,
+    prepare_snapshot,
+    snapshot_document,
+    updated_body,
+)
 from ..snapshot import UPDATABLE
 from ..steps import Read, Response, Step
 from ..storage.mutations import SESSION, Put, Remove, Rewrite
@@ -151,7 +158,13 @@ def fork(ops: OpContext, request: Request) -> Step:
 
 
 OPS = (
-    Op("save", save, {"snapshot", "expect", "lease"}, documents=frozenset({"snapshot"})),
+    Op(
+        "save",
+        save,
+        {"snapshot", "expect", "lease"},
+        documents=frozenset({"snapshot"}),
+        prepare=prepare_snapshot,
+    ),
     Op("load", load, {"session_id"}, read_only=True),
     Op("head", head, {"session_id"}, read_only=True),
     Op("exists", exists, {"session_id"}, read_only=True),
@@ -162,6 +175,12 @@ OPS = (
         update,
         {"session_id", "component", "value", "expect", "lease"},
         documents=frozenset({"value"}),
+        prepare=encoded_argument("value"),
     ),
-    Op("fork", fork, {"session_id", "new_session_id", "workspace", "lease"}),
+    Op(
+        "fork",
+        fork,
+        {"session_id", "new_session_id", "workspace", "lease"},
+        prepare=encoded_argument("workspace"),
+    ),
 )
