@@ -1,5 +1,5 @@
-# Three front-end modules in process: the configuration (flags, environment,
-# systemd socket activation), the peer access policy and the snapshot rules.
+# The configuration in process: flags, environment and defaults, systemd socket
+# activation, the PostgreSQL settings, and one clear error for bad ones.
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,9 +7,7 @@ from typing import Any
 
 import pytest
 
-from sessionstored.access import Access, AccessPolicy, Peer
 from sessionstored.config import SYSTEMD_FIRST_FD, ConfigError, build_config
-from sessionstored.snapshot import InvalidSnapshot, forked, validate_snapshot, with_component
 
 
 def _config(*argv: str, **env: str) -> Any:
@@ -64,53 +62,3 @@ def test_bad_configuration_is_one_clear_error(argv: list[str]) -> None:
     with pytest.raises(ConfigError) as error:
         _config(*argv)
     assert argv[0] in str(error.value) and "\n" not in str(error.value)
-
-
-def test_access_policy() -> None:
-    policy = AccessPolicy(
-        daemon_uid=1000,
-        daemon_gid=1000,
-        allow_uids=frozenset({2000}),
-        read_only_gids=frozenset({3000}),
-    )
-    assert policy.decide(Peer(1, 1000, 5)) is Access.FULL
-    assert policy.decide(Peer(1, 0, 5)) is Access.FULL
-    assert policy.decide(Peer(1, 5, 1000)) is Access.FULL  # the daemon's group
-    assert policy.decide(Peer(1, 2000, 5)) is Access.FULL
-    assert policy.decide(Peer(1, 1000, 3000)) is Access.READ_ONLY  # read-only wins
-    assert policy.decide(Peer(1, 5, 5)) is Access.NONE
-
-
-def _snap(**extra: Any) -> dict[str, Any]:
-    return {"schema_version": 1, "session": {"id": "s"}, **extra}
-
-
-@pytest.mark.parametrize(
-    "snapshot",
-    [
-        {"schema_version": 2, "session": {"id": "s"}},
-        {"schema_version": 1, "session": {"id": ""}},
-        {"schema_version": 1, "session": {"id": "a\x00b"}},
-        {"schema_version": 1, "session": {"id": "x" * 1025}},
-        _snap(artifacts={}),
-        _snap(retained_artifact_uris=[1]),
-        _snap(run_records=[{"snapshot": {"id": "r", "session_id": "other"}}]),
-        _snap(subagent_tasks=[{"parent_session_id": "other"}]),
-    ],
-)
-def test_the_snapshot_rules(snapshot: dict[str, Any]) -> None:
-    with pytest.raises(InvalidSnapshot):
-        validate_snapshot(snapshot)
-
-
-def test_update_and_fork_keep_the_rules() -> None:
-    assert validate_snapshot(_snap(unknown={"kept": True})) == "s"
-    updated = with_component(_snap(), "s", "artifacts", [{"a": 1}])
-    assert updated["artifacts"] == [{"a": 1}]
-    with pytest.raises(LookupError):
-        with_component(None, "s", "artifacts", [])
-    with pytest.raises(InvalidSnapshot):
-        with_component(_snap(), "s", "session", {"id": "other"})
-    copy = forked(_snap(subagent_tasks=[{"parent_session_id": "s"}]), "t", "/w")
-    assert copy["session"] == {"id": "t", "config": {"workspace": "/w"}}
-    assert copy["subagent_tasks"] == [{"parent_session_id": "t"}]

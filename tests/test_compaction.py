@@ -1,0 +1,73 @@
+# storage/log/compaction.py: plan, copy, switch on the real engine (simulated file
+# system, small segments): which segments are victims, what the new segment
+# holds, and that a document rewritten between copy and switch keeps its newer
+# record.
+from __future__ import annotations
+
+from sessionstored.storage.log import compaction
+from sessionstored.storage.log.store import Store
+
+from .storage_helpers import assert_clean, new_fs, open_store, put, remove, snapshot_of
+
+BIG = "x" * 6000  # a few records fill a 64 KiB segment
+
+
+def _mostly_dead() -> Store:
+    """Several sealed segments, most of whose records were overwritten or removed."""
+    store = open_store(new_fs(), compact_dead_share=0.4)
+    store.commit([put(f"keep{n}", BIG) for n in range(3)])  # live in the oldest segment
+    for round_ in range(6):
+        store.commit([put(f"s{n}", f"{round_}{BIG}") for n in range(8)])
+    store.commit([remove(f"s{n}") for n in range(4)])
+    store.commit([put("last", 1)])
+    return store
+
+
+def test_the_plan_takes_dead_segments_never_the_active_one() -> None:
+    store = _mostly_dead()
+    assert compaction.compaction_due(store)
+    work = compaction.plan(store)
+    assert work is not None and work.victims
+    assert store.log.active not in work.victims and set(work.victims) <= set(store.log.used)
+    for number in work.victims:
+        live = store.index.live_bytes.get(number, 0)
+        assert (store.log.used[number] - live) / store.log.used[number] >= 0.4
+    in_victims = sorted((k, i) for k, i, e in store.index.rows() if e.segment in work.victims)
+    assert sorted((k, i) for k, i, _ in work.moves) == in_victims
+    live_segments = {e.segment for _, _, e in store.index.rows()}
+    dead_only = compaction.plan(store, dead_only=True)
+    assert dead_only is not None and not set(dead_only.victims) & live_segments
+    everything = compaction.plan(store, everything=True)
+    assert everything is not None and everything.moves  # the kept records must move
+    assert everything.number not in store.log.used
+
+
+def test_copy_then_switch_moves_the_live_records_and_retires_the_victims() -> None:
+    store = _mostly_dead()
+    before = snapshot_of(store)
+    work = compaction.plan(store, everything=True)
+    assert work is not None and work.moves
+    compaction.copy(store, work)
+    moved = compaction.switch(store, work)
+    assert moved == len(work.moves)
+    assert not set(work.victims) & set(store.log.used)
+    assert store.retiring == work.victims  # unlinked once a checkpoint no longer names them
+    assert snapshot_of(store) == before
+    store.write_index_checkpoint()
+    store.log.close_retired()
+    assert_clean(store)
+
+
+def test_a_document_rewritten_during_the_copy_keeps_its_newer_record() -> None:
+    store = _mostly_dead()
+    work = compaction.plan(store, everything=True)
+    assert work is not None and work.moves
+    kind, doc_id, _ = work.moves[0]
+    compaction.copy(store, work)
+    store.commit([put(doc_id, "rewritten meanwhile")])
+    newer = store.index.get(kind, doc_id)
+    moved = compaction.switch(store, work)
+    assert moved == len(work.moves) - 1
+    assert store.index.get(kind, doc_id) == newer
+    store.write_index_checkpoint()
+    assert_clean(store)
