@@ -128,6 +128,24 @@ def test_the_daemon_names_an_engine_only_at_start_up() -> None:
         assert not engines, (module, engines)
 
 
+def test_the_data_path_never_runs_back_up() -> None:
+    """socket -> protocol -> op registry -> writer -> engine -> log | PostgreSQL -> OS seam:
+    the engines import nothing of the daemon above them, the writer nothing of the ops or
+    the server, the wire layer nothing outside itself. (An op's Rewrite callback runs in
+    the writer's thread; what it calls is the ops' own module, never the other way.)"""
+    below_the_writer = ("sessionstored.ops", "sessionstored.server")
+    engines_use = ("sessionstored.storage", "sessionstore.wire")
+    for module, edges in _import_graph().items():
+        if module.startswith("sessionstored.storage"):
+            above = {e for e in edges if not e.startswith(engines_use)}
+            assert not above, (module, above)
+        if module == "sessionstored.writer":
+            assert not {e for e in edges if e.startswith(below_the_writer)}, edges
+        if module.startswith("sessionstore.wire"):
+            outside = {e for e in edges if not e.startswith("sessionstore.wire")}
+            assert not outside, (module, outside)
+
+
 def test_storage_imports_no_trio() -> None:
     for path in STORAGE.rglob("*.py"):
         assert "trio" not in _imports(path), path

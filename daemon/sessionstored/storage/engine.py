@@ -94,7 +94,6 @@ class Engine(Protocol):
     seq: int  # the watch history's: every change up to it is in history
     history: History
     sealer: Sealer
-    checkpoint_seq: int
     lease: dict[str, Any] | None  # the writer lease as the last published batch left it
 
     @property
