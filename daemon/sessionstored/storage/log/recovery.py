@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 from ..documents import Entry
 from ..errors import CorruptRecord, StoreFormatError, StoreLocked
@@ -51,7 +51,7 @@ from .segments import (
     parse_segment_header,
     segment_number,
 )
-from .store import Recovered, Store
+from .store import Recovered, Store, StoreOptions
 
 LOCK_FILE = "lock"
 BROKEN_SUFFIX = ".broken"
@@ -132,7 +132,9 @@ class RecoveryReport:
         return "; ".join(parts) + f" in {self.duration_ms:.0f} ms"
 
 
-def open_store(fs: FileSystem, root: str, **options: Any) -> tuple[Store, RecoveryReport]:
+def open_store(
+    fs: FileSystem, root: str, **options: Unpack[StoreOptions]
+) -> tuple[Store, RecoveryReport]:
     """A store recovered and ready to serve; the lock is released if it cannot open."""
     store = Store(fs, root, **options)
     try:

@@ -25,7 +25,7 @@ import errno
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import cbor2
 
@@ -112,6 +112,20 @@ def _now_ms() -> int:
 @dataclass
 class LogBatch(Batch):
     prepared: Prepared | None = None  # the index's new tables, for a large batch
+
+
+class StoreOptions(TypedDict, total=False):
+    """Store's keyword arguments, for the functions that pass them on (open_store)."""
+
+    max_document_bytes: int
+    history_changes: int
+    checkpoint_every: int
+    checkpoint_every_bytes: int
+    compact_dead_share: float
+    read_cache_bytes: int
+    segment_bytes: int
+    failpoint: Failpoint
+    key: Key | None
 
 
 class Store:
