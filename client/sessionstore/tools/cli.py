@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -13,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import cbor2
 
@@ -25,7 +26,7 @@ from ..wire import jsonform
 from ..wire.codes import ErrorCode
 from ..wire.jsonform import from_json_value, to_json_value
 from ..wire.protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, Refusal
-from . import a3s_import
+from . import a3s_import, json_export
 from .helpformat import DefaultsShown
 
 EXIT_OK = 0
@@ -376,6 +377,44 @@ def _import_a3s(client: Client, args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK if report.complete else EXIT_ERROR
 
 
+def _opened(stack: contextlib.ExitStack[bool | None], path: str, mode: str) -> IO[str]:
+    """The file at path (- is standard input or output), closed with the stack."""
+    if path == "-":
+        return sys.stdin if mode == "r" else sys.stdout
+    try:
+        return stack.enter_context(open(path, mode, encoding="utf-8"))
+    except OSError as error:
+        raise UsageError(f"{path}: {error.strerror}") from None
+
+
+def _export(client: Client, args: argparse.Namespace, _out: Output) -> int:
+    count = 0
+    with contextlib.ExitStack() as stack:
+        target = _opened(stack, args.file, "w")
+        for line in json_export.export_documents(client):
+            target.write(json.dumps(line, ensure_ascii=False, allow_nan=False) + "\n")
+            count += 1
+    print(f"sessionstore: exported {count} documents", file=sys.stderr)
+    return EXIT_OK
+
+
+def _import(client: Client, args: argparse.Namespace, out: Output) -> int:
+    with contextlib.ExitStack() as stack:
+        source = _opened(stack, args.file, "r")
+        report = json_export.import_documents(client, source, overwrite=args.overwrite)
+    for line, problem in report.problems:
+        print(f"sessionstore: import: line {line}: {problem}", file=sys.stderr)
+
+    def human(value: dict[str, Any]) -> str:
+        return (
+            f"imported {value['imported']}, unchanged {value['unchanged']}, "
+            f"problems {len(value['problems'])}"
+        )
+
+    out.emit(report.as_dict(), human)
+    return EXIT_OK if not report.problems else EXIT_ERROR
+
+
 def _encode(args: argparse.Namespace) -> int:
     """JSON (one document, or JSON lines) on stdin -> a CBOR sequence on stdout."""
     text = sys.stdin.read()
@@ -585,6 +624,19 @@ def _parser() -> argparse.ArgumentParser:
         "--path-only", action="store_true", help="print only the socket's path (for scripts)"
     )
     command("verify", _verify, "full integrity check (exit 4 when it finds problems)")
+    export = command(
+        "export", _export, "every document as one JSON line: kind, id, seq, digest, value"
+    )
+    export.add_argument("file", nargs="?", default="-", help="where to write, or - for stdout")
+    import_ = command(
+        "import", _import, "documents from JSON lines (`export`'s), create-only by default"
+    )
+    import_.add_argument("file", nargs="?", default="-", help="JSON lines, or - for stdin")
+    import_.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a document that is there at another digest",
+    )
     command("compact", _compact, "rewrite the log without dead records, checkpoint the index")
     get = command("get", _get, "print a session's snapshot (exit 3 when absent)")
     get.add_argument("session_id")
