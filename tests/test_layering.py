@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STORAGE = ROOT / "daemon" / "sessionstored" / "storage"
 PACKAGES = {"sessionstore": ROOT / "client", "sessionstored": ROOT / "daemon"}
 # the daemon's start-up: the only modules outside storage/ that name an engine's own modules
-START_UP = {"sessionstored.cli", "sessionstored.rekey_command"}
+START_UP = {"sessionstored.cli", "sessionstored.rekey_command", "sessionstored.restore_command"}
 ENGINE_PACKAGES = ("sessionstored.storage.log", "sessionstored.storage.postgres")
 
 

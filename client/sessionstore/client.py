@@ -21,7 +21,7 @@ from .replies import (
     results_of,
     take_response,
 )
-from .requests import UNSET, Call
+from .requests import UNSET, Call, make
 from .wire.protocol import Connection, Mode, Refusal
 
 
@@ -117,6 +117,28 @@ class Client(OpMethods):
             after = result["next"]
             if after is None:
                 return
+
+    def backup(self) -> Iterator[dict[str, Any]]:
+        """The `backup` op's stream, on a connection of its own: its header (seq,
+        documents, backup_id, sealed_with_key_id, source), then {"payloads": [...]}
+        messages, then {"end": true, ...}. An error reply raises its exception."""
+        streamer = Client(self.socket_path, timeout=self.timeout)
+        try:
+            [header] = streamer.send_raw([make("backup").request])
+            result_of(make("backup"), header)
+            yield header
+            while True:
+                message = streamer._read_message()
+                if "payloads" not in message and not message.get("end"):
+                    result_of(make("backup"), message)  # an error reply: its exception
+                    raise ConnectionLost(f"unexpected message in a backup: {sorted(message)}")
+                yield message
+                if message.get("end"):
+                    return
+        except (OSError, Refusal) as error:
+            raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error
+        finally:
+            streamer.close()
 
     def watch(
         self, since: int | None = None, *, reconnect: bool = True

@@ -21,6 +21,7 @@ from .failpoints import Failpoints
 from .keyfile import load_key
 from .notify import notify
 from .rekey_command import rekey_main
+from .restore_command import restore_main
 from .server import Server, StartupError, open_listener
 from .storage.engine import Engine, StartReport
 from .storage.errors import StoreFormatError, StoreLocked
@@ -219,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["rekey"]:
         return rekey_main(arguments[1:])
+    if arguments[:1] == ["restore"]:
+        return restore_main(arguments[1:])
     try:
         config = build_config(
             arguments,

@@ -26,7 +26,7 @@ from ..wire import jsonform
 from ..wire.codes import ErrorCode
 from ..wire.jsonform import from_json_value, to_json_value
 from ..wire.protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, Refusal
-from . import a3s_import, json_export
+from . import a3s_import, backup_command, json_export
 from .helpformat import DefaultsShown
 
 EXIT_OK = 0
@@ -387,6 +387,21 @@ def _opened(stack: contextlib.ExitStack[bool | None], path: str, mode: str) -> I
         raise UsageError(f"{path}: {error.strerror}") from None
 
 
+def _backup(client: Client, args: argparse.Namespace, out: Output) -> int:
+    if os.path.lexists(args.file) and not args.replace:
+        raise UsageError(f"{args.file} exists (--replace replaces it once the backup is whole)")
+    summary = backup_command.take_backup(client, args.file, backup_command.tty_progress())
+
+    def human(value: dict[str, Any]) -> str:
+        return (
+            f"{value['path']}: {value['documents']} documents at seq {value['seq']}, "
+            f"{value['payload_bytes']} bytes in {value['seconds']} s"
+        )
+
+    out.emit(summary, human)
+    return EXIT_OK
+
+
 def _export(client: Client, args: argparse.Namespace, _out: Output) -> int:
     count = 0
     with contextlib.ExitStack() as stack:
@@ -624,6 +639,15 @@ def _parser() -> argparse.ArgumentParser:
         "--path-only", action="store_true", help="print only the socket's path (for scripts)"
     )
     command("verify", _verify, "full integrity check (exit 4 when it finds problems)")
+    backup = command(
+        "backup", _backup, "an online, consistent backup of the store at one seq, into FILE"
+    )
+    backup.add_argument("file", help="the backup file (written whole, or not at all)")
+    backup.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace FILE if it exists, once the new one is whole",
+    )
     export = command(
         "export", _export, "every document as one JSON line: kind, id, seq, digest, value"
     )

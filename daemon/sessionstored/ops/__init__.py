@@ -10,12 +10,12 @@ from sessionstore.wire.protocol import Request, error_response
 
 from ..access import Access
 from ..steps import Reply, Step
-from . import admin, checkpoints, leases, sessions
+from . import admin, backup, checkpoints, leases, sessions
 from .context import OpContext
 from .registry import Op
 
 REGISTRY: dict[str, Op] = {
-    op.name: op for module in (sessions, checkpoints, leases, admin) for op in module.OPS
+    op.name: op for module in (sessions, checkpoints, leases, admin, backup) for op in module.OPS
 }
 ARGUMENTS = {name: frozenset(op.arguments) for name, op in REGISTRY.items()}
 DOCUMENTS = {name: op.documents for name, op in REGISTRY.items() if op.documents}

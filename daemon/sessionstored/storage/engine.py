@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -60,6 +60,20 @@ class StartReport(Protocol):
     `stats.recovery`."""
 
     def as_dict(self) -> dict[str, Any]: ...
+
+
+class BackupSnapshot(Protocol):
+    """The committed state at one seq, read while the engine goes on serving: every
+    document, the lease among them. chunks() blocks (a thread's); close() releases
+    what keeps the snapshot readable (the log's pinned segments, PostgreSQL's
+    transaction)."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def documents(self) -> int: ...
+    def chunks(self) -> Iterator[list[Document]]: ...
+    def close(self) -> None: ...
 
 
 class CompactionRun(Protocol):
@@ -121,6 +135,7 @@ class Engine(Protocol):
     def session_count(self) -> int: ...
     def current_lease(self) -> dict[str, Any] | None: ...
     def stats(self) -> dict[str, Any]: ...
+    def backup_snapshot(self) -> BackupSnapshot: ...  # the readers' thread
 
     # the writer: commit a batch of decided mutations, then publish it to readers
     def commit_durably(self, mutations: Sequence[Mutation]) -> Batch: ...

@@ -34,3 +34,7 @@ class CorruptRecord(Exception):
         self.path = path
         self.offset = offset
         self.reason = reason
+
+
+class RestoreRefused(Exception):
+    """A restore's target is not an empty store, or what it built does not check."""

@@ -52,6 +52,7 @@ from ..mutations import (
 )
 from ..sealing import Key, Sealer
 from . import compaction, reserve
+from .backup import LogBackup
 from .cache import DEFAULT_CAPACITY_BYTES, DocumentCache
 from .check import check
 from .durable import Failpoint, no_failpoint
@@ -531,6 +532,9 @@ class Store:
             if id_hash in self.sealer.id_hashes(wanted.kind, doc_id):
                 message = f"{reason} (it held seq {seq} of {doc_id!r}, in this range)"
                 raise CorruptRecord(path, offset, message)
+
+    def backup_snapshot(self) -> LogBackup:
+        return LogBackup(self)
 
     @property
     def maintenance(self) -> Upkeep:

@@ -1,5 +1,5 @@
-# What compaction, the compaction reserve and `verify` read and call of the log
-# engine's store (store.py), as a protocol: they take the store without
+# What compaction, the compaction reserve, `verify` and a backup read and call of
+# the log engine's store (store.py), as a protocol: they take the store without
 # importing it, and the store calls them without an import cycle.
 from __future__ import annotations
 
@@ -32,3 +32,5 @@ class StoreParts(Protocol):
     def index_checkpoint_due(self) -> bool: ...
     def write_index_checkpoint(self) -> str: ...  # retired segments go after it
     def retire(self, segments: Sequence[int]) -> None: ...
+    def pin(self, entries: Sequence[Entry]) -> None: ...  # their segments stay readable
+    def unpin(self, entries: Sequence[Entry]) -> None: ...

@@ -29,14 +29,14 @@ import hashlib
 import hmac
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import cbor2
 import psycopg
-from psycopg import sql
+from psycopg import IsolationLevel, sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from sessionstore.wire.canonical import digest_bytes_of_canonical
@@ -45,7 +45,7 @@ from sessionstore.wire.codes import ErrorCode
 from ..decide import CommittedState, decide_all, fold_txn_results, record_applied
 from ..documents import Document, Entry, Found, KeyRange, session_page
 from ..engine import CompactResult, Problem
-from ..errors import CorruptRecord, FatalStorageError
+from ..errors import CorruptRecord, FatalStorageError, RestoreRefused
 from ..history import History
 from ..mutations import (
     LEASE,
@@ -61,6 +61,7 @@ from ..mutations import (
     refused,
 )
 from ..sealing import Key, Sealer, SealError
+from .backup import PgBackup
 
 SCHEMA_VERSION = 1
 NOTIFY_CHANNEL = "sessionstore_changes"
@@ -80,6 +81,7 @@ CONNECTION_OPTIONS = {
     "keepalives_interval": KEEPALIVE_INTERVAL_S,
     "keepalives_count": KEEPALIVE_COUNT,
 }
+RESTORE_ROWS = 1000  # documents per INSERT round trip of a restore
 READ_TIMEOUT_S = 10.0  # a read waits this long for a pooled connection, then io_error
 
 SCHEMA = (
@@ -285,9 +287,13 @@ class PgStore:
             check=ConnectionPool.check_connection,
         )
         row = conn.execute("SELECT seq FROM ss_counter").fetchone()
+        first = conn.execute("SELECT min(seq) FROM ss_changes").fetchone()
         conn.commit()
-        oldest = max(0, (row[0] if row else 0) - self.history_changes)
-        self.seq = oldest
+        counter = row[0] if row else 0
+        # the history starts after what ss_changes no longer holds; a restored database
+        # holds none of it, and its history starts at the backup's seq
+        retained_from = counter if first is None or first[0] is None else first[0] - 1
+        self.seq = max(0, counter - self.history_changes, min(retained_from, counter))
         self.follow()
         self.lease = self._read_lease(conn)
         conn.commit()
@@ -333,6 +339,16 @@ class PgStore:
         if key is None:
             return doc_id.encode("utf-8")
         return hmac.new(key.name_key, f"{kind}\0{doc_id}".encode(), hashlib.sha256).digest()
+
+    def _document_row(
+        self, kind: str, doc_id: str, body: bytes, digest: bytes, seq: int
+    ) -> tuple[Any, ...]:
+        """An ss_documents row: the key a keyed hash of the id, the rest sealed."""
+        what = kind.encode()
+        name = self._seal(doc_id.encode(), b"name:" + what)
+        sealed_body = self._seal(body, b"body:" + what)
+        return (kind, self._key(kind, doc_id), name, sealed_body,
+                self._seal(digest, b"digest:" + what), seq, len(body))  # fmt: skip
 
     def _seal(self, data: bytes, what: bytes) -> bytes:
         return self.sealer.seal(data, what) if self.sealer.encrypted else data
@@ -494,6 +510,21 @@ class PgStore:
                 if len(rows) < FOLLOW_PAGE:
                     return moved
 
+    def backup_snapshot(self) -> PgBackup:
+        """A connection of its own, so the pool's readers go on, in one REPEATABLE READ,
+        READ ONLY transaction: every row of the backup is of that snapshot."""
+        conn = self._connect()
+        try:
+            conn.isolation_level = IsolationLevel.REPEATABLE_READ
+            conn.read_only = True
+            row = conn.execute("SELECT seq FROM ss_counter").fetchone()
+            counted = conn.execute("SELECT count(*) FROM ss_documents").fetchone()
+        except psycopg.Error as error:
+            conn.close()
+            raise DatabaseUnavailable(f"{redacted(self.url)}: {_first_line(error)}") from error
+        seq, documents = (int(row[0]) if row else 0), (int(counted[0]) if counted else 0)
+        return PgBackup(conn, seq, documents, self._open)
+
     @property
     def follower(self) -> PgStore:
         """Other daemons commit too: the server follows ss_changes (follow())."""
@@ -513,6 +544,37 @@ class PgStore:
                 stop.wait(1.0)
 
     # -- the writer ---------------------------------------------------------------
+
+    def restore(self, documents: Iterable[Document], seq: int) -> int:
+        """A backup's documents into this (empty) database, each at its own seq, the
+        counter at the backup's: one transaction, so a restore that fails leaves the
+        database as it was. Returns how many documents it wrote."""
+        conn = self._writer_conn()
+        written = 0
+        with conn.transaction():
+            row = conn.execute("SELECT seq FROM ss_counter WHERE one = 1 FOR UPDATE").fetchone()
+            counted = conn.execute("SELECT count(*) FROM ss_documents").fetchone()
+            if (row and row[0]) or (counted and counted[0]):
+                raise RestoreRefused(
+                    f"{redacted(self.url)}: not empty (seq {row[0] if row else 0}); "
+                    "restore builds a new store only"
+                )
+            rows: list[tuple[Any, ...]] = []
+            for doc in documents:
+                rows.append(self._document_row(doc.kind, doc.id, doc.body, doc.digest, doc.seq))
+                if len(rows) >= RESTORE_ROWS:
+                    written += self._insert_documents(conn, rows)
+                    rows = []
+            written += self._insert_documents(conn, rows)
+            conn.execute("UPDATE ss_counter SET seq = %s WHERE one = 1", (seq,))
+        self.seq = self._acknowledged = seq
+        return written
+
+    @staticmethod
+    def _insert_documents(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> int:
+        with conn.cursor() as cursor:
+            cursor.executemany("INSERT INTO ss_documents VALUES (%s, %s, %s, %s, %s, %s, %s)", rows)
+        return len(rows)
 
     def fail(self) -> None:
         """The daemon is stopping after a fatal error: nothing more is committed."""
@@ -565,16 +627,14 @@ class PgStore:
         removals: list[tuple[Any, ...]] = []
         changes: list[tuple[Any, ...]] = []
         for position, change, seq in accepted:
-            what = change.kind.encode()
-            name = self._seal(change.id.encode(), b"name:" + what)
-            key = self._key(change.kind, change.id)
             if isinstance(change, Put):
-                digest = self._seal(change.digest, b"digest:" + what)
-                body = self._seal(change.body, b"body:" + what)
-                documents.append((change.kind, key, name, body, digest, seq, len(change.body)))
-                changes.append((seq, change.kind, name, digest, committed_at_ms, len(change.body)))
+                row = self._document_row(change.kind, change.id, change.body, change.digest, seq)
+                documents.append(row)
+                _, _, name, _, digest, _, size = row
+                changes.append((seq, change.kind, name, digest, committed_at_ms, size))
             else:
-                removals.append((change.kind, key))
+                name = self._seal(change.id.encode(), b"name:" + change.kind.encode())
+                removals.append((change.kind, self._key(change.kind, change.id)))
                 changes.append((seq, change.kind, name, None, committed_at_ms, 0))
             record_applied(batch, outcomes, position, change, seq, committed_at_ms)
         with conn.cursor() as cursor:

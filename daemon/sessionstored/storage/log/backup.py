@@ -1,0 +1,52 @@
+# The log's side of a backup (engine.BackupSnapshot): the index's entries copied
+# on the readers' thread, where every batch is published, so they are the state
+# at exactly one seq; the segments they point into are pinned, so compaction can
+# go on meanwhile without unlinking them; the records are then read back and
+# checked in a thread, a chunk at a time.
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..documents import Document, Entry
+from ..errors import CorruptRecord
+from .store_parts import StoreParts
+
+CHUNK_DOCUMENTS = 256
+
+
+class LogBackup:
+    def __init__(self, store: StoreParts) -> None:
+        if store.damaged:
+            row = next(iter(store.damaged.values()))
+            message = (
+                f"{len(store.damaged)} documents are damaged (verify lists them): a backup "
+                "would leave them out"
+            )
+            raise CorruptRecord(row.file, row.offset, message)
+        self.store = store
+        self._seq = store.seq
+        rows = store.index.rows()
+        self._rows = rows
+        self._pinned: list[Entry] = list({e.segment: e for _, _, e in rows}.values())
+        store.pin(self._pinned)
+
+    @property
+    def seq(self) -> int:
+        return self._seq
+
+    @property
+    def documents(self) -> int:
+        return len(self._rows)
+
+    def chunks(self) -> Iterator[list[Document]]:
+        self._rows.sort(key=lambda row: (row[2].segment, row[2].offset))  # in file order
+        for start in range(0, len(self._rows), CHUNK_DOCUMENTS):
+            yield [
+                self.store.read_entry(kind, doc_id, entry)
+                for kind, doc_id, entry in self._rows[start : start + CHUNK_DOCUMENTS]
+            ]
+
+    def close(self) -> None:
+        if self._pinned:
+            self.store.unpin(self._pinned)
+            self._pinned = []
