@@ -23,7 +23,7 @@ from typing import Any
 
 from sessionstore.client import Client
 
-from . import adapters, anchors, cpu, item_cost, loop_stall, postgres, space
+from . import adapters, anchors, backup, cpu, item_cost, loop_stall, postgres, space
 from .frontend_cost import frontend_cost
 from .load import Sample, run_clients, run_in_processes
 from .sealing_cost import sealing_cost
@@ -365,6 +365,11 @@ def main() -> None:
         stall = loop_stall.run(Daemon, base / "stall", quick=args.quick)
         for name, figures in stall.items():
             print(f"loop stall: {name}: {json.dumps(figures)}", flush=True)
+        (base / "backup").mkdir()
+        documents = 5_000 if args.quick else 20_000
+        backup_figures = backup.run(Daemon, base / "backup", documents)
+        for name, figures in backup_figures.items():
+            print(f"backup: {name}: {json.dumps(figures)}", flush=True)
         space_result = None
         if args.space_rounds:
             (base / "space").mkdir()
@@ -392,6 +397,7 @@ def main() -> None:
         "sealing_cpu_us": sealing,
         "frontend_cpu_us": frontend,
         "loop_stall": stall,
+        "backup": backup_figures,
         "adapters": frameworks,
         "postgresql": on_postgres,
         "cpu_per_request": cpu_per_request,
