@@ -120,10 +120,12 @@ class _Reader:
     def __init__(self, path: str, handle: BinaryIO) -> None:
         self.path, self.handle, self.offset = path, handle, 0
 
-    def take(self, count: int, what: str) -> bytes:
+    def take(self, count: int, what: str, start: int) -> bytes:
+        """count bytes of the structure that begins at start (what a short read names:
+        a damaged length makes the file seem to end early)."""
         data = self.handle.read(count)
         if len(data) != count:
-            raise DamagedBackup(self.path, self.offset, f"the file ends inside {what}")
+            raise DamagedBackup(self.path, start, f"the file ends inside {what}")
         self.offset += count
         return data
 
@@ -149,7 +151,7 @@ def read_backup(path: str) -> Backup:
     """Every byte checked: DamagedBackup names the first problem's offset."""
     with open(path, "rb") as handle:
         reader = _Reader(path, handle)
-        head = reader.take(len(MAGIC) + 1 + LENGTH.size, "the header")
+        head = reader.take(len(MAGIC) + 1 + LENGTH.size, "the header", 0)
         if head[: len(MAGIC)] != MAGIC:
             raise DamagedBackup(path, 0, "not a sessionstore backup")
         if head[len(MAGIC)] != VERSION:
@@ -157,22 +159,22 @@ def read_backup(path: str) -> Backup:
         (length,) = LENGTH.unpack_from(head, len(MAGIC) + 1)
         if length > MAX_HEADER_BYTES:
             raise DamagedBackup(path, len(MAGIC) + 1, "header length out of range")
-        head += reader.take(length, "the header")
+        head += reader.take(length, "the header", 0)
         previous = _check(0, head)
-        if CHECK.unpack(reader.take(CHECK.size, "the header's checksum"))[0] != previous:
+        if CHECK.unpack(reader.take(CHECK.size, "the header's checksum", 0))[0] != previous:
             raise DamagedBackup(path, 0, "the header does not match its checksum")
         header = cbor2.loads(head[len(MAGIC) + 1 + LENGTH.size :])
         payloads: list[tuple[int, int]] = []
         payload_bytes = 0
         while True:
             at = reader.offset
-            frame = reader.take(1 + LENGTH.size, "a record's frame")
+            frame = reader.take(1 + LENGTH.size, "a record's frame", at)
             kind, (length,) = frame[:1], LENGTH.unpack_from(frame, 1)
             if kind not in (RECORD, TRAILER) or length > MAX_PAYLOAD_BYTES:
                 raise DamagedBackup(path, at, "not a record (damaged, or not a backup)")
-            data = reader.take(length, "a record")
+            data = reader.take(length, "a record", at)
             previous = _check(previous, frame + data)
-            if CHECK.unpack(reader.take(CHECK.size, "a record's checksum"))[0] != previous:
+            if CHECK.unpack(reader.take(CHECK.size, "a record's checksum", at))[0] != previous:
                 raise DamagedBackup(path, at, "the record does not match its checksum")
             if kind == TRAILER:
                 break
@@ -180,7 +182,7 @@ def read_backup(path: str) -> Backup:
             payload_bytes += length
         fields = cbor2.loads(data)
         trailer = Trailer(fields["seq"], fields["documents"], fields["bytes"])
-        if reader.take(len(END_MAGIC), "the end mark") != END_MAGIC:
+        if reader.take(len(END_MAGIC), "the end mark", reader.offset) != END_MAGIC:
             raise DamagedBackup(path, reader.offset - len(END_MAGIC), "no end mark")
         if handle.read(1):
             raise DamagedBackup(path, reader.offset, "bytes after the end mark")
