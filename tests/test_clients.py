@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -110,3 +111,21 @@ def test_with_no_daemon_every_client_and_adapter_names_the_socket_and_how_to_sta
     with pytest.raises(NoDaemon) as caught:
         SessionStoreSaver(nowhere).get_tuple(config)  # type: ignore[arg-type]
     check(caught.value)
+
+
+def test_each_client_streams_a_backup(running: DaemonProcess) -> None:
+    """Client.backup and the async clients' backup give the same stream: a header at
+    the store's seq, payload messages, then the end."""
+    with Client(running.socket_path) as client:
+        client.save(snapshot("b1"))
+        seq = client.stats()["seq"]
+        messages = list(client.backup())
+    assert messages[0]["seq"] == seq and messages[-1] == {"end": True, "seq": seq, "documents": 1}
+
+    async def streamed() -> list[dict[str, Any]]:
+        async with AsyncioClient(running.socket_path) as client:
+            return [message async for message in client.backup()]
+
+    again = asyncio.run(streamed())
+    assert again[0]["seq"] == seq and again[-1]["end"] is True
+    assert sum(len(m.get("payloads", [])) for m in again) == 1

@@ -15,11 +15,12 @@ from .replies import (
     MAX_RESPONSE_BYTES,
     RESUMABLE,
     WatchResume,
+    backup_ended,
     result_of,
     results_of,
     take_response,
 )
-from .requests import Call
+from .requests import Call, make
 from .wire.protocol import Connection, Mode, Refusal
 
 
@@ -103,6 +104,23 @@ class AsyncCore(OpMethods):
                 await self._sleep(resume.lost())
             finally:
                 await watcher._close_shielded()
+
+    async def backup(self) -> AsyncIterator[dict[str, Any]]:
+        """The `backup` op's stream, as Client.backup: its header, then payload
+        messages, then the end."""
+        streamer = type(self)(self.socket_path, timeout=self.timeout)
+        try:
+            [header] = await streamer.send_raw([make("backup").request])
+            result_of(make("backup"), header)
+            yield header
+            while True:
+                message = await streamer._read_message()
+                ended = backup_ended(message)
+                yield message
+                if ended:
+                    return
+        finally:
+            await streamer._close_shielded()
 
     async def _close_shielded(self) -> None:
         await self.aclose()

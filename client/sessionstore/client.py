@@ -17,6 +17,7 @@ from .replies import (
     RESUMABLE,
     WatchResume,
     answers_after_broken_send,
+    backup_ended,
     result_of,
     results_of,
     take_response,
@@ -129,11 +130,9 @@ class Client(OpMethods):
             yield header
             while True:
                 message = streamer._read_message()
-                if "payloads" not in message and not message.get("end"):
-                    result_of(make("backup"), message)  # an error reply: its exception
-                    raise ConnectionLost(f"unexpected message in a backup: {sorted(message)}")
+                ended = backup_ended(message)
                 yield message
-                if message.get("end"):
+                if ended:
                     return
         except (OSError, Refusal) as error:
             raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error

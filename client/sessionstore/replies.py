@@ -52,6 +52,17 @@ def results_of(calls: Sequence[Call], replies: list[dict[str, Any]]) -> list[Any
     return [result_of(call, reply) for call, reply in zip(calls, replies, strict=True)]
 
 
+def backup_ended(message: dict[str, Any]) -> bool:
+    """A message of a `backup` stream after its header: True for the end, False for
+    payloads; an error reply raises its exception."""
+    if message.get("end"):
+        return True
+    if "payloads" in message:
+        return False
+    result_of(make("backup"), message)  # an error reply: its exception
+    raise ConnectionLost(f"unexpected message in a backup: {sorted(message)}")
+
+
 # what a watch resumes after: the socket failing, or a reply it cannot frame
 RESUMABLE = (ConnectionLost, OSError, Refusal)
 
