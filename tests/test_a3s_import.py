@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from .a3s_fixtures import (
+    TRANSFORM_POLICY,
     UpstreamStore,
     as_upstream_reads,
     assembled,
@@ -256,15 +257,7 @@ def test_an_old_session_comes_with_the_fields_serde_fills_in(
         "storage_type": "file",
         "planning_mode": "Auto",
         "goal_tracking": False,
-        "tool_result_transform_policy": {
-            "schema": "a3s.code.tool-result-transform-policy.v1",
-            "max_output_bytes": 102400,
-            "head_bytes": 102400,
-            "tail_bytes": 0,
-            "fold_repeated_lines": False,
-            "repeated_line_threshold": 3,
-            "structured_sample_items": 0,
-        },
+        "tool_result_transform_policy": TRANSFORM_POLICY,
     }
 
 

@@ -12,17 +12,12 @@ import cbor2
 
 from sessionstore.wire.canonical import digest_bytes_of_canonical
 
+from . import document_arguments
 from .storage.documents import Document
-from .storage.mutations import KV_DOCUMENT, LEASE, LOOP_CHECKPOINT, SESSION, WORKFLOW_CHECKPOINT
+from .storage.mutations import LEASE
 from .storage.sealing import Sealer, SealError
 
-KIND_NAMES = {
-    SESSION: "session",
-    LOOP_CHECKPOINT: "loop",
-    WORKFLOW_CHECKPOINT: "workflow",
-    KV_DOCUMENT: "kv",
-    LEASE: "lease",
-}
+KIND_NAMES = {**document_arguments.KIND_NAMES, LEASE: "lease"}  # storage kind -> its wire name
 KINDS = {name: kind for kind, name in KIND_NAMES.items()}
 SEALED_AS = b"sessionstore/backup/1\0"  # then the backup id and the payload's position
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..client import Client
 from ..errors import Conflict, SessionStoreError
+from ..wire.canonical import snapshot_digest
 from ..wire.jsonform import from_json_value, to_json_value
 
 CHECKPOINT_KINDS = ("loop", "workflow", "kv")
@@ -122,7 +123,4 @@ def _write(client: Client, kind: str, doc_id: str, value: Any, *, overwrite: boo
     put = {"op": "put", "kind": kind, "key": doc_id, "value": value}
     require = [] if overwrite else [{"kind": kind, "key": doc_id, "exists": False}]
     client.txn([put], require=require)
-    [item] = client.checkpoint_scan(kind, doc_id, limit=1, values=False)["items"] or [None]
-    if item is None or item["key"] != doc_id:
-        raise _Problem(f"{kind} {doc_id!r} was written but is gone (deleted meanwhile)")
-    return str(item["digest"])
+    return snapshot_digest(value)  # the daemon stores the value's canonical form

@@ -59,16 +59,18 @@ def backup(ops: OpContext, request: Request) -> Step:
                     source=stats.get("backend", "log"),
                 )
             )
-            sent = 0
+            sent = pending_bytes = 0
             pending: list[bytes] = []
             chunks = snapshot.chunks()
             while (chunk := await trio.to_thread.run_sync(next, chunks, None)) is not None:
-                pending += await trio.to_thread.run_sync(
+                payloads = await trio.to_thread.run_sync(
                     _payloads, ops.store.sealer, backup_id, sent + len(pending), chunk
                 )
-                if sum(map(len, pending)) >= MESSAGE_BYTES:
+                pending += payloads
+                pending_bytes += sum(map(len, payloads))
+                if pending_bytes >= MESSAGE_BYTES:
                     await sink.send({"payloads": pending})
-                    sent, pending = sent + len(pending), []
+                    sent, pending, pending_bytes = sent + len(pending), [], 0
             if pending:
                 await sink.send({"payloads": pending})
                 sent += len(pending)
