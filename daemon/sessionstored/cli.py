@@ -18,7 +18,7 @@ from sessionstore.paths import FALLBACK, Choice, refuse_unsafe
 
 from .config import Config, ConfigError, build_config
 from .failpoints import Failpoints
-from .keyfile import load_key
+from .keyfile import PREVIOUS_CREDENTIAL_NAME, load_key
 from .notify import notify
 from .rekey_command import rekey_main
 from .restore_command import restore_main
@@ -107,7 +107,9 @@ def _return_freed_memory() -> None:
 DATABASE_RETRY_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 
 
-def _open_database(config: Config, key: Key | None) -> tuple[Engine, StartReport] | int:
+def _open_database(
+    config: Config, key: Key | None, previous_key: Key | None
+) -> tuple[Engine, StartReport] | int:
     """The PostgreSQL store, open; while the database does not answer, say so in STATUS=
     and retry with backoff; a refusal (bad URL, credentials, key) exits at once."""
     from .storage.postgres.store import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
@@ -116,6 +118,7 @@ def _open_database(config: Config, key: Key | None) -> tuple[Engine, StartReport
     store = PgStore(
         config.database_url,
         key=key,
+        previous_key=previous_key,
         password=config.database_password,
         history_changes=config.history_changes,
         max_document_bytes=config.max_snapshot_bytes,
@@ -148,10 +151,24 @@ def run(config: Config) -> int:
             return _fail(str(error), EXIT_CANNOT_START)
     try:
         key = load_key(config.key_file, os.environ)
+        previous_key = load_key(
+            config.previous_key_file,
+            os.environ,
+            variable="SESSIONSTORED_PREVIOUS_KEY_FILE",
+            credential_name=PREVIOUS_CREDENTIAL_NAME,
+        )
     except KeyFileError as error:
         return _fail(str(error), EXIT_BAD_CONFIG)
+    if previous_key is not None and config.database_url is None:
+        return _fail(
+            "a previous key is for a PostgreSQL store's online rekey; the embedded log is "
+            "rekeyed offline (sessionstored rekey --state-dir)",
+            EXIT_BAD_CONFIG,
+        )
+    if previous_key is not None and key is None:
+        return _fail("a previous key needs a key (--key-file) too", EXIT_BAD_CONFIG)
     if config.database_url is not None:
-        opened = _open_database(config, key)
+        opened = _open_database(config, key, previous_key)
         if isinstance(opened, int):
             return opened
         return _serve(config, *opened)

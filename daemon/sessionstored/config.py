@@ -45,6 +45,7 @@ class Config:
     max_connections: int
     request_timeout_s: float
     key_file: str | None
+    previous_key_file: str | None = None  # PostgreSQL: the key an online rekey leaves
     private_socket_dir: bool = False  # the /tmp fallback: its directory must be ours, 0700
     database_url: str | None = None  # PostgreSQL instead of the embedded log
     database_password: str | None = None
@@ -91,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
         "--key-file",
         help="seal the store with this key: 32 raw bytes or 64 hex digits "
         "(else SESSIONSTORED_KEY_FILE, else the systemd credential sessionstored.key)",
+    )
+    parser.add_argument(
+        "--previous-key-file",
+        help="PostgreSQL: also open with this key, the one an online rekey rotates away from "
+        "(else SESSIONSTORED_PREVIOUS_KEY_FILE, else the credential sessionstored.previous-key)",
     )
     parser.add_argument(
         "--max-request-bytes",
@@ -274,6 +280,7 @@ def build_config(
         max_connections=args.max_connections,
         request_timeout_s=args.request_timeout_seconds,
         key_file=args.key_file,
+        previous_key_file=args.previous_key_file,
         database_url=database_url,
         database_password=_database_password(env),
     )

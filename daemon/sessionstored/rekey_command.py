@@ -1,8 +1,15 @@
-# `sessionstored rekey`: rotate the store's encryption key offline (the daemon
-# must be stopped: the store's lock says so otherwise). Without --old-key-file
-# it seals a plaintext store; without --new-key-file it unseals one. A run that
-# is interrupted is finished by the next rekey with the same new key, or by the
+# `sessionstored rekey`: rotate the store's encryption key.
+#
+# The embedded log (--state-dir) is rekeyed offline: the daemon must be stopped
+# (the store's lock says so otherwise). Without --old-key-file it seals a
+# plaintext store; without --new-key-file it unseals one. A run that is
+# interrupted is finished by the next rekey with the same new key, or by the
 # daemon's next start with either key.
+#
+# A PostgreSQL store (--database) is rekeyed online, from one key to another,
+# while its daemons serve (storage/postgres/rekey.py); each must hold both keys
+# first (--key-file and --previous-key-file). A run that is interrupted is
+# resumed by the next with the same keys.
 from __future__ import annotations
 
 import argparse
@@ -33,21 +40,33 @@ def _parser() -> argparse.ArgumentParser:
         description="Reseal every document of a stopped store under a new key, crash-safely.",
         formatter_class=DefaultsShown,
     )
-    parser.add_argument("--state-dir", help="where the store lives")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--state-dir", help="where the store lives (stopped)")
+    target.add_argument(
+        "--database",
+        metavar="URL",
+        help="rotate a sealed PostgreSQL store online instead (the password from "
+        "SESSIONSTORED_DATABASE_PASSWORD)",
+    )
+    parser.add_argument(
+        "--rows-per-transaction",
+        type=int,
+        help="PostgreSQL: rows resealed per transaction, batches waiting for each (256)",
+    )
     parser.add_argument("--old-key-file", help="the key the store is sealed with (none: plaintext)")
     parser.add_argument("--new-key-file", help="the key to seal it with (none: unseal it)")
     return parser
 
 
 @contextlib.contextmanager
-def _progress_bar() -> Iterator[Progress | None]:
-    """A bar of documents resealed, on a terminal only (tqdm)."""
+def _progress_bar(unit: str = " documents") -> Iterator[Progress | None]:
+    """A bar of what is resealed, on a terminal only (tqdm)."""
     if not sys.stderr.isatty():
         yield None
         return
     from tqdm import tqdm
 
-    with tqdm(desc="resealing", unit=" documents", file=sys.stderr) as bar:
+    with tqdm(desc="resealing", unit=unit, file=sys.stderr) as bar:
 
         def update(done: int, total: int) -> None:
             bar.total = total
@@ -63,9 +82,10 @@ def _fail(message: str, code: int) -> int:
 
 def rekey_main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
-    state_dir = resolve_state_dir(args.state_dir, os.environ)
     if not args.old_key_file and not args.new_key_file:
         return _fail("give --old-key-file, --new-key-file, or both", EXIT_BAD_USAGE)
+    if args.rows_per_transaction is not None and args.rows_per_transaction < 1:
+        return _fail("--rows-per-transaction must be at least 1", EXIT_BAD_USAGE)
     try:
         old = read_key_file(args.old_key_file) if args.old_key_file else None
         new = read_key_file(args.new_key_file) if args.new_key_file else None
@@ -74,6 +94,15 @@ def rekey_main(argv: Sequence[str]) -> int:
     new_id = new.key_id_hex if new else None
     if old is not None and new is not None and old.key_id == new.key_id:
         return _fail("the old and the new key are the same key", EXIT_BAD_USAGE)
+    if args.database:
+        if old is None or new is None:
+            return _fail(
+                "a PostgreSQL store rotates from one key to another: give --old-key-file and "
+                "--new-key-file (to seal or unseal one, back it up and restore it)",
+                EXIT_BAD_USAGE,
+            )
+        return _rekey_database(args.database, old, new, args.rows_per_transaction)
+    state_dir = resolve_state_dir(args.state_dir, os.environ)
     try:
         fs = RealFileSystem()
         metadata = read_metadata(fs, state_dir)
@@ -106,4 +135,38 @@ def rekey_main(argv: Sequence[str]) -> int:
     old_name = f"key id {old.key_id_hex}" if old else "plaintext"
     new_name = f"key id {new_id}" if new else "plaintext"
     print(f"sessionstored rekey: {state_dir}: {old_name} -> {new_name}: {done}")
+    return 0
+
+
+def _rekey_database(url: str, old: Key, new: Key, rows_per_transaction: int | None) -> int:
+    import psycopg
+
+    from .storage.postgres.rekey import ROWS_PER_TRANSACTION, RekeyRefused
+    from .storage.postgres.store import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
+
+    password = os.environ.get("SESSIONSTORED_DATABASE_PASSWORD")
+    store = PgStore(url, key=new, previous_key=old, password=password)
+    try:
+        with _progress_bar(" rows") as progress:
+            result = store.rekey(
+                old,
+                new,
+                rows_per_transaction=rows_per_transaction or ROWS_PER_TRANSACTION,
+                progress=progress,
+            )
+    except (RekeyRefused, DatabaseRefused, DatabaseUnreachable) as error:
+        return _fail(str(error), EXIT_FAILED)
+    except psycopg.Error as error:
+        return _fail(f"{redacted(url)}: {str(error).strip().splitlines()[0]}", EXIT_FAILED)
+    finally:
+        store.close()
+    where = f"{redacted(url)}: key id {old.key_id_hex} -> key id {new.key_id_hex}"
+    if result.already:
+        print(f"sessionstored rekey: {where}: already sealed with the new key; nothing to do")
+        return 0
+    resumed = " (resumed an unfinished rotation)" if result.resumed else ""
+    print(
+        f"sessionstored rekey: {where}: resealed {result.documents} documents and "
+        f"{result.changes} changes{resumed}"
+    )
     return 0

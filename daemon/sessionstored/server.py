@@ -71,6 +71,7 @@ from .prepare import prepare_large
 from .socket_io import SocketIO
 from .steps import Exclusive, Prepare, Read, Step, Stream, Write
 from .storage.engine import Engine, Follower, StartReport
+from .storage.errors import FatalStorageError
 from .watch import Broadcaster, SocketSink
 from .writer import Writer
 
@@ -266,6 +267,9 @@ class Server:
                     await wakeup.wait(FOLLOW_POLL_S)
                     try:
                         moved = await trio.to_thread.run_sync(follower.follow)
+                    except FatalStorageError as error:  # e.g. a rotation to a key we lack
+                        self.writer.stop_fatally(str(error))
+                        return
                     except Exception as error:  # the database is away: the next round retries
                         log.warning("following the database's changes: %s", error)
                         continue

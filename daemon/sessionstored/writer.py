@@ -307,6 +307,11 @@ class Writer:
             "jobs_per_batch_mean": round(statistics.mean(sizes), 2),
         }
 
+    def stop_fatally(self, reason: str) -> None:
+        """Outside a batch (the database follower): as if a batch had failed fatally."""
+        if self.failed is None:
+            self._fatal(reason, [])
+
     def _fatal(self, reason: str, jobs: Sequence[Job]) -> None:
         self.failed = f"storage failure, daemon stopping: {reason}"
         self.store.fail()

@@ -48,6 +48,7 @@ def backup(ops: OpContext, request: Request) -> Step:
         try:
             stats = await ops.query(ops.store.stats)
             backup_id = secrets.token_bytes(BACKUP_ID_BYTES)
+            sealer = ops.store.sealer  # one key for the whole file, though a rotation moves on
             await sink.send(
                 ok_response(
                     request,
@@ -55,7 +56,7 @@ def backup(ops: OpContext, request: Request) -> Step:
                     seq=snapshot.seq,
                     documents=snapshot.documents,
                     backup_id=backup_id,
-                    sealed_with_key_id=ops.store.sealer.key_id_hex,
+                    sealed_with_key_id=sealer.key_id_hex,
                     source=stats.get("backend", "log"),
                 )
             )
@@ -64,7 +65,7 @@ def backup(ops: OpContext, request: Request) -> Step:
             chunks = snapshot.chunks()
             while (chunk := await trio.to_thread.run_sync(next, chunks, None)) is not None:
                 payloads = await trio.to_thread.run_sync(
-                    _payloads, ops.store.sealer, backup_id, sent + len(pending), chunk
+                    _payloads, sealer, backup_id, sent + len(pending), chunk
                 )
                 pending += payloads
                 pending_bytes += sum(map(len, payloads))

@@ -15,7 +15,8 @@
 # history_changes rows.
 #
 # With a key, ids, bodies and digests are sealed here before they reach the
-# database. A document is found by a keyed hash of its id. Ranges are then
+# database. A document is found by a keyed hash of its id (keying.py, which
+# also says how the key is rotated while the daemons serve). Ranges are then
 # read by decrypting the kind's names, O(n) in the kind's documents. Without a
 # key, ids are stored as their UTF-8 bytes, and bytea order is UTF-8 order.
 #
@@ -25,8 +26,6 @@
 # when a daemon dies before its reply.
 from __future__ import annotations
 
-import hashlib
-import hmac
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -62,8 +61,19 @@ from ..mutations import (
 )
 from ..sealing import Key, Sealer, SealError
 from .backup import PgBackup
+from .keying import (
+    REKEY_TO,
+    SEALED_WITH,
+    Keying,
+    KeyingRefused,
+    application_name,
+    read_keying,
+    row_key,
+    row_keys,
+)
+from .rekey import Progress, RekeyResult, rekey_database
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: ss_counter.key_epoch (online rekey)
 NOTIFY_CHANNEL = "sessionstore_changes"
 FOLLOW_PAGE = 1000
 RETENTION_EVERY_BATCHES = 500
@@ -87,7 +97,8 @@ READ_TIMEOUT_S = 10.0  # a read waits this long for a pooled connection, then io
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS ss_meta (name text PRIMARY KEY, value text NOT NULL)",
     "CREATE TABLE IF NOT EXISTS ss_counter"
-    " (one int PRIMARY KEY CHECK (one = 1), seq bigint NOT NULL)",
+    " (one int PRIMARY KEY CHECK (one = 1), seq bigint NOT NULL,"
+    " key_epoch bigint NOT NULL DEFAULT 0)",
     "INSERT INTO ss_counter VALUES (1, 0) ON CONFLICT DO NOTHING",
     "CREATE TABLE IF NOT EXISTS ss_documents (kind text NOT NULL, key bytea NOT NULL,"
     " name bytea NOT NULL, body bytea NOT NULL, digest bytea NOT NULL, seq bigint NOT NULL,"
@@ -96,6 +107,7 @@ SCHEMA = (
     " name bytea NOT NULL, digest bytea, committed_at_ms bigint NOT NULL, size int NOT NULL)",
 )
 SCHEMA_LOCK = 0x5E55_1057  # pg_advisory_xact_lock key: one daemon creates the schema
+MIGRATE_FROM_1 = "ALTER TABLE ss_counter ADD COLUMN key_epoch bigint NOT NULL DEFAULT 0"
 
 
 class DatabaseUnreachable(Exception):
@@ -177,13 +189,17 @@ class PgStore:
         url: str,
         *,
         key: Key | None = None,
+        previous_key: Key | None = None,
         password: str | None = None,
         history_changes: int = 100_000,
         max_document_bytes: int = 256 * 1024 * 1024,
     ) -> None:
         self.url = url
         self.password = password
-        self.sealer = Sealer(key)
+        self.held = [k for k in (key, previous_key) if k is not None]
+        self.sealer = Sealer(key)  # until open() reads what the database says (keying.py)
+        self.keying = Keying(key.key_id_hex if key else "")
+        self._key_epoch = -1
         self.history = History(history_changes)
         self.history_changes = history_changes
         self.max_document_bytes = max_document_bytes
@@ -200,7 +216,7 @@ class PgStore:
     # -- connections ---------------------------------------------------------------
 
     def _connect(self, **options: Any) -> psycopg.Connection[Any]:
-        kwargs: dict[str, Any] = {**CONNECTION_OPTIONS, **options}
+        kwargs: dict[str, Any] = {**self._connection_options(), **options}
         if self.password is not None:
             kwargs["password"] = self.password
         try:
@@ -222,6 +238,9 @@ class PgStore:
         conn.commit()
         return conn
 
+    def _connection_options(self) -> dict[str, Any]:
+        return {**CONNECTION_OPTIONS, "application_name": application_name(self.held)}
+
     def _writer_conn(self) -> psycopg.Connection[Any]:
         if self._writer is None or self._writer.closed or self._writer.broken:
             self._writer = self._connect()
@@ -232,6 +251,8 @@ class PgStore:
         """A pooled connection; a database that fails or does not answer is an OSError
         (DatabaseUnavailable), which a read answers as io_error."""
         assert self._pool is not None, "open() first"
+        if self._failed:
+            raise DatabaseUnavailable("the daemon is stopping after a fatal error")
         try:
             with self._pool.connection() as conn:
                 yield conn
@@ -254,25 +275,10 @@ class PgStore:
         started = time.monotonic()
         report = PgReport(database=redacted(self.url))
         conn = self._writer_conn()
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-            exists = conn.execute("SELECT to_regclass('ss_meta') IS NOT NULL").fetchone()
-            if not exists or not exists[0]:
-                report.created_schema = True
-            for statement in SCHEMA:
-                conn.execute(statement)
-            meta = dict(conn.execute("SELECT name, value FROM ss_meta").fetchall())
-            if not meta:
-                conn.execute(
-                    "INSERT INTO ss_meta VALUES ('schema_version', %s), ('sealed_with', %s)",
-                    (str(SCHEMA_VERSION), self.sealer.key_id_hex or ""),
-                )
-                meta = {
-                    "schema_version": str(SCHEMA_VERSION),
-                    "sealed_with": self.sealer.key_id_hex or "",
-                }
+        meta, report.created_schema, epoch = self._ensure_schema(conn)
         self._check_meta(meta)
-        options: dict[str, Any] = dict(CONNECTION_OPTIONS)
+        self._key_epoch = epoch
+        options = self._connection_options()
         if self.password is not None:
             options["password"] = self.password
         self._pool = ConnectionPool(
@@ -304,21 +310,78 @@ class PgStore:
         report.duration_ms = (time.monotonic() - started) * 1000
         return report
 
+    def _ensure_schema(self, conn: psycopg.Connection[Any]) -> tuple[dict[str, str], bool, int]:
+        """Creates the tables (or moves them to this schema version) under the schema lock;
+        returns ss_meta, whether it created them, and the key epoch."""
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+            exists = conn.execute("SELECT to_regclass('ss_meta') IS NOT NULL").fetchone()
+            created = not exists or not exists[0]
+            for statement in SCHEMA:
+                conn.execute(statement)
+            meta = dict(conn.execute("SELECT name, value FROM ss_meta").fetchall())
+            if not meta:
+                meta = {"schema_version": str(SCHEMA_VERSION), SEALED_WITH: self.keying.sealed_with}
+                with conn.cursor() as cursor:
+                    cursor.executemany("INSERT INTO ss_meta VALUES (%s, %s)", list(meta.items()))
+            if meta.get("schema_version") == "1":
+                conn.execute(MIGRATE_FROM_1)
+                meta["schema_version"] = str(SCHEMA_VERSION)
+                conn.execute(
+                    "UPDATE ss_meta SET value = %s WHERE name = 'schema_version'",
+                    (meta["schema_version"],),
+                )
+            epoch = conn.execute("SELECT key_epoch FROM ss_counter").fetchone()
+        return meta, created, int(epoch[0]) if epoch else 0
+
+    def rekey(
+        self, old: Key, new: Key, *, rows_per_transaction: int, progress: Progress | None
+    ) -> RekeyResult:
+        """Rotates a sealed database from old to new while its daemons serve (rekey.py); this
+        store is not open(): it holds both keys, so it is never a daemon that lacks one."""
+        conn = self._writer_conn()
+        meta, _, _ = self._ensure_schema(conn)
+        self._check_version(meta)
+        return rekey_database(
+            conn,
+            old,
+            new,
+            lock_key=SCHEMA_LOCK,
+            rows_per_transaction=rows_per_transaction,
+            progress=progress,
+        )
+
     def _check_meta(self, meta: dict[str, str]) -> None:
+        self._check_version(meta)
+        keying = Keying(meta.get(SEALED_WITH, ""), meta.get(REKEY_TO, ""))
+        try:
+            self._adopt(keying)
+        except KeyingRefused as error:
+            raise DatabaseRefused(str(error)) from None
+
+    @staticmethod
+    def _check_version(meta: dict[str, str]) -> None:
         if meta.get("schema_version") != str(SCHEMA_VERSION):
             raise DatabaseRefused(
                 f"the database holds schema version {meta.get('schema_version')}; this daemon "
                 f"knows version {SCHEMA_VERSION}"
             )
-        stored, ours = meta.get("sealed_with", ""), self.sealer.key_id_hex or ""
-        if stored and not ours:
-            raise DatabaseRefused(
-                f"the database is sealed with key id {stored}: start with that key"
-            )
-        if ours and not stored:
-            raise DatabaseRefused("the database holds plaintext documents: start without a key")
-        if stored != ours:
-            raise DatabaseRefused(f"the database is sealed with key id {stored}, not {ours}")
+
+    def _adopt(self, keying: Keying) -> None:
+        self.sealer = keying.sealer(self.held)
+        self.keying = keying
+
+    def _check_keying(self, conn: psycopg.Connection[Any], epoch: int) -> None:
+        """A rotation started or ended (key_epoch moved): seal with the key the database
+        says from now on, or stop the daemon if it lacks that key."""
+        if epoch == self._key_epoch:
+            return
+        try:
+            self._adopt(read_keying(conn))
+        except KeyingRefused as error:
+            self.fail()
+            raise FatalStorageError(str(error)) from None
+        self._key_epoch = epoch
 
     def close(self) -> None:
         if self._writer is not None:
@@ -335,10 +398,10 @@ class PgStore:
     # -- sealing ------------------------------------------------------------------
 
     def _key(self, kind: str, doc_id: str) -> bytes:
-        key = self.sealer.seal_with
-        if key is None:
-            return doc_id.encode("utf-8")
-        return hmac.new(key.name_key, f"{kind}\0{doc_id}".encode(), hashlib.sha256).digest()
+        return row_key(self.sealer.seal_with, kind, doc_id)
+
+    def _keys(self, kind: str, doc_id: str) -> list[bytes]:
+        return row_keys(self.sealer, self.held, kind, doc_id)
 
     def _document_row(
         self, kind: str, doc_id: str, body: bytes, digest: bytes, seq: int
@@ -370,9 +433,11 @@ class PgStore:
             return self._head_with(conn, kind, doc_id)
 
     def _head_with(self, conn: psycopg.Connection[Any], kind: str, doc_id: str) -> Entry | None:
+        keys = self._keys(kind, doc_id)
         row = conn.execute(
-            "SELECT seq, digest, size FROM ss_documents WHERE kind = %s AND key = %s",
-            (kind, self._key(kind, doc_id)),
+            "SELECT seq, digest, size FROM ss_documents WHERE kind = %s AND key = ANY(%s)"
+            " ORDER BY key = %s DESC LIMIT 1",
+            (kind, keys, keys[0]),
         ).fetchone()
         return None if row is None else self._entry(kind, doc_id, row[0], row[1], row[2])
 
@@ -399,9 +464,11 @@ class PgStore:
         return doc
 
     def _read_with(self, conn: psycopg.Connection[Any], kind: str, doc_id: str) -> Document | None:
+        keys = self._keys(kind, doc_id)
         row = conn.execute(
-            "SELECT seq, digest, body FROM ss_documents WHERE kind = %s AND key = %s",
-            (kind, self._key(kind, doc_id)),
+            "SELECT seq, digest, body FROM ss_documents WHERE kind = %s AND key = ANY(%s)"
+            " ORDER BY key = %s DESC LIMIT 1",
+            (kind, keys, keys[0]),
         ).fetchone()
         if row is None:
             return None
@@ -484,6 +551,9 @@ class PgStore:
     def follow(self) -> bool:
         """Append the commits after self.seq, in seq order, to the watch history."""
         with self._follow_lock, self._reader() as conn:
+            epoch = conn.execute("SELECT key_epoch FROM ss_counter").fetchone()
+            self._check_keying(conn, epoch[0] if epoch else 0)
+            conn.commit()
             moved = False
             while True:
                 rows = conn.execute(
@@ -599,8 +669,11 @@ class PgStore:
     def _commit(self, conn: psycopg.Connection[Any], mutations: Sequence[Mutation]) -> Batch:
         committed_at_ms = _now_ms()
         with conn.transaction():
-            row = conn.execute("SELECT seq FROM ss_counter WHERE one = 1 FOR UPDATE").fetchone()
+            row = conn.execute(
+                "SELECT seq, key_epoch FROM ss_counter WHERE one = 1 FOR UPDATE"
+            ).fetchone()
             assert row is not None
+            self._check_keying(conn, row[1])  # under the lock: what a rotation set is seen
             state = _TransactionState(self, conn)
             state.prefetch(mutations)
             outcomes, accepted, txn_results = decide_all(state, mutations, row[0] + 1, full=False)
@@ -632,9 +705,13 @@ class PgStore:
                 documents.append(row)
                 _, _, name, _, digest, _, size = row
                 changes.append((seq, change.kind, name, digest, committed_at_ms, size))
+                if len(self.held) > 1:  # a rotation: its row under the other key goes
+                    others = self._keys(change.kind, change.id)[1:]
+                    removals.extend((change.kind, key) for key in others)
             else:
                 name = self._seal(change.id.encode(), b"name:" + change.kind.encode())
-                removals.append((change.kind, self._key(change.kind, change.id)))
+                keys = self._keys(change.kind, change.id)
+                removals.extend((change.kind, key) for key in keys)
                 changes.append((seq, change.kind, name, None, committed_at_ms, 0))
             record_applied(batch, outcomes, position, change, seq, committed_at_ms)
         with conn.cursor() as cursor:
@@ -732,6 +809,7 @@ class PgStore:
             "wal_bytes": self._bytes(),
             "history_oldest_seq": self.history.oldest_seq(),
             "sealed_with_key_id": self.sealer.key_id_hex,
+            "rekeying_to_key_id": self.keying.rekey_to or None,
         }
 
 
@@ -756,7 +834,11 @@ class _TransactionState(CommittedState):
         if not wanted:
             return
         ordered = sorted(wanted)
-        by_key = {(kind, self.store._key(kind, doc_id)): (kind, doc_id) for kind, doc_id in ordered}
+        by_key = {
+            (kind, key): (kind, doc_id)
+            for kind, doc_id in ordered
+            for key in reversed(self.store._keys(kind, doc_id))
+        }
         rows = self.conn.execute(
             "SELECT d.kind, d.key, d.seq, d.digest, d.size FROM ss_documents d"
             " JOIN unnest(%s::text[], %s::bytea[]) AS w(kind, key)"

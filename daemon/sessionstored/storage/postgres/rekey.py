@@ -1,0 +1,242 @@
+# Theory of operation: rotating a sealed PostgreSQL store's key while the
+# daemons serve (`sessionstored rekey --database URL`).
+#
+# 1. Start. Under the schema lock and the ss_counter row's lock, with every
+#    connected daemon holding the new key (pg_stat_activity shows the key ids
+#    each daemon's connections hold, keying.py), ss_meta gets rekey_to = the
+#    new key id and key_epoch moves. Every batch after that (it reads
+#    key_epoch under the same lock) seals with the new key, and deletes the
+#    document's row under the old one. A daemon that lacks the new key stops
+#    at its next batch, and no daemon starts without both keys.
+# 2. Reseal. Pages of ss_documents rows still sealed with the old key (the key
+#    id in the name's envelope says so) are opened and sealed again under the
+#    new key, with the key column rehashed, each page in one transaction that
+#    holds the counter lock, so no batch decides on a row half-moved. Then
+#    ss_changes, which only grows, page by page without the lock.
+# 3. End. Under both locks again, with no row left under the old key,
+#    sealed_with = the new key id, rekey_to goes, key_epoch moves.
+#
+# Every step is a transaction, and what is done is in the rows themselves, so
+# a pass that dies anywhere is resumed by running it again with the same keys.
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from ..sealing import KEY_ID_BYTES, SEAL_MAGIC, Key, Sealer, SealError
+from .keying import REKEY_TO, SEALED_WITH, daemons_lacking, read_keying, row_key
+
+ROWS_PER_TRANSACTION = 256  # the counter lock is held for one page: batches wait that long
+KEY_ID_AT = len(SEAL_MAGIC) + 1  # where an envelope's key id starts (SQL substring, 1-based)
+NOT_UNDER = f"substring(name from {KEY_ID_AT} for {KEY_ID_BYTES}) <> %s"
+
+Progress = Callable[[int, int], None]  # (rows resealed, rows to reseal)
+
+
+class RekeyRefused(Exception):
+    """The rotation cannot start or go on; one line says why."""
+
+
+@dataclass
+class RekeyResult:
+    documents: int = 0
+    changes: int = 0
+    resumed: bool = False
+    already: bool = False
+
+
+def rekey_database(
+    conn: psycopg.Connection[Any],
+    old: Key,
+    new: Key,
+    *,
+    lock_key: int,
+    rows_per_transaction: int = ROWS_PER_TRANSACTION,
+    progress: Progress | None = None,
+) -> RekeyResult:
+    result = RekeyResult()
+    if not _begin(conn, old, new, lock_key, result):
+        return result
+    rotation = _Rotation(conn, old, new, rows_per_transaction, progress)
+    while True:
+        result.documents += rotation.reseal_documents()
+        result.changes += rotation.reseal_changes()
+        if _end(conn, new, lock_key):
+            return result
+
+
+def _lock(conn: psycopg.Connection[Any], lock_key: int) -> None:
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key,))
+    conn.execute("SELECT seq FROM ss_counter WHERE one = 1 FOR UPDATE")
+
+
+def _moved(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("UPDATE ss_counter SET key_epoch = key_epoch + 1 WHERE one = 1")
+    conn.execute("SELECT pg_notify('sessionstore_changes', 'rekey')")
+
+
+def _begin(
+    conn: psycopg.Connection[Any], old: Key, new: Key, lock_key: int, result: RekeyResult
+) -> bool:
+    """Marks the rotation started (or finds it started); False when there is nothing to do."""
+    with conn.transaction():
+        _lock(conn, lock_key)
+        keying = read_keying(conn)
+        if keying.rekey_to:
+            if keying.rekey_to != new.key_id_hex or keying.sealed_with != old.key_id_hex:
+                raise RekeyRefused(
+                    f"the database is {keying.describe()}: rerun the rotation with those keys"
+                )
+            result.resumed = True
+            return True
+        if keying.sealed_with == new.key_id_hex:
+            result.already = True
+            return False
+        if not keying.sealed_with:
+            raise RekeyRefused(
+                "the database holds plaintext documents; an online rekey rotates one key to "
+                "another: to seal it, back it up and restore it with --new-key-file"
+            )
+        if keying.sealed_with != old.key_id_hex:
+            raise RekeyRefused(
+                f"the database is sealed with key id {keying.sealed_with}, "
+                f"not the old key's {old.key_id_hex}"
+            )
+        lacking = daemons_lacking(conn, new.key_id_hex)
+        if lacking:
+            raise RekeyRefused(
+                f"{len(lacking)} connected daemon(s) do not hold the new key "
+                f"({'; '.join(lacking)}): restart each with --key-file NEW "
+                "--previous-key-file OLD first"
+            )
+        conn.execute("INSERT INTO ss_meta VALUES (%s, %s)", (REKEY_TO, new.key_id_hex))
+        _moved(conn)
+    return True
+
+
+def _end(conn: psycopg.Connection[Any], new: Key, lock_key: int) -> bool:
+    with conn.transaction():
+        _lock(conn, lock_key)
+        for table in ("ss_documents", "ss_changes"):
+            left = conn.execute(
+                f"SELECT 1 FROM {table} WHERE {NOT_UNDER} LIMIT 1", (new.key_id,)
+            ).fetchone()
+            if left is not None:
+                return False  # written under the old key meanwhile: another round
+        conn.execute("UPDATE ss_meta SET value = %s WHERE name = %s", (new.key_id_hex, SEALED_WITH))
+        conn.execute("DELETE FROM ss_meta WHERE name = %s", (REKEY_TO,))
+        _moved(conn)
+    return True
+
+
+class _Rotation:
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        old: Key,
+        new: Key,
+        rows_per_transaction: int,
+        progress: Progress | None,
+    ) -> None:
+        self.conn = conn
+        self.new = new
+        self.sealer = Sealer(new, [old])
+        self.rows = rows_per_transaction
+        self.progress = progress
+        self.done = 0
+        self.total = 0
+        for table in ("ss_documents", "ss_changes"):
+            counted = conn.execute(
+                f"SELECT count(*) FROM {table} WHERE {NOT_UNDER}", (new.key_id,)
+            ).fetchone()
+            self.total += int(counted[0]) if counted else 0
+        conn.commit()
+
+    def _open(self, data: bytes, what: bytes, where: str) -> bytes:
+        try:
+            return self.sealer.open(data, what)
+        except SealError as error:
+            raise RekeyRefused(f"postgresql {where}: {error.reason}") from None
+
+    def _reseal(self, data: bytes, what: bytes, where: str) -> bytes:
+        return self.sealer.seal(self._open(data, what, where), what)
+
+    def _advance(self, count: int) -> None:
+        self.done += count
+        if self.progress is not None:
+            self.progress(self.done, max(self.total, self.done))
+
+    def reseal_documents(self) -> int:
+        resealed = 0
+        after: tuple[str, bytes] = ("", b"")
+        while True:
+            with self.conn.transaction():
+                self.conn.execute("SELECT seq FROM ss_counter WHERE one = 1 FOR UPDATE")
+                rows = self.conn.execute(
+                    "SELECT kind, key, name, body, digest FROM ss_documents"
+                    f" WHERE (kind, key) > (%s, %s) AND {NOT_UNDER} ORDER BY kind, key LIMIT %s",
+                    (*after, self.new.key_id, self.rows),
+                ).fetchall()
+                updates = [self._document(*row) for row in rows]
+                with self.conn.cursor() as cursor:
+                    cursor.executemany(
+                        "UPDATE ss_documents SET key = %s, name = %s, body = %s, digest = %s"
+                        " WHERE kind = %s AND key = %s",
+                        updates,
+                    )
+            if not rows:
+                return resealed
+            resealed += len(rows)
+            self._advance(len(rows))
+            after = (rows[-1][0], bytes(rows[-1][1]))
+
+    def _document(self, kind: str, key: Any, name: Any, body: Any, digest: Any) -> tuple[Any, ...]:
+        what = kind.encode()
+        where = f"ss_documents ({kind}, key {bytes(key).hex()})"
+        doc_id = self._open(bytes(name), b"name:" + what, where)
+        try:
+            new_key = row_key(self.new, kind, doc_id.decode())
+        except UnicodeDecodeError:
+            raise RekeyRefused(f"postgresql {where}: the name is not UTF-8") from None
+        return (
+            new_key,
+            self.sealer.seal(doc_id, b"name:" + what),
+            self._reseal(bytes(body), b"body:" + what, where),
+            self._reseal(bytes(digest), b"digest:" + what, where),
+            kind,
+            bytes(key),
+        )
+
+    def reseal_changes(self) -> int:
+        resealed = 0
+        after = 0
+        while True:
+            with self.conn.transaction():
+                rows = self.conn.execute(
+                    "SELECT seq, kind, name, digest FROM ss_changes"
+                    f" WHERE seq > %s AND {NOT_UNDER} ORDER BY seq LIMIT %s",
+                    (after, self.new.key_id, self.rows),
+                ).fetchall()
+                updates = []
+                for seq, kind, name, digest in rows:
+                    what, where = kind.encode(), f"ss_changes (seq {seq})"
+                    sealed_digest = (
+                        None
+                        if digest is None
+                        else self._reseal(bytes(digest), b"digest:" + what, where)
+                    )
+                    updates.append(
+                        (self._reseal(bytes(name), b"name:" + what, where), sealed_digest, seq)
+                    )
+                with self.conn.cursor() as cursor:
+                    cursor.executemany(
+                        "UPDATE ss_changes SET name = %s, digest = %s WHERE seq = %s", updates
+                    )
+            if not rows:
+                return resealed
+            resealed += len(rows)
+            self._advance(len(rows))
+            after = rows[-1][0]
