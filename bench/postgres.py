@@ -6,6 +6,9 @@
 #   psycopg connections (synchronous_commit on), 8 processes of 8 threads;
 # - LangGraph's PostgresSaver.put through 8 processes, against this saver on
 #   PostgreSQL through one daemon.
+# - an online rekey (issue 28) of REKEY_DOCUMENTS sealed 4 KiB sessions on a
+#   database of their own, while a client saves in a loop through a daemon
+#   holding both keys: rows resealed per second, and how long the saves waited.
 # Target: at least 2x one-commit-per-save at 64 clients.
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from .workload import snapshot_bytes
 
 KIB = 1024
 CLIENTS = 64
+REKEY_DOCUMENTS = 5000
 
 
 def _commit_per_save(args: tuple[str, list[str], float, float]) -> tuple[list[float], int]:
@@ -120,6 +124,53 @@ def _savers(url: str, socket_path: str, seconds: float) -> dict[str, Any]:
     }
 
 
+def _rekey(daemon_factory: Any, workdir: Path, url: str) -> dict[str, Any]:
+    import os
+    import subprocess
+
+    from .backup import _busy, _fill
+    from .loop_stall import _summary
+
+    old, new = workdir / "old.key", workdir / "new.key"
+    for path in (old, new):
+        path.write_bytes(os.urandom(32))
+    (workdir / "a").mkdir()
+    sealed = daemon_factory(workdir / "a", "--database", url, "--key-file", str(old))
+    try:
+        _fill(sealed.socket, REKEY_DOCUMENTS)
+    finally:
+        sealed.stop()
+    (workdir / "b").mkdir()
+    both = ("--key-file", str(new), "--previous-key-file", str(old))
+    daemon = daemon_factory(workdir / "b", "--database", url, *both)
+    waits: dict[str, list[float]] = {"ping": [], "save": []}
+    running = threading.Event()
+    running.set()
+    try:
+        _busy(daemon.socket, running, waits)
+        time.sleep(2.0)
+        before = list(waits["save"])
+        waits["save"].clear()
+        started = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "sessionstored", "rekey", "--database", url,
+             "--old-key-file", str(old), "--new-key-file", str(new)],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        seconds = time.perf_counter() - started
+        running.clear()
+    finally:
+        running.clear()
+        daemon.stop()
+    return {
+        "documents": REKEY_DOCUMENTS,
+        "seconds": round(seconds, 2),
+        "documents_per_s": round(REKEY_DOCUMENTS / seconds),
+        "save_before": _summary(before) if before else None,
+        "save_during": _summary(waits["save"]) if waits["save"] else None,
+    }
+
+
 def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from tests.postgres_server import start_server
@@ -144,6 +195,10 @@ def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
         finally:
             for daemon in daemons:
                 daemon.stop()
+        (workdir / "rekey").mkdir()
+        out["online rekey"] = _rekey(
+            daemon_factory, workdir / "rekey", server.url(server.create_database())
+        )
         ours = out["one daemon, 64 clients"]["ops_per_s"]
         anchor = out["one commit per save, 64 psycopg connections"]["ops_per_s"]
         out["targets"] = {

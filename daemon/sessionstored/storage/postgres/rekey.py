@@ -9,10 +9,13 @@
 #    document's row under the old one. A daemon that lacks the new key stops
 #    at its next batch, and no daemon starts without both keys.
 # 2. Reseal. Pages of ss_documents rows still sealed with the old key (the key
-#    id in the name's envelope says so) are opened and sealed again under the
-#    new key, with the key column rehashed, each page in one transaction that
-#    holds the counter lock, so no batch decides on a row half-moved. Then
-#    ss_changes, which only grows, page by page without the lock.
+#    id in the name's envelope says so) are read and sealed again under the
+#    new key, with the key column rehashed, outside any lock. Each page is
+#    then written in one transaction that holds the counter lock, so no batch
+#    is deciding meanwhile, and only where a row is still the one read (its
+#    sealed name, with its random nonce, unchanged): a row a batch rewrote
+#    since is already under the new key. Then ss_changes, which only grows,
+#    page by page without the lock.
 # 3. End. Under both locks again, with no row left under the old key,
 #    sealed_with = the new key id, rekey_to goes, key_epoch moves.
 #
@@ -29,7 +32,7 @@ import psycopg
 from ..sealing import KEY_ID_BYTES, SEAL_MAGIC, Key, Sealer, SealError
 from .keying import REKEY_TO, SEALED_WITH, daemons_lacking, read_keying, row_key
 
-ROWS_PER_TRANSACTION = 256  # the counter lock is held for one page: batches wait that long
+ROWS_PER_TRANSACTION = 128  # the counter lock is held for one page's UPDATE: batches wait
 KEY_ID_AT = len(SEAL_MAGIC) + 1  # where an envelope's key id starts (SQL substring, 1-based)
 NOT_UNDER = f"substring(name from {KEY_ID_AT} for {KEY_ID_BYTES}) <> %s"
 
@@ -173,18 +176,19 @@ class _Rotation:
         resealed = 0
         after: tuple[str, bytes] = ("", b"")
         while True:
+            rows = self.conn.execute(
+                "SELECT kind, key, name, body, digest FROM ss_documents"
+                f" WHERE (kind, key) > (%s, %s) AND {NOT_UNDER} ORDER BY kind, key LIMIT %s",
+                (*after, self.new.key_id, self.rows),
+            ).fetchall()
+            self.conn.commit()
+            updates = [self._document(*row) for row in rows]
             with self.conn.transaction():
                 self.conn.execute("SELECT seq FROM ss_counter WHERE one = 1 FOR UPDATE")
-                rows = self.conn.execute(
-                    "SELECT kind, key, name, body, digest FROM ss_documents"
-                    f" WHERE (kind, key) > (%s, %s) AND {NOT_UNDER} ORDER BY kind, key LIMIT %s",
-                    (*after, self.new.key_id, self.rows),
-                ).fetchall()
-                updates = [self._document(*row) for row in rows]
                 with self.conn.cursor() as cursor:
                     cursor.executemany(
                         "UPDATE ss_documents SET key = %s, name = %s, body = %s, digest = %s"
-                        " WHERE kind = %s AND key = %s",
+                        " WHERE kind = %s AND key = %s AND name = %s",
                         updates,
                     )
             if not rows:
@@ -208,6 +212,7 @@ class _Rotation:
             self._reseal(bytes(digest), b"digest:" + what, where),
             kind,
             bytes(key),
+            bytes(name),
         )
 
     def reseal_changes(self) -> int:

@@ -1,0 +1,300 @@
+# Issue 28: a sealed PostgreSQL store rotates its key online. Under load from two
+# daemons, every document ends readable under the new key only and none is
+# lost; a rotation killed midway resumes; a daemon without the new key is never
+# let in while one runs, and one that slipped past stops at its next batch.
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from sessionstored.storage.errors import FatalStorageError
+from sessionstored.storage.postgres.store import PgStore
+from sessionstored.storage.sealing import KEY_ID_BYTES, SEAL_MAGIC, parse_key
+
+from .conftest import DaemonProcess
+from .postgres_server import PostgresServer
+from .storage_helpers import put
+
+CLI = [sys.executable, "-m", "sessionstore.tools.cli"]
+DAEMON = [sys.executable, "-m", "sessionstored"]
+KEY_ID_AT = len(SEAL_MAGIC)
+
+
+@pytest.fixture
+def url(postgres: PostgresServer | None) -> str:
+    if postgres is None:
+        pytest.fail("PostgreSQL is not installed here (.ci/run installs it)")
+    return postgres.url(postgres.create_database())
+
+
+@pytest.fixture
+def keys(short_tmp: Path) -> tuple[str, str]:
+    old, new = short_tmp / "old.key", short_tmp / "new.key"
+    old.write_bytes(os.urandom(32))
+    new.write_text(os.urandom(32).hex())
+    return str(old), str(new)
+
+
+def _key_id(path: str) -> bytes:
+    return parse_key(Path(path).read_bytes(), path).key_id
+
+
+def _daemon(workdir: Path, url: str) -> DaemonProcess:
+    workdir.mkdir(parents=True, exist_ok=True)
+    return DaemonProcess(workdir, url)
+
+
+def _serve(workdir: Path, url: str, *extra: str) -> DaemonProcess:
+    daemon = _daemon(workdir, url)
+    daemon.start(*extra)
+    return daemon
+
+
+def _rekey(url: str, old: str, new: str, *extra: str) -> subprocess.Popen[str]:
+    command = [*DAEMON, "rekey", "--database", url, "--old-key-file", old, "--new-key-file", new]
+    return subprocess.Popen(
+        [*command, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _finish(process: subprocess.Popen[str]) -> tuple[int, str]:
+    out, err = process.communicate(timeout=300)
+    return process.returncode, out + err
+
+
+def _digests(daemon: DaemonProcess) -> dict[tuple[str, str], str]:
+    result = subprocess.run(
+        [*CLI, "--socket", daemon.socket_path, "export"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    lines = map(json.loads, result.stdout.splitlines())
+    return {(line["kind"], line["id"]): line["digest"] for line in lines}
+
+
+def _sealed_with(url: str) -> dict[str, int]:
+    """How many rows of ss_documents and ss_changes each key id seals."""
+    counts: dict[str, int] = {}
+    with psycopg.connect(url) as conn:
+        for table in ("ss_documents", "ss_changes"):
+            rows = conn.execute(
+                f"SELECT substring(name from {KEY_ID_AT + 1} for {KEY_ID_BYTES}), count(*)"
+                f" FROM {table} GROUP BY 1"
+            ).fetchall()
+            for key_id, count in rows:
+                counts[bytes(key_id).hex()] = counts.get(bytes(key_id).hex(), 0) + count
+    return counts
+
+
+def _meta(url: str) -> dict[str, str]:
+    with psycopg.connect(url) as conn:
+        return dict(conn.execute("SELECT name, value FROM ss_meta").fetchall())
+
+
+def _snapshot(session_id: str, n: int) -> dict[str, Any]:
+    return {"schema_version": 1, "session": {"id": session_id, "n": n, "blob": b"\x01" * n}}
+
+
+def _fill(daemon: DaemonProcess, count: int) -> None:
+    with daemon.client() as client:
+        for n in range(count):
+            client.save(_snapshot(f"s/{n}", n))
+        client.checkpoint_put("kv", "k", {"f": 0.5})
+
+
+def _stop(daemon: DaemonProcess) -> None:
+    with daemon.client() as client:
+        assert client.verify()["problems"] == []
+    assert daemon.stop() == 0, daemon.log()
+    daemon.cleanup()
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[DaemonProcess]]:
+    started: list[DaemonProcess] = []
+    yield started
+    for daemon in started:
+        daemon.cleanup()
+
+
+def test_a_rekey_under_load_leaves_every_document_under_the_new_key_only(
+    url: str, keys: tuple[str, str], short_tmp: Path, daemons: list[DaemonProcess]
+) -> None:
+    old, new = keys
+    first = _serve(short_tmp / "a", url, "--key-file", old)
+    daemons.append(first)
+    _fill(first, 200)
+    refused = _rekey(url, old, new)
+    code, said = _finish(refused)
+    assert code == 1 and "do not hold the new key" in said and "--previous-key-file" in said
+    assert "rekey_to" not in _meta(url)
+    assert first.stop() == 0
+    both = ("--key-file", new, "--previous-key-file", old)
+    hosts = [_serve(short_tmp / name, url, *both) for name in ("b", "c")]
+    daemons.extend(hosts)
+    acks: list[tuple[int, str, str | None]] = []
+    stop, lock = threading.Event(), threading.Lock()
+
+    def writer(number: int) -> None:
+        with hosts[number % 2].client() as client:
+            n = 0
+            while not stop.is_set():
+                session_id = f"s/{(number * 37 + n) % 240}"
+                if n % 6 == 5:
+                    reply = client.delete(session_id)
+                    ack = (reply["seq"], session_id, None)
+                else:
+                    reply = client.save(_snapshot(session_id, n))
+                    ack = (reply["seq"], session_id, reply["digest"])
+                with lock:
+                    acks.append(ack)
+                n += 1
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.5)
+        code, said = _finish(_rekey(url, old, new, "--rows-per-transaction", "16"))
+        time.sleep(0.5)  # writes go on after the rotation's end too
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert code == 0, said
+    assert "resealed" in said
+    with hosts[0].client() as client:
+        assert client.stats()["sealed_with_key_id"] == _key_id(new).hex()
+    wanted = _digests(hosts[0])  # what remains of the fill, then every acknowledged change
+    for _, session_id, digest in sorted(acks):
+        if digest is None:
+            wanted.pop(("session", session_id), None)
+        else:
+            wanted[("session", session_id)] = digest
+    assert _digests(hosts[1]) == wanted and len(acks) > 100
+    for host in hosts:
+        _stop(host)
+    assert _sealed_with(url) == {_key_id(new).hex(): sum(_sealed_with(url).values())}
+    assert _meta(url)["sealed_with"] == _key_id(new).hex() and "rekey_to" not in _meta(url)
+    after = _serve(short_tmp / "d", url, "--key-file", new)
+    daemons.append(after)
+    assert _digests(after) == wanted  # it started: it followed the resealed history too
+    _stop(after)
+    stale = _daemon(short_tmp / "e", url)
+    daemons.append(stale)
+    stale.start("--key-file", old, wait=False)
+    assert stale.wait_exit() == 2
+    assert f"sealed with key id {_key_id(new).hex()}" in stale.log()
+
+
+def test_a_rekey_killed_midway_resumes_and_the_daemons_serve_meanwhile(
+    url: str, keys: tuple[str, str], short_tmp: Path, daemons: list[DaemonProcess]
+) -> None:
+    old, new = keys
+    first = _serve(short_tmp / "a", url, "--key-file", old)
+    daemons.append(first)
+    _fill(first, 600)
+    assert first.stop() == 0
+    host = _serve(short_tmp / "b", url, "--key-file", new, "--previous-key-file", old)
+    daemons.append(host)
+    before = _digests(host)
+    slow = _rekey(url, old, new, "--rows-per-transaction", "1")
+    new_id, old_id = _key_id(new).hex(), _key_id(old).hex()
+    deadline = time.monotonic() + 120
+    while _sealed_with(url).get(new_id, 0) < 50:
+        assert slow.poll() is None and time.monotonic() < deadline, "the rekey ended early"
+        time.sleep(0.05)
+    slow.send_signal(signal.SIGKILL)
+    slow.wait()
+    halfway = _sealed_with(url)
+    assert halfway[new_id] >= 50 and halfway[old_id] > 0
+    assert _meta(url)["rekey_to"] == new_id
+    assert _digests(host) == before  # each row under either key, read through both
+    with host.client() as client:
+        saved = client.save(_snapshot("s/1", 1000))
+        client.delete("s/2")
+        assert client.stats()["rekeying_to_key_id"] == new_id
+    before[("session", "s/1")] = saved["digest"]
+    del before[("session", "s/2")]
+    for only in (old, new):  # neither key alone may join a rotation
+        lone = _daemon(short_tmp / f"lone-{len(daemons)}", url)
+        daemons.append(lone)
+        lone.start("--key-file", only, wait=False)
+        assert lone.wait_exit() == 2
+        assert "being rekeyed" in lone.log() and "--previous-key-file" in lone.log()
+    code, said = _finish(_rekey(url, old, new))
+    assert code == 0 and "resumed" in said, said
+    assert set(_sealed_with(url)) == {new_id}
+    assert _digests(host) == before
+    _stop(host)
+    again = _finish(_rekey(url, old, new))
+    assert again[0] == 0 and "nothing to do" in again[1]
+
+
+def test_a_daemon_that_slipped_past_the_check_stops_at_its_next_batch_or_follow(
+    url: str, keys: tuple[str, str], postgres: PostgresServer
+) -> None:
+    old = parse_key(Path(keys[0]).read_bytes(), "old")
+    new = parse_key(Path(keys[1]).read_bytes(), "new")
+    stores = [PgStore(url, key=old) for _ in range(2)]
+    for store in stores:
+        store.open()
+    try:
+        assert stores[0].commit_durably([put("a", 1)]).outcomes[0].ok
+        with psycopg.connect(url) as conn:  # as if they were away when the rotation began
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = %s AND pid <> pg_backend_pid()",
+                (f"sessionstored keys={old.key_id_hex}",),
+            )
+        rotation = PgStore(url, key=new, previous_key=old)
+        try:
+            result = rotation.rekey(old, new, rows_per_transaction=8, progress=None)
+        finally:
+            rotation.close()
+        assert result.documents >= 1 and not result.resumed
+        failed = stores[0].commit_durably([put("b", 2)])
+        assert failed.outcomes[0].code == "io_error"  # its connection was gone
+        with pytest.raises(FatalStorageError, match="sealed with key id"):
+            stores[0].commit_durably([put("b", 2)])
+        with pytest.raises(FatalStorageError, match="sealed with key id"):
+            stores[1].follow()
+        with pytest.raises(OSError):  # stopping: no read is served under the wrong key
+            stores[1].head("s", "a")
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_rekey_and_previous_key_refusals_are_one_line(
+    url: str, keys: tuple[str, str], short_tmp: Path
+) -> None:
+    old, new = keys
+    plain = _serve(short_tmp / "a", url)
+    try:
+        _fill(plain, 1)
+    finally:
+        assert plain.stop() == 0
+        plain.cleanup()
+    code, said = _finish(_rekey(url, old, new))
+    assert code == 1 and "plaintext" in said and len(said.strip().splitlines()) == 1
+    cases = [
+        (["rekey", "--database", url, "--new-key-file", new], "--old-key-file and"),
+        (["rekey", "--database", url, "--old-key-file", old, "--new-key-file", old], "same key"),
+        (["--state-dir", str(short_tmp / "s"), "--key-file", new, "--previous-key-file", old],
+         "rekeyed offline"),
+    ]  # fmt: skip
+    for arguments, reason in cases:
+        result = subprocess.run([*DAEMON, *arguments], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2 and reason in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
