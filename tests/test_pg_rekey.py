@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from sessionstore.errors import SessionStoreError
 from sessionstored.storage.errors import FatalStorageError
 from sessionstored.storage.postgres.store import PgStore
 from sessionstored.storage.sealing import KEY_ID_BYTES, SEAL_MAGIC, parse_key
@@ -139,9 +140,10 @@ def test_a_rekey_under_load_leaves_every_document_under_the_new_key_only(
     assert code == 1 and "do not hold the new key" in said and "--previous-key-file" in said
     assert "rekey_to" not in _meta(url)
     assert first.stop() == 0
-    both = ("--key-file", new, "--previous-key-file", old)
-    hosts = [_serve(short_tmp / name, url, *both) for name in ("b", "c")]
+    hosts = [_daemon(short_tmp / name, url) for name in ("b", "c")]
     daemons.extend(hosts)
+    hosts[0].start("--key-file", new, "--previous-key-file", old)
+    hosts[1].start("--key-file", new, env={"SESSIONSTORED_PREVIOUS_KEY_FILE": old})
     acks: list[tuple[int, str, str | None]] = []
     stop, lock = threading.Event(), threading.Lock()
 
@@ -205,8 +207,12 @@ def test_a_rekey_killed_midway_resumes_and_the_daemons_serve_meanwhile(
     daemons.append(first)
     _fill(first, 600)
     assert first.stop() == 0
-    host = _serve(short_tmp / "b", url, "--key-file", new, "--previous-key-file", old)
+    host = _daemon(short_tmp / "b", url)
     daemons.append(host)
+    credentials = short_tmp / "credentials"  # as systemd's LoadCredential= hands it over
+    credentials.mkdir()
+    (credentials / "sessionstored.previous-key").write_bytes(Path(old).read_bytes())
+    host.start("--key-file", new, env={"CREDENTIALS_DIRECTORY": str(credentials)})
     before = _digests(host)
     slow = _rekey(url, old, new, "--rows-per-transaction", "1")
     new_id, old_id = _key_id(new).hex(), _key_id(old).hex()
@@ -298,3 +304,21 @@ def test_rekey_and_previous_key_refusals_are_one_line(
         result = subprocess.run([*DAEMON, *arguments], capture_output=True, text=True, timeout=60)
         assert result.returncode == 2 and reason in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_running_daemons_without_the_new_key_exit_3_when_a_rotation_begins(
+    url: str, keys: tuple[str, str], short_tmp: Path, daemons: list[DaemonProcess]
+) -> None:
+    old, new = keys
+    writer = _serve(short_tmp / "w", url, "--key-file", old)
+    reader = _serve(short_tmp / "r", url, "--key-file", old)
+    daemons.extend([writer, reader])
+    _fill(writer, 3)
+    with psycopg.connect(url) as conn:  # a rotation whose start did not see them
+        conn.execute("INSERT INTO ss_meta VALUES ('rekey_to', %s)", (_key_id(new).hex(),))
+        conn.execute("UPDATE ss_counter SET key_epoch = key_epoch + 1")
+    with writer.client() as client, pytest.raises(SessionStoreError):
+        client.save(_snapshot("s/9", 9))  # its batch sees the rotation: it stops
+    assert writer.wait_exit() == 3 and "being rekeyed" in writer.log()
+    assert reader.wait_exit() == 3  # no batch: its follow of ss_changes saw it
+    assert "being rekeyed" in reader.log()

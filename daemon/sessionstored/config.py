@@ -53,7 +53,8 @@ class Config:
 
 EPILOG = (
     "Also: `sessionstored rekey --help`, rotating (or adding, or removing) the store's "
-    "encryption key offline; `sessionstored restore --help`, a new store from a backup.",
+    "encryption key, offline for the log, online for PostgreSQL; `sessionstored restore "
+    "--help`, a new store from a backup.",
     "State directory: --state-dir, else $SESSIONSTORED_STATE_DIR, $STATE_DIRECTORY, "
     "$XDG_STATE_HOME/sessionstored, ~/.local/state/sessionstored. Socket: --socket, else "
     "$SESSIONSTORE_SOCKET, the socket systemd passed, $RUNTIME_DIRECTORY, $XDG_RUNTIME_DIR, "
