@@ -154,6 +154,8 @@ def test_the_documents_of_a_rotten_record_are_io_error_and_verify_lists_them(
         assert store.stats()["damaged_documents"] == len(hurt)
         with pytest.raises(CorruptRecord):
             store.scan(KeyRange("s"))
+        with pytest.raises(CorruptRecord, match="a backup would leave them out"):
+            store.backup_snapshot()  # refused whole, rather than a backup missing documents
     finally:
         store.close()
     # a new generation heals the document, and the store takes batches after the damage
@@ -166,6 +168,12 @@ def test_the_documents_of_a_rotten_record_are_io_error_and_verify_lists_them(
             doc = store.read("s", doc_id)
             assert doc is not None and doc.body == body_for(doc_id, "healed")
         assert store.stats()["damaged_documents"] == 0
+        snapshot = store.backup_snapshot()
+        try:
+            backed_up = {doc.id for chunk in snapshot.chunks() for doc in chunk}
+        finally:
+            snapshot.close()
+        assert backed_up == set(model) | hurt
     finally:
         store.close()
     store = open_store(fs, key=key)
