@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 from sessionstore.backup_file import DamagedBackup, read_backup
 from sessionstore.errors import SessionStoreError
 
+from .acked_writes import acked_state, acked_writes, exported_digests
 from .conftest import DaemonProcess
 from .postgres_server import PostgresServer
 
@@ -38,16 +38,6 @@ def _backup(daemon: DaemonProcess, path: Path, *extra: str) -> subprocess.Comple
 def _restore(path: Path, *target: str) -> subprocess.CompletedProcess[str]:
     command = [*DAEMON, "restore", str(path), *target]
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
-
-
-def _digests(daemon: DaemonProcess) -> dict[tuple[str, str], str]:
-    """Every document's digest, as `export` lists them (the lease is not exported)."""
-    result = subprocess.run(
-        [*CLI, "--socket", daemon.socket_path, "export"],
-        capture_output=True, text=True, timeout=300, check=True,
-    )  # fmt: skip
-    lines = map(json.loads, result.stdout.splitlines())
-    return {(line["kind"], line["id"]): line["digest"] for line in lines}
 
 
 @pytest.fixture
@@ -78,29 +68,10 @@ def _snapshot(session_id: str, n: int) -> dict[str, Any]:
 def test_a_backup_under_16_writers_and_a_compaction_is_the_state_at_its_seq(
     running: DaemonProcess, scratch: Path
 ) -> None:
-    acks: list[tuple[int, str, str | None]] = []  # (seq, id, digest or None for a delete)
-    stop = threading.Event()
-    lock = threading.Lock()
+    def session_id(number: int, n: int) -> str:
+        return f"w{number}/{n % 7}"
 
-    def writer(number: int) -> None:
-        with running.client() as client:
-            n = 0
-            while not stop.is_set():
-                session_id = f"w{number}/{n % 7}"
-                if n % 5 == 4:
-                    reply = client.delete(session_id)
-                    ack = (reply["seq"], session_id, None)
-                else:
-                    reply = client.save(_snapshot(session_id, n))
-                    ack = (reply["seq"], session_id, reply["digest"])
-                with lock:
-                    acks.append(ack)
-                n += 1
-
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(16)]
-    for thread in threads:
-        thread.start()
-    try:
+    with acked_writes([running], 16, session_id, _snapshot, delete_every=5) as acks:
         time.sleep(1.0)
         with running.client() as client:
             client.compact()
@@ -108,24 +79,16 @@ def test_a_backup_under_16_writers_and_a_compaction_is_the_state_at_its_seq(
         with running.client() as client:
             client.compact()
         time.sleep(0.5)
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join()
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     seq = summary["seq"]
-    state: dict[str, str | None] = {}
-    for ack_seq, session_id, digest in sorted(acks):
-        if ack_seq <= seq:
-            state[session_id] = digest
-    wanted = {("session", i): d for i, d in state.items() if d is not None}
+    wanted = acked_state(acks, upto=seq)
     assert len(acks) > summary["documents"] > 0 and max(a[0] for a in acks) > seq
     restored = _restore(scratch / "live.bak", "--state-dir", str(scratch / "restored" / "state"))
     assert restored.returncode == 0, restored.stderr
     daemon = _serve(scratch / "restored")
     try:
-        assert _digests(daemon) == wanted
+        assert exported_digests(daemon) == wanted
         with daemon.client() as client:
             assert client.stats()["seq"] == seq  # the restored store starts at the backup's
     finally:
@@ -263,7 +226,7 @@ def test_log_to_postgresql_and_back_keeps_every_digest(
             client.checkpoint_put("loop", "r", {"run_id": "r", "step": 3})
             client.delete("s/3")
             client.lease_acquire("holder")
-            first, seq = _digests(source), client.stats()["seq"]
+            first, seq = exported_digests(source), client.stats()["seq"]
         assert _backup(source, scratch / "1.bak").returncode == 0
     finally:
         _stop(source)
@@ -272,7 +235,7 @@ def test_log_to_postgresql_and_back_keeps_every_digest(
     assert moved.returncode == 0, moved.stderr
     middle = _serve(short_tmp / "b", *sealed, database_url=url)
     try:
-        assert _digests(middle) == first
+        assert exported_digests(middle) == first
         with middle.client() as client:
             assert client.stats()["seq"] == seq and client.lease_get()["epoch"] == 1
             with pytest.raises(SessionStoreError):  # the lease still fences a stale writer
@@ -286,7 +249,7 @@ def test_log_to_postgresql_and_back_keeps_every_digest(
     assert back.returncode == 0, back.stderr
     last = _serve(scratch / "c", *sealed)
     try:
-        assert _digests(last) == first
+        assert exported_digests(last) == first
         with last.client() as client:
             assert client.stats()["seq"] == seq
     finally:

@@ -4,12 +4,10 @@
 # let in while one runs, and one that slipped past stops at its next batch.
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ from sessionstored.storage.errors import FatalStorageError
 from sessionstored.storage.postgres.store import PgStore
 from sessionstored.storage.sealing import KEY_ID_BYTES, SEAL_MAGIC, parse_key
 
+from .acked_writes import acked_state, acked_writes, exported_digests
 from .conftest import DaemonProcess
 from .postgres_server import PostgresServer
 from .storage_helpers import put
@@ -74,15 +73,6 @@ def _finish(process: subprocess.Popen[str]) -> tuple[int, str]:
     return process.returncode, out + err
 
 
-def _digests(daemon: DaemonProcess) -> dict[tuple[str, str], str]:
-    result = subprocess.run(
-        [*CLI, "--socket", daemon.socket_path, "export"],
-        capture_output=True, text=True, timeout=300, check=True,
-    )  # fmt: skip
-    lines = map(json.loads, result.stdout.splitlines())
-    return {(line["kind"], line["id"]): line["digest"] for line in lines}
-
-
 def _sealed_with(url: str) -> dict[str, int]:
     """How many rows of ss_documents and ss_changes each key id seals."""
     counts: dict[str, int] = {}
@@ -128,13 +118,21 @@ def daemons() -> Iterator[list[DaemonProcess]]:
         daemon.cleanup()
 
 
+def _sealed(
+    workdir: Path, url: str, key: str, count: int, daemons: list[DaemonProcess]
+) -> DaemonProcess:
+    """A daemon that made the database, sealed with key, and saved count sessions."""
+    daemon = _serve(workdir, url, "--key-file", key)
+    daemons.append(daemon)
+    _fill(daemon, count)
+    return daemon
+
+
 def test_a_rekey_under_load_leaves_every_document_under_the_new_key_only(
     url: str, keys: tuple[str, str], short_tmp: Path, daemons: list[DaemonProcess]
 ) -> None:
     old, new = keys
-    first = _serve(short_tmp / "a", url, "--key-file", old)
-    daemons.append(first)
-    _fill(first, 200)
+    first = _sealed(short_tmp / "a", url, old, 200, daemons)
     refused = _rekey(url, old, new)
     code, said = _finish(refused)
     assert code == 1 and "do not hold the new key" in said and "--previous-key-file" in said
@@ -144,53 +142,29 @@ def test_a_rekey_under_load_leaves_every_document_under_the_new_key_only(
     daemons.extend(hosts)
     hosts[0].start("--key-file", new, "--previous-key-file", old)
     hosts[1].start("--key-file", new, env={"SESSIONSTORED_PREVIOUS_KEY_FILE": old})
-    acks: list[tuple[int, str, str | None]] = []
-    stop, lock = threading.Event(), threading.Lock()
+    filled = exported_digests(hosts[0])
 
-    def writer(number: int) -> None:
-        with hosts[number % 2].client() as client:
-            n = 0
-            while not stop.is_set():
-                session_id = f"s/{(number * 37 + n) % 240}"
-                if n % 6 == 5:
-                    reply = client.delete(session_id)
-                    ack = (reply["seq"], session_id, None)
-                else:
-                    reply = client.save(_snapshot(session_id, n))
-                    ack = (reply["seq"], session_id, reply["digest"])
-                with lock:
-                    acks.append(ack)
-                n += 1
+    def session_id(number: int, n: int) -> str:  # shared among the writers and the fill
+        return f"s/{(number * 37 + n) % 240}"
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    try:
+    with acked_writes(hosts, 8, session_id, _snapshot, delete_every=6) as acks:
         time.sleep(0.5)
         code, said = _finish(_rekey(url, old, new, "--rows-per-transaction", "16"))
         time.sleep(0.5)  # writes go on after the rotation's end too
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join()
     assert code == 0, said
     assert "resealed" in said
     with hosts[0].client() as client:
         assert client.stats()["sealed_with_key_id"] == _key_id(new).hex()
-    wanted = _digests(hosts[0])  # what remains of the fill, then every acknowledged change
-    for _, session_id, digest in sorted(acks):
-        if digest is None:
-            wanted.pop(("session", session_id), None)
-        else:
-            wanted[("session", session_id)] = digest
-    assert _digests(hosts[1]) == wanted and len(acks) > 100
+    wanted = acked_state(acks, filled)
+    assert exported_digests(hosts[0]) == wanted
+    assert exported_digests(hosts[1]) == wanted and len(acks) > 100
     for host in hosts:
         _stop(host)
     assert _sealed_with(url) == {_key_id(new).hex(): sum(_sealed_with(url).values())}
     assert _meta(url)["sealed_with"] == _key_id(new).hex() and "rekey_to" not in _meta(url)
     after = _serve(short_tmp / "d", url, "--key-file", new)
     daemons.append(after)
-    assert _digests(after) == wanted  # it started: it followed the resealed history too
+    assert exported_digests(after) == wanted  # it started: it followed the resealed history too
     _stop(after)
     stale = _daemon(short_tmp / "e", url)
     daemons.append(stale)
@@ -203,17 +177,14 @@ def test_a_rekey_killed_midway_resumes_and_the_daemons_serve_meanwhile(
     url: str, keys: tuple[str, str], short_tmp: Path, daemons: list[DaemonProcess]
 ) -> None:
     old, new = keys
-    first = _serve(short_tmp / "a", url, "--key-file", old)
-    daemons.append(first)
-    _fill(first, 600)
-    assert first.stop() == 0
+    assert _sealed(short_tmp / "a", url, old, 600, daemons).stop() == 0
     host = _daemon(short_tmp / "b", url)
     daemons.append(host)
     credentials = short_tmp / "credentials"  # as systemd's LoadCredential= hands it over
     credentials.mkdir()
     (credentials / "sessionstored.previous-key").write_bytes(Path(old).read_bytes())
     host.start("--key-file", new, env={"CREDENTIALS_DIRECTORY": str(credentials)})
-    before = _digests(host)
+    before = exported_digests(host)
     slow = _rekey(url, old, new, "--rows-per-transaction", "1")
     new_id, old_id = _key_id(new).hex(), _key_id(old).hex()
     deadline = time.monotonic() + 120
@@ -225,7 +196,7 @@ def test_a_rekey_killed_midway_resumes_and_the_daemons_serve_meanwhile(
     halfway = _sealed_with(url)
     assert halfway[new_id] >= 50 and halfway[old_id] > 0
     assert _meta(url)["rekey_to"] == new_id
-    assert _digests(host) == before  # each row under either key, read through both
+    assert exported_digests(host) == before  # each row under either key, read through both
     with host.client() as client:
         saved = client.save(_snapshot("s/1", 1000))
         client.delete("s/2")
@@ -241,7 +212,7 @@ def test_a_rekey_killed_midway_resumes_and_the_daemons_serve_meanwhile(
     code, said = _finish(_rekey(url, old, new))
     assert code == 0 and "resumed" in said, said
     assert set(_sealed_with(url)) == {new_id}
-    assert _digests(host) == before
+    assert exported_digests(host) == before
     _stop(host)
     again = _finish(_rekey(url, old, new))
     assert again[0] == 0 and "nothing to do" in again[1]
