@@ -293,3 +293,25 @@ def test_running_daemons_without_the_new_key_exit_3_when_a_rotation_begins(
     assert writer.wait_exit() == 3 and "being rekeyed" in writer.log()
     assert reader.wait_exit() == 3  # no batch: its follow of ss_changes saw it
     assert "being rekeyed" in reader.log()
+
+
+def test_a_schema_version_1_database_is_moved_to_version_2_at_start(
+    url: str, short_tmp: Path, daemons: list[DaemonProcess]
+) -> None:
+    first = _serve(short_tmp / "a", url)
+    daemons.append(first)
+    _fill(first, 5)
+    before = exported_digests(first)
+    assert first.stop() == 0
+    with psycopg.connect(url) as conn:  # what an earlier version made
+        conn.execute("ALTER TABLE ss_counter DROP COLUMN key_epoch")
+        conn.execute("UPDATE ss_meta SET value = '1' WHERE name = 'schema_version'")
+    again = _serve(short_tmp / "b", url)
+    daemons.append(again)
+    assert exported_digests(again) == before
+    with again.client() as client:
+        client.save(_snapshot("s/new", 1))
+    assert _meta(url)["schema_version"] == "2"
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT key_epoch FROM ss_counter").fetchone() == (0,)
+    _stop(again)
