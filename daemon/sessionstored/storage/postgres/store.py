@@ -210,6 +210,7 @@ class PgStore:
         self.batches = 0
         self._writer: psycopg.Connection[Any] | None = None
         self._failed = False
+        self._keying_refused: str | None = None  # why this daemon must stop (keying.py)
         self._follow_lock = threading.Lock()
         self._pool: ConnectionPool[Any] | None = None
 
@@ -379,9 +380,22 @@ class PgStore:
         try:
             self._adopt(read_keying(conn))
         except KeyingRefused as error:
+            self._keying_refused = str(error)
             self.fail()
             raise FatalStorageError(str(error)) from None
         self._key_epoch = epoch
+
+    def _check_missing(self, conn: psycopg.Connection[Any]) -> None:
+        """A row not found, in a daemon holding one key: a rotation that began unseen
+        could have moved it under a key this daemon lacks. Then the read is io_error, not
+        a false not_found, and the daemon stops (follow())."""
+        if len(self.held) != 1:
+            return
+        epoch = conn.execute("SELECT key_epoch FROM ss_counter").fetchone()
+        try:
+            self._check_keying(conn, epoch[0] if epoch else 0)
+        except FatalStorageError as error:
+            raise DatabaseUnavailable(str(error)) from None
 
     def close(self) -> None:
         if self._writer is not None:
@@ -439,7 +453,10 @@ class PgStore:
             " ORDER BY key = %s DESC LIMIT 1",
             (kind, keys, keys[0]),
         ).fetchone()
-        return None if row is None else self._entry(kind, doc_id, row[0], row[1], row[2])
+        if row is None:
+            self._check_missing(conn)
+            return None
+        return self._entry(kind, doc_id, row[0], row[1], row[2])
 
     def read(self, kind: str, doc_id: str, *, cached: bool = True) -> Document | None:
         with self._reader() as conn:
@@ -471,6 +488,7 @@ class PgStore:
             (kind, keys, keys[0]),
         ).fetchone()
         if row is None:
+            self._check_missing(conn)
             return None
         where = f"ss_documents ({kind}, {doc_id!r})"
         entry = self._entry(kind, doc_id, row[0], row[1], 0)
@@ -550,6 +568,8 @@ class PgStore:
 
     def follow(self) -> bool:
         """Append the commits after self.seq, in seq order, to the watch history."""
+        if self._keying_refused is not None:  # a read saw it first
+            raise FatalStorageError(self._keying_refused)
         with self._follow_lock, self._reader() as conn:
             epoch = conn.execute("SELECT key_epoch FROM ss_counter").fetchone()
             self._check_keying(conn, epoch[0] if epoch else 0)
