@@ -35,9 +35,12 @@ EXIT_FAILED = 1
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .storage.postgres.rekey import ROWS_PER_TRANSACTION
+
     parser = argparse.ArgumentParser(
         prog="sessionstored rekey",
-        description="Reseal every document of a stopped store under a new key, crash-safely.",
+        description="Reseal every document under a new key, crash-safely: a stopped log "
+        "store, or PostgreSQL online.",
         formatter_class=DefaultsShown,
     )
     target = parser.add_mutually_exclusive_group()
@@ -51,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rows-per-transaction",
         type=int,
-        help="PostgreSQL: rows resealed per transaction, batches waiting for each (256)",
+        default=ROWS_PER_TRANSACTION,
+        help="PostgreSQL: rows resealed per transaction, batches waiting for each",
     )
     parser.add_argument("--old-key-file", help="the key the store is sealed with (none: plaintext)")
     parser.add_argument("--new-key-file", help="the key to seal it with (none: unseal it)")
@@ -84,7 +88,7 @@ def rekey_main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
     if not args.old_key_file and not args.new_key_file:
         return _fail("give --old-key-file, --new-key-file, or both", EXIT_BAD_USAGE)
-    if args.rows_per_transaction is not None and args.rows_per_transaction < 1:
+    if args.rows_per_transaction < 1:
         return _fail("--rows-per-transaction must be at least 1", EXIT_BAD_USAGE)
     try:
         old = read_key_file(args.old_key_file) if args.old_key_file else None
@@ -138,10 +142,10 @@ def rekey_main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _rekey_database(url: str, old: Key, new: Key, rows_per_transaction: int | None) -> int:
+def _rekey_database(url: str, old: Key, new: Key, rows_per_transaction: int) -> int:
     import psycopg
 
-    from .storage.postgres.rekey import ROWS_PER_TRANSACTION, RekeyRefused
+    from .storage.postgres.rekey import RekeyRefused
     from .storage.postgres.store import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
 
     password = os.environ.get("SESSIONSTORED_DATABASE_PASSWORD")
@@ -151,7 +155,7 @@ def _rekey_database(url: str, old: Key, new: Key, rows_per_transaction: int | No
             result = store.rekey(
                 old,
                 new,
-                rows_per_transaction=rows_per_transaction or ROWS_PER_TRANSACTION,
+                rows_per_transaction=rows_per_transaction,
                 progress=progress,
             )
     except (RekeyRefused, DatabaseRefused, DatabaseUnreachable) as error:
