@@ -84,9 +84,10 @@ def checkpoint_scan(ops: OpContext, request: Request) -> Step:
     reverse, values = _flag(args, "reverse", False), _flag(args, "values", True)
 
     def read_values(found: list[tuple[str, Entry]]) -> list[dict[str, Any]]:
+        docs = ops.store.read_entries(kind, found)
         return [
-            {**item_of(key, entry), "value": RawCBOR(ops.store.read_entry(kind, key, entry).body)}
-            for key, entry in found
+            {**item_of(key, entry), "value": RawCBOR(doc.body)}
+            for (key, entry), doc in zip(found, docs, strict=True)
         ]
 
     async def read() -> Response:

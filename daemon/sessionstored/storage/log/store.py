@@ -270,6 +270,9 @@ class Store:
         for entry in entries:
             self.log.unpin(entry.segment)
 
+    def read_entries(self, kind: str, found: Sequence[tuple[str, Entry]]) -> list[Document]:
+        return [self.read_entry(kind, doc_id, entry) for doc_id, entry in found]
+
     def read_entry(self, kind: str, doc_id: str, entry: Entry) -> Document:
         path = self.log.path(entry.segment)
         try:

@@ -480,6 +480,25 @@ class PgStore:
             raise CorruptRecord(f"postgresql ss_documents ({kind}, {doc_id!r})", 0, "gone")
         return doc
 
+    def read_entries(self, kind: str, found: Sequence[tuple[str, Entry]]) -> list[Document]:
+        """A scan's documents in one query instead of a round trip each."""
+        if not found:
+            return []
+        named = {key: doc_id for doc_id, _ in found for key in self._keys(kind, doc_id)}
+        with self._reader() as conn:
+            rows = conn.execute(
+                "SELECT key, seq, digest, body FROM ss_documents WHERE kind = %s AND key = ANY(%s)",
+                (kind, list(named)),
+            ).fetchall()
+        docs = {}
+        for key, seq, digest, body in rows:
+            doc_id = named[bytes(key)]
+            docs[doc_id] = self._document(kind, doc_id, seq, digest, body)
+        missing = next((doc_id for doc_id, _ in found if doc_id not in docs), None)
+        if missing is not None:
+            raise CorruptRecord(f"postgresql ss_documents ({kind}, {missing!r})", 0, "gone")
+        return [docs[doc_id] for doc_id, _ in found]
+
     def _read_with(self, conn: psycopg.Connection[Any], kind: str, doc_id: str) -> Document | None:
         keys = self._keys(kind, doc_id)
         row = conn.execute(
@@ -490,12 +509,15 @@ class PgStore:
         if row is None:
             self._check_missing(conn)
             return None
+        return self._document(kind, doc_id, *row)
+
+    def _document(self, kind: str, doc_id: str, seq: int, digest: Any, body: Any) -> Document:
         where = f"ss_documents ({kind}, {doc_id!r})"
-        entry = self._entry(kind, doc_id, row[0], row[1], 0)
-        body = self._open(row[2], b"body:" + kind.encode(), where)
-        if digest_bytes_of_canonical(body) != entry.digest:
+        entry = self._entry(kind, doc_id, seq, digest, 0)
+        plain = self._open(body, b"body:" + kind.encode(), where)
+        if digest_bytes_of_canonical(plain) != entry.digest:
             raise CorruptRecord(f"postgresql {where}", 0, "body digest mismatch")
-        return Document(kind, doc_id, entry.seq, entry.digest, body)
+        return Document(kind, doc_id, entry.seq, entry.digest, plain)
 
     def scan(self, wanted: KeyRange) -> Found:
         with self._reader() as conn:
