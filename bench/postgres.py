@@ -158,7 +158,6 @@ def _rekey(daemon_factory: Any, workdir: Path, url: str) -> dict[str, Any]:
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         seconds = time.perf_counter() - started
-        running.clear()
     finally:
         running.clear()
         daemon.stop()

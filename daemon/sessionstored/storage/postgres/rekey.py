@@ -31,6 +31,7 @@ import psycopg
 
 from ..sealing import KEY_ID_BYTES, SEAL_MAGIC, Key, Sealer, SealError
 from .keying import REKEY_TO, SEALED_WITH, daemons_lacking, read_keying, row_key
+from .schema import NOTIFY_CHANNEL, lock_schema
 
 ROWS_PER_TRANSACTION = 128  # the counter lock is held for one page's UPDATE: batches wait
 KEY_ID_AT = len(SEAL_MAGIC) + 1  # where an envelope's key id starts (SQL substring, 1-based)
@@ -56,37 +57,34 @@ def rekey_database(
     old: Key,
     new: Key,
     *,
-    lock_key: int,
     rows_per_transaction: int = ROWS_PER_TRANSACTION,
     progress: Progress | None = None,
 ) -> RekeyResult:
     result = RekeyResult()
-    if not _begin(conn, old, new, lock_key, result):
+    if not _begin(conn, old, new, result):
         return result
     rotation = _Rotation(conn, old, new, rows_per_transaction, progress)
     while True:
         result.documents += rotation.reseal_documents()
         result.changes += rotation.reseal_changes()
-        if _end(conn, new, lock_key):
+        if _end(conn, new):
             return result
 
 
-def _lock(conn: psycopg.Connection[Any], lock_key: int) -> None:
-    conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key,))
+def _lock(conn: psycopg.Connection[Any]) -> None:
+    lock_schema(conn)
     conn.execute("SELECT seq FROM ss_counter WHERE one = 1 FOR UPDATE")
 
 
 def _moved(conn: psycopg.Connection[Any]) -> None:
     conn.execute("UPDATE ss_counter SET key_epoch = key_epoch + 1 WHERE one = 1")
-    conn.execute("SELECT pg_notify('sessionstore_changes', 'rekey')")
+    conn.execute("SELECT pg_notify(%s, 'rekey')", (NOTIFY_CHANNEL,))
 
 
-def _begin(
-    conn: psycopg.Connection[Any], old: Key, new: Key, lock_key: int, result: RekeyResult
-) -> bool:
+def _begin(conn: psycopg.Connection[Any], old: Key, new: Key, result: RekeyResult) -> bool:
     """Marks the rotation started (or finds it started); False when there is nothing to do."""
     with conn.transaction():
-        _lock(conn, lock_key)
+        _lock(conn)
         keying = read_keying(conn)
         if keying.rekey_to:
             if keying.rekey_to != new.key_id_hex or keying.sealed_with != old.key_id_hex:
@@ -120,9 +118,9 @@ def _begin(
     return True
 
 
-def _end(conn: psycopg.Connection[Any], new: Key, lock_key: int) -> bool:
+def _end(conn: psycopg.Connection[Any], new: Key) -> bool:
     with conn.transaction():
-        _lock(conn, lock_key)
+        _lock(conn)
         for table in ("ss_documents", "ss_changes"):
             left = conn.execute(
                 f"SELECT 1 FROM {table} WHERE {NOT_UNDER} LIMIT 1", (new.key_id,)
@@ -182,6 +180,8 @@ class _Rotation:
                 (*after, self.new.key_id, self.rows),
             ).fetchall()
             self.conn.commit()
+            if not rows:
+                return resealed
             updates = [self._document(*row) for row in rows]
             with self.conn.transaction():
                 self.conn.execute("SELECT seq FROM ss_counter WHERE one = 1 FOR UPDATE")
@@ -191,8 +191,6 @@ class _Rotation:
                         " WHERE kind = %s AND key = %s AND name = %s",
                         updates,
                     )
-            if not rows:
-                return resealed
             resealed += len(rows)
             self._advance(len(rows))
             after = (rows[-1][0], bytes(rows[-1][1]))
@@ -225,6 +223,8 @@ class _Rotation:
                     f" WHERE seq > %s AND {NOT_UNDER} ORDER BY seq LIMIT %s",
                     (after, self.new.key_id, self.rows),
                 ).fetchall()
+                if not rows:
+                    return resealed
                 updates = []
                 for seq, kind, name, digest in rows:
                     what, where = kind.encode(), f"ss_changes (seq {seq})"
@@ -240,8 +240,6 @@ class _Rotation:
                     cursor.executemany(
                         "UPDATE ss_changes SET name = %s, digest = %s WHERE seq = %s", updates
                     )
-            if not rows:
-                return resealed
             resealed += len(rows)
             self._advance(len(rows))
             after = rows[-1][0]

@@ -72,9 +72,8 @@ from .keying import (
     row_keys,
 )
 from .rekey import Progress, RekeyResult, rekey_database
+from .schema import NOTIFY_CHANNEL, SCHEMA_VERSION, ensure_schema
 
-SCHEMA_VERSION = 2  # 2: ss_counter.key_epoch (online rekey)
-NOTIFY_CHANNEL = "sessionstore_changes"
 FOLLOW_PAGE = 1000
 RETENTION_EVERY_BATCHES = 500
 READ_POOL_CONNECTIONS = 4
@@ -93,21 +92,6 @@ CONNECTION_OPTIONS = {
 }
 RESTORE_ROWS = 1000  # documents per INSERT round trip of a restore
 READ_TIMEOUT_S = 10.0  # a read waits this long for a pooled connection, then io_error
-
-SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS ss_meta (name text PRIMARY KEY, value text NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS ss_counter"
-    " (one int PRIMARY KEY CHECK (one = 1), seq bigint NOT NULL,"
-    " key_epoch bigint NOT NULL DEFAULT 0)",
-    "INSERT INTO ss_counter VALUES (1, 0) ON CONFLICT DO NOTHING",
-    "CREATE TABLE IF NOT EXISTS ss_documents (kind text NOT NULL, key bytea NOT NULL,"
-    " name bytea NOT NULL, body bytea NOT NULL, digest bytea NOT NULL, seq bigint NOT NULL,"
-    " size int NOT NULL, PRIMARY KEY (kind, key))",
-    "CREATE TABLE IF NOT EXISTS ss_changes (seq bigint PRIMARY KEY, kind text NOT NULL,"
-    " name bytea NOT NULL, digest bytea, committed_at_ms bigint NOT NULL, size int NOT NULL)",
-)
-SCHEMA_LOCK = 0x5E55_1057  # pg_advisory_xact_lock key: one daemon creates the schema
-MIGRATE_FROM_1 = "ALTER TABLE ss_counter ADD COLUMN key_epoch bigint NOT NULL DEFAULT 0"
 
 
 class DatabaseUnreachable(Exception):
@@ -276,7 +260,7 @@ class PgStore:
         started = time.monotonic()
         report = PgReport(database=redacted(self.url))
         conn = self._writer_conn()
-        meta, report.created_schema, epoch = self._ensure_schema(conn)
+        meta, report.created_schema, epoch = ensure_schema(conn, self.keying.sealed_with)
         self._check_meta(meta)
         self._key_epoch = epoch
         options = self._connection_options()
@@ -311,45 +295,16 @@ class PgStore:
         report.duration_ms = (time.monotonic() - started) * 1000
         return report
 
-    def _ensure_schema(self, conn: psycopg.Connection[Any]) -> tuple[dict[str, str], bool, int]:
-        """Creates the tables (or moves them to this schema version) under the schema lock;
-        returns ss_meta, whether it created them, and the key epoch."""
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-            exists = conn.execute("SELECT to_regclass('ss_meta') IS NOT NULL").fetchone()
-            created = not exists or not exists[0]
-            for statement in SCHEMA:
-                conn.execute(statement)
-            meta = dict(conn.execute("SELECT name, value FROM ss_meta").fetchall())
-            if not meta:
-                meta = {"schema_version": str(SCHEMA_VERSION), SEALED_WITH: self.keying.sealed_with}
-                with conn.cursor() as cursor:
-                    cursor.executemany("INSERT INTO ss_meta VALUES (%s, %s)", list(meta.items()))
-            if meta.get("schema_version") == "1":
-                conn.execute(MIGRATE_FROM_1)
-                meta["schema_version"] = str(SCHEMA_VERSION)
-                conn.execute(
-                    "UPDATE ss_meta SET value = %s WHERE name = 'schema_version'",
-                    (meta["schema_version"],),
-                )
-            epoch = conn.execute("SELECT key_epoch FROM ss_counter").fetchone()
-        return meta, created, int(epoch[0]) if epoch else 0
-
     def rekey(
         self, old: Key, new: Key, *, rows_per_transaction: int, progress: Progress | None
     ) -> RekeyResult:
         """Rotates a sealed database from old to new while its daemons serve (rekey.py); this
         store is not open(): it holds both keys, so it is never a daemon that lacks one."""
         conn = self._writer_conn()
-        meta, _, _ = self._ensure_schema(conn)
+        meta, _, _ = ensure_schema(conn, self.keying.sealed_with)
         self._check_version(meta)
         return rekey_database(
-            conn,
-            old,
-            new,
-            lock_key=SCHEMA_LOCK,
-            rows_per_transaction=rows_per_transaction,
-            progress=progress,
+            conn, old, new, rows_per_transaction=rows_per_transaction, progress=progress
         )
 
     def _check_meta(self, meta: dict[str, str]) -> None:
@@ -879,7 +834,7 @@ class _TransactionState(CommittedState):
         by_key = {
             (kind, key): (kind, doc_id)
             for kind, doc_id in ordered
-            for key in reversed(self.store._keys(kind, doc_id))
+            for key in self.store._keys(kind, doc_id)
         }
         rows = self.conn.execute(
             "SELECT d.kind, d.key, d.seq, d.digest, d.size FROM ss_documents d"
