@@ -259,6 +259,10 @@ def test_rekey_and_previous_key_refusals_are_one_line(
     url: str, keys: tuple[str, str], short_tmp: Path
 ) -> None:
     old, new = keys
+    code, said = _finish(_rekey(url, old, new))  # a database no daemon made
+    assert code == 1 and "holds no sessionstore tables" in said
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT to_regclass('ss_meta')").fetchone() == (None,)
     plain = _serve(short_tmp / "a", url)
     try:
         _fill(plain, 1)

@@ -32,6 +32,11 @@ def lock_schema(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
 
 
+def schema_exists(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute("SELECT to_regclass('ss_meta') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
 def ensure_schema(
     conn: psycopg.Connection[Any], sealed_with: str
 ) -> tuple[dict[str, str], bool, int]:
@@ -40,8 +45,7 @@ def ensure_schema(
     epoch."""
     with conn.transaction():
         lock_schema(conn)
-        exists = conn.execute("SELECT to_regclass('ss_meta') IS NOT NULL").fetchone()
-        created = not exists or not exists[0]
+        created = not schema_exists(conn)
         for statement in SCHEMA:
             conn.execute(statement)
         meta = dict(conn.execute("SELECT name, value FROM ss_meta").fetchall())

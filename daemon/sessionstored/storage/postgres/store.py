@@ -72,7 +72,7 @@ from .keying import (
     row_keys,
 )
 from .rekey import Progress, RekeyResult, rekey_database
-from .schema import NOTIFY_CHANNEL, SCHEMA_VERSION, ensure_schema
+from .schema import NOTIFY_CHANNEL, SCHEMA_VERSION, ensure_schema, schema_exists
 
 FOLLOW_PAGE = 1000
 RETENTION_EVERY_BATCHES = 500
@@ -301,6 +301,10 @@ class PgStore:
         """Rotates a sealed database from old to new while its daemons serve (rekey.py); this
         store is not open(): it holds both keys, so it is never a daemon that lacks one."""
         conn = self._writer_conn()
+        exists = schema_exists(conn)
+        conn.commit()
+        if not exists:  # a wrong URL: never make an empty store there
+            raise DatabaseRefused(f"{redacted(self.url)}: holds no sessionstore tables")
         meta, _, _ = ensure_schema(conn, self.keying.sealed_with)
         self._check_version(meta)
         return rekey_database(
