@@ -122,6 +122,7 @@ def _open_database(
         password=config.database_password,
         history_changes=config.history_changes,
         max_document_bytes=config.max_snapshot_bytes,
+        failpoint=Failpoints(config.failpoints).hit if config.failpoints else None,
     )
     attempt = 0
     while True:

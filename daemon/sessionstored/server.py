@@ -91,6 +91,10 @@ EXIT_STORAGE_FAILURE = 3
 
 
 FOLLOW_POLL_S = 0.5
+# at most one round of following a second per this: under load, one round reads the
+# commits of many batches instead of each batch waking a round of its own (measured:
+# a round per batch took 0.3 of a core at 3,500 saves/s, starving the event loop)
+FOLLOW_GATHER_S = 0.005
 
 
 class _Wakeup:
@@ -261,10 +265,13 @@ class Server:
         listener = threading.Thread(target=follower.listen, args=(stop, wakeup.set_from_thread))
         listener.daemon = True
         listener.start()
+        last_round = trio.current_time()
         try:
             with scope:
                 while True:
                     await wakeup.wait(FOLLOW_POLL_S)
+                    await trio.sleep_until(last_round + FOLLOW_GATHER_S)
+                    last_round = trio.current_time()
                     try:
                         moved = await trio.to_thread.run_sync(follower.follow)
                     except FatalStorageError as error:  # e.g. a rotation to a key we lack

@@ -8,6 +8,13 @@
 # swallows the cancellation until the writer's next checkpoint: no shielded
 # scope per batch, which cost 9% of a small write).
 #
+# An engine that takes several batches at once (PostgreSQL: batches_in_flight)
+# gets them, each in a thread of its own, as long as they touch no document in
+# common: a batch that shares one with a batch in flight, or that needs the
+# whole store (a lease change, a delete_prefix, an append), waits until those
+# land, so one client's pipelined writes still apply in the order sent. The
+# log takes one at a time: its order is its commit order.
+#
 # Exclusive jobs (verify, compact) run in the thread with no batch in flight.
 # Between batches the writer also keeps the store in shape:
 #   - an index checkpoint when enough changes or log bytes accumulated;
@@ -44,7 +51,7 @@ from .jobs import ExclusiveJob, Job, MutationJob
 from .notify import notify
 from .storage.engine import CompactionRun, Engine, LogMaintenance
 from .storage.errors import FatalStorageError, InjectedFault, NoSpace
-from .storage.mutations import Batch, split_batches
+from .storage.mutations import Batch, mutation_keys, needs_whole_store, split_batches
 from .worker_thread import WorkerThread, name_os_thread
 
 log = logging.getLogger("sessionstored.writer")
@@ -87,6 +94,11 @@ class Writer:
             maxlen=RECENT_BATCHES
         )
         self.on_publish: Callable[[], None] | None = None
+        self._spare_threads: list[WorkerThread] = []  # for batches in flight beside the first
+        self._flying: list[frozenset[tuple[str, str]] | None] = []  # their documents
+        self._busy: set[WorkerThread] = set()
+        self._landed = trio.lowlevel.ParkingLot()
+        self._nursery: trio.Nursery | None = None
 
     def submit(self, job: Job) -> bool:
         """Hand a job over without waiting; False when the queue is full (then enqueue)."""
@@ -120,8 +132,11 @@ class Writer:
 
     async def run(self, watchdog_interval_s: float | None = None) -> None:
         self._thread = WorkerThread("writer")
+        self._spare_threads = [
+            WorkerThread(f"writer-{n}") for n in range(1, self.store.batches_in_flight)
+        ]
         try:
-            async with self._receive:
+            async with self._receive, trio.open_nursery() as self._nursery:
                 while True:
                     first = None
                     try:
@@ -150,7 +165,8 @@ class Writer:
                     if self.failed is None:
                         await self._maintain()
         finally:
-            self._thread.close()
+            for thread in (self._thread, *self._spare_threads):
+                thread.close()
             self._background.shutdown(wait=False, cancel_futures=True)
 
     async def _run_jobs(self, jobs: list[Job]) -> None:
@@ -160,12 +176,54 @@ class Writer:
                 mutations.append(job)
                 continue
             for batch in split_batches(mutations, lambda j: j.mutation):
-                await self._commit(batch)
+                await self._dispatch(batch)
             mutations = []
             assert isinstance(job, ExclusiveJob)
+            await self._land_all()
             await self._run_exclusive(job)
         for batch in split_batches(mutations, lambda j: j.mutation):
-            await self._commit(batch)
+            await self._dispatch(batch)
+
+    async def _dispatch(self, jobs: list[MutationJob]) -> None:
+        """Commit now (one batch at a time), or start it beside the batches in flight
+        once none of them touches its documents and a thread is free."""
+        assert self._thread is not None
+        if not self._spare_threads:
+            await self._commit(jobs, self._thread)
+            return
+        touched = _documents(jobs)
+        while self._blocked(touched):
+            await self._landed.park()
+        thread = next(t for t in (self._thread, *self._spare_threads) if t not in self._busy)
+        self._busy.add(thread)
+        self._flying.append(touched)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._commit_then_land, jobs, thread, touched)
+
+    def _blocked(self, touched: frozenset[tuple[str, str]] | None) -> bool:
+        if len(self._flying) > len(self._spare_threads):
+            return True  # every thread is committing
+        return any(
+            other is None or touched is None or not other.isdisjoint(touched)
+            for other in self._flying
+        )
+
+    async def _commit_then_land(
+        self,
+        jobs: list[MutationJob],
+        thread: WorkerThread,
+        touched: frozenset[tuple[str, str]] | None,
+    ) -> None:
+        try:
+            await self._commit(jobs, thread)
+        finally:
+            self._flying.remove(touched)
+            self._busy.discard(thread)
+            self._landed.unpark_all()
+
+    async def _land_all(self) -> None:
+        while self._flying:
+            await self._landed.park()
 
     async def _run_exclusive(self, job: ExclusiveJob) -> None:
         if self.failed is not None:
@@ -188,7 +246,7 @@ class Writer:
         if self.store.maintenance is not None:
             self.store.maintenance.close_retired()
 
-    async def _commit(self, jobs: list[MutationJob]) -> None:
+    async def _commit(self, jobs: list[MutationJob], thread: WorkerThread) -> None:
         if not jobs:
             return
         if self.failed is not None:
@@ -205,7 +263,7 @@ class Writer:
             return result
 
         try:
-            batch = await self._call(commit)
+            batch = await thread.call(commit)
         except FatalStorageError as error:
             self._fatal(str(error), jobs)
             return
@@ -329,3 +387,13 @@ class Writer:
     def _fail(jobs: Sequence[Job], message: str) -> None:
         for job in jobs:
             job.fail(ErrorCode.IO_ERROR, message)
+
+
+def _documents(jobs: list[MutationJob]) -> frozenset[tuple[str, str]] | None:
+    """The documents a batch touches; None when it needs the whole store."""
+    touched: set[tuple[str, str]] = set()
+    for job in jobs:
+        if needs_whole_store(job.mutation):
+            return None
+        touched |= mutation_keys(job.mutation) or set()
+    return frozenset(touched)

@@ -82,6 +82,8 @@ def _decide(
     refusal = None if decides_lease else fence_refusal(state.lease, mutation.fence)
     if refusal is not None:
         return refusal
+    if isinstance(mutation, Put) and mutation.expect is ANY:  # needs no current state
+        return refused(ErrorCode.NO_SPACE, "disk full: only removals fit") if full else mutation
     entry = state.get(mutation.kind, mutation.id)
     current = entry.digest if entry else None
     if mutation.expect is not ANY and mutation.expect != current:

@@ -11,6 +11,9 @@
 #                the next rotation, compaction, index checkpoints;
 #   follower     PostgreSQL's other hosts: their commits are followed into
 #                this daemon's watch history.
+# batches_in_flight says how many batches the writer may have committing at
+# once: the log's one (one sync at a time), PostgreSQL's several (each on a
+# connection of its own; the database orders them, postgres/batch.py).
 from __future__ import annotations
 
 import threading
@@ -105,6 +108,7 @@ class Follower(Protocol):
 
 class Engine(Protocol):
     blocking_reads: bool
+    batches_in_flight: int  # commit_durably may run in this many threads at once
     seq: int  # the watch history's: every change up to it is in history
     history: History
     sealer: Sealer

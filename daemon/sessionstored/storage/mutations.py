@@ -16,7 +16,7 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.shared import Refusal
 
 from .documents import Entry
-from .txn import Require, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut, txn_body_bytes
+from .txn import Require, TxnAppend, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut, txn_body_bytes
 
 
 class Unconditional(enum.Enum):
@@ -103,6 +103,17 @@ def mutation_keys(mutation: Mutation) -> frozenset[tuple[str, str]] | None:
         if mutation.source is not None:
             return frozenset({(mutation.kind, mutation.id), mutation.source})
     return frozenset({(mutation.kind, mutation.id)})
+
+
+def needs_whole_store(mutation: Mutation) -> bool:
+    """Decided with no other batch in flight: a lease change (it moves the fence), a
+    delete_prefix (its keys are known only when it is decided), an append (its key is
+    its seq)."""
+    if mutation_keys(mutation) is None:
+        return True
+    if isinstance(mutation, Rewrite) and mutation.decides_lease:
+        return True
+    return isinstance(mutation, Txn) and any(isinstance(op, TxnAppend) for op in mutation.ops)
 
 
 def split_batches(mutations: list[Any], key_of: Callable[[Any], Mutation]) -> list[list[Any]]:

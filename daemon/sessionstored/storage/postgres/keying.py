@@ -28,6 +28,7 @@ from ..sealing import Key, Sealer
 SEALED_WITH = "sealed_with"
 REKEY_TO = "rekey_to"
 DAEMON_APPLICATION = "sessionstored keys="  # + the key ids a daemon holds, comma-separated
+SCHEMA_MARK = " schema=3"  # then this: the daemon commits the way schema.py's version 3 says
 
 
 class KeyingRefused(Exception):
@@ -100,7 +101,7 @@ def row_keys(sealer: Sealer, held: Sequence[Key], kind: str, doc_id: str) -> lis
 def application_name(held: Sequence[Key]) -> str:
     """What pg_stat_activity shows for a daemon's connections: a rotation refuses to start
     while a connected daemon lacks the new key."""
-    return DAEMON_APPLICATION + ",".join(key.key_id_hex for key in held)
+    return DAEMON_APPLICATION + ",".join(key.key_id_hex for key in held) + SCHEMA_MARK
 
 
 def daemons_lacking(conn: psycopg.Connection[Any], key_id: str) -> list[str]:
@@ -113,7 +114,7 @@ def daemons_lacking(conn: psycopg.Connection[Any], key_id: str) -> list[str]:
     ).fetchall()
     lacking = []
     for name, where in rows:
-        held = str(name)[len(DAEMON_APPLICATION) :].split(",")
+        held = str(name)[len(DAEMON_APPLICATION) :].split(SCHEMA_MARK)[0].split(",")
         if key_id not in held:
             lacking.append(f"a daemon at {where} holding key ids {','.join(held) or 'none'}")
     return lacking

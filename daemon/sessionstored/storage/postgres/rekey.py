@@ -1,17 +1,17 @@
 # Theory of operation: rotating a sealed PostgreSQL store's key while the
 # daemons serve (`sessionstored rekey --database URL`).
 #
-# 1. Start. Under the schema lock and the ss_counter row's lock, with every
+# 1. Start. Under the schema lock and the writers' lock (schema.py), with every
 #    connected daemon holding the new key (pg_stat_activity shows the key ids
 #    each daemon's connections hold, keying.py), ss_meta gets rekey_to = the
-#    new key id and key_epoch moves. Every batch after that (it reads
-#    key_epoch under the same lock) seals with the new key, and deletes the
+#    new key id and key_epoch moves. Every batch after that (it checks
+#    key_epoch under the same lock, held shared) seals with the new key, and deletes the
 #    document's row under the old one. A daemon that lacks the new key stops
 #    at its next batch, and no daemon starts without both keys.
 # 2. Reseal. Pages of ss_documents rows still sealed with the old key (the key
 #    id in the name's envelope says so) are read and sealed again under the
 #    new key, with the key column rehashed, outside any lock. Each page is
-#    then written in one transaction that holds the counter lock, so no batch
+#    then written in one transaction that holds the writers' lock, so no batch
 #    is deciding meanwhile, and only where a row is still the one read (its
 #    sealed name, with its random nonce, unchanged): a row a batch rewrote
 #    since is already under the new key. Then ss_changes, which only grows,
@@ -31,9 +31,9 @@ import psycopg
 
 from ..sealing import KEY_ID_BYTES, SEAL_MAGIC, Key, Sealer, SealError
 from .keying import REKEY_TO, SEALED_WITH, daemons_lacking, read_keying, row_key
-from .schema import NOTIFY_CHANNEL, lock_schema
+from .schema import NOTIFY_CHANNEL, lock_schema, lock_writers
 
-ROWS_PER_TRANSACTION = 128  # the counter lock is held for one page's UPDATE: batches wait
+ROWS_PER_TRANSACTION = 128  # the writers' lock is held for one page's UPDATE: batches wait
 KEY_ID_AT = len(SEAL_MAGIC) + 1  # where an envelope's key id starts (SQL substring, 1-based)
 NOT_UNDER = f"substring(name from {KEY_ID_AT} for {KEY_ID_BYTES}) <> %s"
 
@@ -73,7 +73,7 @@ def rekey_database(
 
 def _lock(conn: psycopg.Connection[Any]) -> None:
     lock_schema(conn)
-    conn.execute("SELECT seq FROM ss_counter WHERE one = 1 FOR UPDATE")
+    lock_writers(conn)
 
 
 def _moved(conn: psycopg.Connection[Any]) -> None:
@@ -184,7 +184,7 @@ class _Rotation:
                 return resealed
             updates = [self._document(*row) for row in rows]
             with self.conn.transaction():
-                self.conn.execute("SELECT seq FROM ss_counter WHERE one = 1 FOR UPDATE")
+                lock_writers(self.conn)
                 with self.conn.cursor() as cursor:
                     cursor.executemany(
                         "UPDATE ss_documents SET key = %s, name = %s, body = %s, digest = %s"

@@ -1,18 +1,25 @@
-# The PostgreSQL backend's tables, made (or moved to this version) by the
-# first daemon to start, under an advisory lock so that daemons starting
-# together make them once.
+# The PostgreSQL backend's tables and the two functions a batch commits
+# through (batch.py says how), made or moved to this version by the first
+# daemon to start, under an advisory lock so that daemons starting together
+# make them once.
 from __future__ import annotations
 
 from typing import Any
 
 import psycopg
 
-from .keying import SEALED_WITH
+from .keying import DAEMON_APPLICATION, SCHEMA_MARK, SEALED_WITH
 
-SCHEMA_VERSION = 2  # 2: ss_counter.key_epoch (online rekey)
+SCHEMA_VERSION = 3  # 2: ss_counter.key_epoch (online rekey); 3: batches overlap (ss_stage)
 NOTIFY_CHANNEL = "sessionstore_changes"
 SCHEMA_LOCK = 0x5E55_1057  # pg_advisory_xact_lock key: one daemon creates the schema
-SCHEMA = (
+# Every batch holds this advisory lock shared, from before it checks what it decided
+# on to its commit; what needs no batch in flight (a lease change, a delete_prefix, an
+# append, a rekey step, a restore) holds it exclusive. A document's own lock is a
+# 64-bit keyed hash (batch.py), in the same key space: a collision only serialises.
+WRITERS_LOCK = 0x5E55_1058
+
+TABLES = (
     "CREATE TABLE IF NOT EXISTS ss_meta (name text PRIMARY KEY, value text NOT NULL)",
     "CREATE TABLE IF NOT EXISTS ss_counter"
     " (one int PRIMARY KEY CHECK (one = 1), seq bigint NOT NULL,"
@@ -24,7 +31,84 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS ss_changes (seq bigint PRIMARY KEY, kind text NOT NULL,"
     " name bytea NOT NULL, digest bytea, committed_at_ms bigint NOT NULL, size int NOT NULL)",
 )
+
+# ss_stage: the first half of a batch, inside its transaction. It takes the writers'
+# lock (shared, or exclusive), then each document's lock in the order given (sorted:
+# no two batches wait on each other in a cycle). Then, each statement seeing what
+# committed before it (READ COMMITTED, a volatile function), it checks that the key
+# epoch and every row the batch decided on are as the daemon believed (seq, 0 for
+# no row), and only then deletes and writes the batch's rows, their seq still 0.
+# 0: staged; -1: a row moved (decide again); -2: the key epoch moved.
+STAGE = f"""
+CREATE OR REPLACE FUNCTION ss_stage(
+    p_exclusive boolean, p_epoch bigint, p_locks bigint[],
+    p_read_kinds text[], p_read_keys bytea[], p_read_seqs bigint[],
+    p_del_kinds text[], p_del_keys bytea[],
+    p_put_kinds text[], p_put_keys bytea[], p_put_names bytea[], p_put_bodies bytea[],
+    p_put_digests bytea[], p_put_sizes int[]
+) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_exclusive THEN
+        PERFORM pg_advisory_xact_lock({WRITERS_LOCK});
+    ELSE
+        PERFORM pg_advisory_xact_lock_shared({WRITERS_LOCK});
+    END IF;
+    PERFORM pg_advisory_xact_lock(k) FROM unnest(p_locks) AS k;
+    IF (SELECT key_epoch FROM ss_counter WHERE one = 1) <> p_epoch THEN
+        RETURN -2;
+    END IF;
+    IF EXISTS (
+        SELECT 1 FROM unnest(p_read_kinds, p_read_keys, p_read_seqs) AS r(kind, key, seq)
+        LEFT JOIN ss_documents d ON d.kind = r.kind AND d.key = r.key
+        WHERE coalesce(d.seq, 0) <> r.seq
+    ) THEN
+        RETURN -1;
+    END IF;
+    DELETE FROM ss_documents d USING unnest(p_del_kinds, p_del_keys) AS r(kind, key)
+        WHERE d.kind = r.kind AND d.key = r.key;
+    INSERT INTO ss_documents (kind, key, name, body, digest, seq, size)
+        SELECT kind, key, name, body, digest, 0, size FROM unnest(
+            p_put_kinds, p_put_keys, p_put_names, p_put_bodies, p_put_digests, p_put_sizes)
+            AS u(kind, key, name, body, digest, size)
+        ON CONFLICT (kind, key) DO UPDATE SET name = EXCLUDED.name, body = EXCLUDED.body,
+            digest = EXCLUDED.digest, seq = 0, size = EXCLUDED.size;
+    RETURN 0;
+END $$
+"""
+
+# ss_take_seqs: the second half, the last statement before COMMIT. It takes the
+# counter row's lock, which it holds across the commit only: seq is the commit order,
+# gapless. It stamps the staged rows and appends the changes; returns the seq before
+# the batch's first (the counter, when the batch changes nothing).
+TAKE_SEQS = """
+CREATE OR REPLACE FUNCTION ss_take_seqs(
+    p_count bigint, p_put_kinds text[], p_put_keys bytea[], p_put_ords bigint[],
+    p_change_ords bigint[], p_change_kinds text[], p_change_names bytea[],
+    p_change_digests bytea[], p_change_sizes int[], p_at_ms bigint
+) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    base bigint;
+BEGIN
+    IF p_count = 0 THEN
+        RETURN (SELECT seq FROM ss_counter WHERE one = 1);
+    END IF;
+    UPDATE ss_counter SET seq = seq + p_count WHERE one = 1 RETURNING seq - p_count INTO base;
+    UPDATE ss_documents d SET seq = base + u.ord
+        FROM unnest(p_put_kinds, p_put_keys, p_put_ords) AS u(kind, key, ord)
+        WHERE d.kind = u.kind AND d.key = u.key;
+    INSERT INTO ss_changes (seq, kind, name, digest, committed_at_ms, size)
+        SELECT base + ord, kind, name, digest, p_at_ms, size FROM unnest(
+            p_change_ords, p_change_kinds, p_change_names, p_change_digests, p_change_sizes)
+            AS c(ord, kind, name, digest, size);
+    RETURN base;
+END $$
+"""
+SCHEMA = (*TABLES, STAGE, TAKE_SEQS)
 MIGRATE_FROM_1 = "ALTER TABLE ss_counter ADD COLUMN key_epoch bigint NOT NULL DEFAULT 0"
+
+
+class OlderDaemonsConnected(Exception):
+    """Daemons of an earlier schema version still use the database: the message says so."""
 
 
 def lock_schema(conn: psycopg.Connection[Any]) -> None:
@@ -32,9 +116,26 @@ def lock_schema(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
 
 
+def lock_writers(conn: psycopg.Connection[Any]) -> None:
+    """Inside a transaction: no batch of any daemon is deciding or committing until it
+    ends (a lease change, a rekey step, a restore)."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITERS_LOCK,))
+
+
 def schema_exists(conn: psycopg.Connection[Any]) -> bool:
     row = conn.execute("SELECT to_regclass('ss_meta') IS NOT NULL").fetchone()
     return bool(row and row[0])
+
+
+def _older_daemons(conn: psycopg.Connection[Any]) -> int:
+    """Connected daemons that commit the version-2 way (under the counter row's lock
+    alone): a batch of theirs and one of ours could both decide on the same row."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND starts_with(application_name, %s) AND strpos(application_name, %s) = 0",
+        (DAEMON_APPLICATION, SCHEMA_MARK),
+    ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def ensure_schema(
@@ -46,7 +147,7 @@ def ensure_schema(
     with conn.transaction():
         lock_schema(conn)
         created = not schema_exists(conn)
-        for statement in SCHEMA:
+        for statement in TABLES:
             conn.execute(statement)
         meta = dict(conn.execute("SELECT name, value FROM ss_meta").fetchall())
         if not meta:
@@ -55,7 +156,18 @@ def ensure_schema(
                 cursor.executemany("INSERT INTO ss_meta VALUES (%s, %s)", list(meta.items()))
         if meta.get("schema_version") == "1":
             conn.execute(MIGRATE_FROM_1)
+            meta["schema_version"] = "2"
+        if meta.get("schema_version") == "2":
+            older = _older_daemons(conn)
+            if older:
+                raise OlderDaemonsConnected(
+                    f"{older} connections of daemons of an earlier version use this "
+                    "database: stop them, then start this version on every host"
+                )
             meta["schema_version"] = str(SCHEMA_VERSION)
+        if meta.get("schema_version") == str(SCHEMA_VERSION):
+            for statement in (STAGE, TAKE_SEQS):
+                conn.execute(statement)
             conn.execute(
                 "UPDATE ss_meta SET value = %s WHERE name = 'schema_version'",
                 (meta["schema_version"],),

@@ -41,7 +41,6 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from sessionstore.wire.canonical import digest_bytes_of_canonical
 from sessionstore.wire.codes import ErrorCode
 
-from ..decide import CommittedState, decide_all, fold_txn_results, record_applied
 from ..documents import Document, Entry, Found, KeyRange, session_page
 from ..engine import CompactResult, Problem
 from ..errors import CorruptRecord, FatalStorageError, RestoreRefused
@@ -53,14 +52,11 @@ from ..mutations import (
     Batch,
     Committed,
     Mutation,
-    Outcome,
-    Put,
-    Txn,
-    mutation_keys,
     refused,
 )
 from ..sealing import Key, Sealer, SealError
 from .backup import PgBackup
+from .batch import BatchCommitter
 from .keying import (
     REKEY_TO,
     SEALED_WITH,
@@ -72,9 +68,19 @@ from .keying import (
     row_keys,
 )
 from .rekey import Progress, RekeyResult, rekey_database
-from .schema import NOTIFY_CHANNEL, SCHEMA_VERSION, ensure_schema, schema_exists
+from .schema import (
+    NOTIFY_CHANNEL,
+    SCHEMA_VERSION,
+    OlderDaemonsConnected,
+    ensure_schema,
+    lock_writers,
+    schema_exists,
+)
 
 FOLLOW_PAGE = 1000
+# batches one daemon has committing at once, each on a connection of its own: while
+# one waits for its commit, the next is staged (measured: bench/postgres.py)
+BATCHES_IN_FLIGHT = 3
 RETENTION_EVERY_BATCHES = 500
 READ_POOL_CONNECTIONS = 4
 CONNECT_TIMEOUT_S = 10
@@ -166,6 +172,7 @@ class PgReport:
 
 class PgStore:
     blocking_reads = True  # reads are network round trips: the ops run them in threads
+    batches_in_flight = BATCHES_IN_FLIGHT
     maintenance = None  # no segments, checkpoints or spares to keep: the writer skips them
 
     def __init__(
@@ -177,6 +184,7 @@ class PgStore:
         password: str | None = None,
         history_changes: int = 100_000,
         max_document_bytes: int = 256 * 1024 * 1024,
+        failpoint: Callable[[str], None] | None = None,
     ) -> None:
         self.url = url
         self.password = password
@@ -197,6 +205,13 @@ class PgStore:
         self._keying_refused: str | None = None  # why this daemon must stop (keying.py)
         self._follow_lock = threading.Lock()
         self._pool: ConnectionPool[Any] | None = None
+        self._batches = BatchCommitter(self, failpoint)
+        self._batch_conns = threading.local()  # the writer's threads', one each
+        self._opened: list[psycopg.Connection[Any]] = []  # every one, to close
+        self._follower: psycopg.Connection[Any] | None = None
+        self._announce = False  # this daemon committed since the last NOTIFY
+        self._announcer_pid = 0  # the backend that sends them: the listener skips its own
+        self._trimmed_at_batch = 0
 
     # -- connections ---------------------------------------------------------------
 
@@ -227,9 +242,23 @@ class PgStore:
         return {**CONNECTION_OPTIONS, "application_name": application_name(self.held)}
 
     def _writer_conn(self) -> psycopg.Connection[Any]:
+        """Autocommit: a batch is one statement, committed as it ends (batch.py), or an
+        explicit transaction."""
         if self._writer is None or self._writer.closed or self._writer.broken:
-            self._writer = self._connect()
+            self._writer = self._connect(autocommit=True)
         return self._writer
+
+    def _batch_conn(self) -> psycopg.Connection[Any]:
+        conn: psycopg.Connection[Any] | None = getattr(self._batch_conns, "conn", None)
+        if conn is None or conn.closed or conn.broken:
+            conn = self._batch_conns.conn = self._connect(autocommit=True)
+            self._opened = [c for c in self._opened if not c.closed] + [conn]
+        return conn
+
+    def _follower_conn(self) -> psycopg.Connection[Any]:
+        if self._follower is None or self._follower.closed or self._follower.broken:
+            self._follower = self._connect(autocommit=True)
+        return self._follower
 
     @contextmanager
     def _reader(self) -> Iterator[psycopg.Connection[Any]]:
@@ -255,6 +284,9 @@ class PgStore:
         except psycopg.Error as error:  # e.g. no right to create the tables
             self.close()
             raise DatabaseRefused(f"{redacted(self.url)}: {_first_line(error)}") from None
+        except OlderDaemonsConnected as error:
+            self.close()
+            raise DatabaseRefused(f"{redacted(self.url)}: {error}") from None
 
     def _open_store(self) -> PgReport:
         started = time.monotonic()
@@ -357,9 +389,11 @@ class PgStore:
             raise DatabaseUnavailable(str(error)) from None
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        for conn in (self._writer, self._follower, *self._opened):
+            if conn is not None:
+                conn.close()
+        self._writer = self._follower = None
+        self._opened = []
         if self._pool is not None:
             self._pool.close()
             self._pool = None
@@ -367,6 +401,10 @@ class PgStore:
     @property
     def encrypted(self) -> bool:
         return self.sealer.encrypted
+
+    @property
+    def key_epoch(self) -> int:
+        return self._key_epoch
 
     # -- sealing ------------------------------------------------------------------
 
@@ -548,38 +586,56 @@ class PgStore:
     # -- following every host's commits -------------------------------------------
 
     def follow(self) -> bool:
-        """Append the commits after self.seq, in seq order, to the watch history."""
+        """Append the commits after self.seq, in seq order, to the watch history; then,
+        off the writer's path, wake the other hosts (NOTIFY) for this daemon's own
+        commits, and trim ss_changes to the retention now and then. One round trip a
+        page, on a connection of its own."""
         if self._keying_refused is not None:  # a read saw it first
             raise FatalStorageError(self._keying_refused)
-        with self._follow_lock, self._reader() as conn:
-            epoch = conn.execute("SELECT key_epoch FROM ss_counter").fetchone()
-            self._check_keying(conn, epoch[0] if epoch else 0)
-            conn.commit()
-            moved = False
-            while True:
-                rows = conn.execute(
-                    "SELECT seq, kind, name, digest, committed_at_ms, size FROM ss_changes"
-                    " WHERE seq > %s ORDER BY seq LIMIT %s",
-                    (self.seq, FOLLOW_PAGE),
-                ).fetchall()
-                conn.commit()
-                if not rows:
-                    return moved
-                changes = []
-                for seq, kind, name, digest, at_ms, size in rows:
-                    what = kind.encode()
-                    doc_id = self._open(bytes(name), b"name:" + what, "ss_changes").decode()
-                    plain = (
-                        None
-                        if digest is None
-                        else self._open(bytes(digest), b"digest:" + what, "ss_changes")
-                    )
-                    changes.append(Committed(seq, kind, doc_id, plain, at_ms, size))
-                self.history.extend(changes)
-                self.seq = rows[-1][0]
-                moved = True
-                if len(rows) < FOLLOW_PAGE:
-                    return moved
+        with self._follow_lock:
+            try:
+                return self._follow(self._follower_conn())
+            except psycopg.Error as error:
+                if self._follower is not None:
+                    self._follower.close()
+                self._follower = None
+                raise DatabaseUnavailable(f"{redacted(self.url)}: {_first_line(error)}") from error
+
+    def _follow(self, conn: psycopg.Connection[Any]) -> bool:
+        moved = False
+        while True:
+            rows = conn.execute(
+                "SELECT k.key_epoch, c.seq, c.kind, c.name, c.digest, c.committed_at_ms, c.size"
+                " FROM ss_counter k LEFT JOIN LATERAL (SELECT * FROM ss_changes"
+                " WHERE seq > %s ORDER BY seq LIMIT %s) c ON true",
+                (self.seq, FOLLOW_PAGE),
+            ).fetchall()
+            self._check_keying(conn, rows[0][0] if rows else 0)
+            if not rows or rows[0][1] is None:
+                break
+            changes = []
+            for _, seq, kind, name, digest, at_ms, size in rows:
+                what = kind.encode()
+                doc_id = self._open(bytes(name), b"name:" + what, "ss_changes").decode()
+                plain = (
+                    None
+                    if digest is None
+                    else self._open(bytes(digest), b"digest:" + what, "ss_changes")
+                )
+                changes.append(Committed(seq, kind, doc_id, plain, at_ms, size))
+            self.history.extend(changes)
+            self.seq = rows[-1][1]
+            moved = True
+            if len(rows) < FOLLOW_PAGE:
+                break
+        if self._announce:
+            self._announce = False
+            self._announcer_pid = conn.info.backend_pid
+            conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(self.seq)))
+        if self.batches - self._trimmed_at_batch >= RETENTION_EVERY_BATCHES:
+            self._trimmed_at_batch = self.batches
+            self._trim(conn, self.seq)
+        return moved
 
     def backup_snapshot(self) -> PgBackup:
         """A connection of its own, so the pool's readers go on, in one REPEATABLE READ,
@@ -609,8 +665,9 @@ class PgStore:
                 with self._connect(autocommit=True) as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     while not stop.is_set():
-                        for _ in conn.notifies(timeout=1.0, stop_after=1):
-                            wake()
+                        for note in conn.notifies(timeout=1.0, stop_after=1):
+                            if note.pid != self._announcer_pid:  # not our own
+                                wake()
             except (psycopg.Error, DatabaseUnreachable, DatabaseRefused):
                 stop.wait(1.0)
 
@@ -623,6 +680,7 @@ class PgStore:
         conn = self._writer_conn()
         written = 0
         with conn.transaction():
+            lock_writers(conn)
             row = conn.execute("SELECT seq FROM ss_counter WHERE one = 1 FOR UPDATE").fetchone()
             counted = conn.execute("SELECT count(*) FROM ss_documents").fetchone()
             if (row and row[0]) or (counted and counted[0]):
@@ -654,13 +712,13 @@ class PgStore:
     def commit_durably(self, mutations: Sequence[Mutation]) -> Batch:
         if self._failed:
             raise FatalStorageError("the store failed earlier; nothing more is committed")
+        conn = None
         try:
-            conn = self._writer_conn()
+            conn = self._batch_conn()
             return self._commit(conn, mutations)
         except (psycopg.Error, DatabaseUnreachable, DatabaseRefused, OSError) as error:
-            if self._writer is not None and not self._writer.closed:
-                self._writer.close()
-            self._writer = None
+            if conn is not None:  # rolled back, if not committed: the next batch reconnects
+                conn.close()
             message = (
                 f"the database failed this batch, nothing is acknowledged: {_first_line(error)}"
             )
@@ -668,67 +726,10 @@ class PgStore:
             return Batch([failure] * len(mutations), last_seq=self.seq)
 
     def _commit(self, conn: psycopg.Connection[Any], mutations: Sequence[Mutation]) -> Batch:
-        committed_at_ms = _now_ms()
-        with conn.transaction():
-            row = conn.execute(
-                "SELECT seq, key_epoch FROM ss_counter WHERE one = 1 FOR UPDATE"
-            ).fetchone()
-            assert row is not None
-            self._check_keying(conn, row[1])  # under the lock: what a rotation set is seen
-            state = _TransactionState(self, conn)
-            state.prefetch(mutations)
-            outcomes, accepted, txn_results = decide_all(state, mutations, row[0] + 1, full=False)
-            batch = Batch([], last_seq=row[0])
-            if accepted:
-                self._write(conn, accepted, committed_at_ms, batch, outcomes)
-                conn.execute("UPDATE ss_counter SET seq = %s WHERE one = 1", (batch.last_seq,))
-                conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(batch.last_seq)))
-                self.batches += 1
-                if self.batches % RETENTION_EVERY_BATCHES == 0:
-                    self._trim(conn, batch.last_seq)
-        batch.outcomes = fold_txn_results(outcomes, txn_results)
+        batch = self._batches.commit(conn, mutations, _now_ms())
+        if batch.committed:
+            self.batches += 1
         return batch
-
-    def _write(
-        self,
-        conn: psycopg.Connection[Any],
-        accepted: list[Any],
-        committed_at_ms: int,
-        batch: Batch,
-        outcomes: list[Outcome | None],
-    ) -> None:
-        documents: list[tuple[Any, ...]] = []
-        removals: list[tuple[Any, ...]] = []
-        changes: list[tuple[Any, ...]] = []
-        for position, change, seq in accepted:
-            if isinstance(change, Put):
-                row = self._document_row(change.kind, change.id, change.body, change.digest, seq)
-                documents.append(row)
-                _, _, name, _, digest, _, size = row
-                changes.append((seq, change.kind, name, digest, committed_at_ms, size))
-                if len(self.held) > 1:  # a rotation: its row under the other key goes
-                    others = self._keys(change.kind, change.id)[1:]
-                    removals.extend((change.kind, key) for key in others)
-            else:
-                name = self._seal(change.id.encode(), b"name:" + change.kind.encode())
-                keys = self._keys(change.kind, change.id)
-                removals.extend((change.kind, key) for key in keys)
-                changes.append((seq, change.kind, name, None, committed_at_ms, 0))
-            record_applied(batch, outcomes, position, change, seq, committed_at_ms)
-        with conn.cursor() as cursor:
-            if removals:
-                cursor.executemany(
-                    "DELETE FROM ss_documents WHERE kind = %s AND key = %s", removals
-                )
-            if documents:
-                cursor.executemany(
-                    "INSERT INTO ss_documents VALUES (%s, %s, %s, %s, %s, %s, %s)"
-                    " ON CONFLICT (kind, key) DO UPDATE SET name = EXCLUDED.name,"
-                    " body = EXCLUDED.body, digest = EXCLUDED.digest, seq = EXCLUDED.seq,"
-                    " size = EXCLUDED.size",
-                    documents,
-                )
-            cursor.executemany("INSERT INTO ss_changes VALUES (%s, %s, %s, %s, %s, %s)", changes)
 
     def _trim(self, conn: psycopg.Connection[Any], last_seq: int) -> int:
         cursor = conn.execute(
@@ -747,6 +748,7 @@ class PgStore:
         only refreshes the lease this daemon shows, and the seq it has acknowledged."""
         if batch.committed:
             self._acknowledged = max(self._acknowledged, batch.last_seq)
+            self._announce = True
         if batch.lease_body is not None:
             self.lease = cbor2.loads(batch.lease_body)
         elif any(c.kind == LEASE and c.digest is None for c in batch.committed):
@@ -810,59 +812,6 @@ class PgStore:
             "wal_bytes": self._bytes(),
             "history_oldest_seq": self.history.oldest_seq(),
             "sealed_with_key_id": self.sealer.key_id_hex,
+            "batch_transactions": self._batches.timing.as_dict(),
             "rekeying_to_key_id": self.keying.rekey_to or None,
         }
-
-
-class _TransactionState(CommittedState):
-    """The committed state as a batch's transaction reads it (the counter row is locked,
-    so no other daemon commits meanwhile)."""
-
-    def __init__(self, store: PgStore, conn: psycopg.Connection[Any]) -> None:
-        self.store = store
-        self.conn = conn
-        self.lease = store._read_lease(conn)
-        self.max_document_bytes = store.max_document_bytes
-        self._entries: dict[tuple[str, str], Entry | None] = {}
-
-    def prefetch(self, mutations: Sequence[Mutation]) -> None:
-        """The entries a batch decides on, in one query instead of one per mutation."""
-        wanted: set[tuple[str, str]] = set()
-        for mutation in mutations:
-            wanted |= mutation_keys(mutation) or set()
-            if isinstance(mutation, Txn):
-                wanted |= {(r.kind, r.id) for r in mutation.requires}
-        if not wanted:
-            return
-        ordered = sorted(wanted)
-        by_key = {
-            (kind, key): (kind, doc_id)
-            for kind, doc_id in ordered
-            for key in self.store._keys(kind, doc_id)
-        }
-        rows = self.conn.execute(
-            "SELECT d.kind, d.key, d.seq, d.digest, d.size FROM ss_documents d"
-            " JOIN unnest(%s::text[], %s::bytea[]) AS w(kind, key)"
-            " ON d.kind = w.kind AND d.key = w.key",
-            ([k for k, _ in by_key], [key for _, key in by_key]),
-        ).fetchall()
-        for name in ordered:
-            self._entries[name] = None
-        for kind, key, seq, digest, size in rows:
-            named = by_key[(kind, bytes(key))]
-            self._entries[named] = self.store._entry(kind, named[1], seq, digest, size)
-
-    def get(self, kind: str, doc_id: str) -> Entry | None:
-        if (kind, doc_id) in self._entries:
-            return self._entries[(kind, doc_id)]
-        return self.store._head_with(self.conn, kind, doc_id)
-
-    def damaged(self, kind: str, doc_id: str) -> bool:
-        return False
-
-    def body(self, kind: str, doc_id: str) -> bytes | None:
-        doc = self.store._read_with(self.conn, kind, doc_id)
-        return doc.body if doc is not None else None
-
-    def scan(self, wanted: KeyRange) -> Found:
-        return self.store._scan_with(self.conn, wanted)

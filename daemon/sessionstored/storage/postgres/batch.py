@@ -1,0 +1,556 @@
+# One batch as one PostgreSQL transaction, overlapping with the batches of
+# every other daemon on the same database.
+#
+# Theory of operation. A batch decides on what it reads (decide.py) and then
+# commits; on many hosts, two batches must never both decide on the same
+# state of a document. Each batch therefore locks what it touches, not the
+# whole database:
+#   - the writers' lock, shared (schema.py): held exclusive only by what needs
+#     no batch in flight (a lease change, a delete_prefix, an append, a rekey
+#     step);
+#   - one advisory lock per document, a keyed hash of its id (a collision
+#     only serialises two batches), taken in sorted order so that no two
+#     batches wait on each other in a cycle;
+#   - the counter row, last, inside ss_take_seqs: the statement before COMMIT.
+#     seq is the commit order, gapless: a batch takes its seqs only when all
+#     it writes is staged, and holds the row only across its commit.
+#
+# What a batch decides on is read optimistically, the way etcd's STM reads:
+# from this daemon's row cache (rows it wrote or read before), else in one
+# query before the transaction, with no lock held. ss_stage then takes the
+# locks and, before writing anything, checks that every row decided on still
+# has the seq it was read at (0 for no row) and that the key epoch has not
+# moved. A row that moved sends the batch back to decide again, with those
+# rows read afresh; after MAX_OPTIMISTIC_TRIES it runs exclusive, which
+# always succeeds. A save that names no expected generation reads nothing but
+# the lease, which the cache holds: such a batch is one round trip,
+# ss_stage and ss_take_seqs in one statement, committed as it ends
+# (autocommit, synchronous_commit on: its reply arrives after the WAL flush).
+#
+# A batch that needs the seq at decide time (an append's key is its seq) or a
+# range of keys (delete_prefix), or that changes the lease, runs exclusive: it
+# takes the writers' lock first, reads the counter and what it decides on
+# under it, and commits the same way.
+#
+# With failpoints armed (tests), the two halves run as separate statements in
+# one explicit transaction, so that a failpoint can hold a batch open between
+# them, its rows staged and its locks held, before it takes the counter.
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import cbor2
+import psycopg
+
+from ..decide import decide_all, fold_txn_results, record_applied
+from ..documents import Entry, Found, KeyRange
+from ..mutations import (
+    ANY,
+    LEASE,
+    LEASE_ID,
+    Batch,
+    Mutation,
+    Outcome,
+    Put,
+    Remove,
+    Rewrite,
+    Txn,
+    mutation_keys,
+    needs_whole_store,
+)
+from .schema import WRITERS_LOCK
+
+MAX_OPTIMISTIC_TRIES = 8  # then the batch runs exclusive, which always succeeds
+# a batch touching more documents runs exclusive: it locks nothing else, while every
+# advisory lock takes a slot of the server's lock table (max_locks_per_transaction x
+# max_connections; past it PostgreSQL answers "out of shared memory")
+MAX_DOCUMENT_LOCKS = 1024
+CACHE_ROWS = 200_000  # rows the cache remembers before it starts afresh
+STAGED, STALE, EPOCH_MOVED = 0, -1, -2  # what ss_stage answers
+
+Row = tuple[str, bytes]  # (kind, key column)
+
+_STAGE_CALL = (
+    "ss_stage(%b::boolean, %b::bigint, %b::bigint[], %b::text[], %b::bytea[], %b::bigint[],"
+    " %b::text[], %b::bytea[], %b::text[], %b::bytea[], %b::bytea[], %b::bytea[],"
+    " %b::bytea[], %b::int[])"
+)
+_TAKE_SEQS_CALL = (
+    "ss_take_seqs(%b::bigint, %b::text[], %b::bytea[], %b::bigint[],"
+    " %b::bigint[], %b::text[], %b::bytea[], %b::bytea[], %b::int[], %b::bigint)"
+)
+COMMIT_IN_ONE = f"SELECT CASE WHEN s = 0 THEN {_TAKE_SEQS_CALL} END, s FROM {_STAGE_CALL} AS s"
+STAGE = f"SELECT {_STAGE_CALL}"
+TAKE_SEQS = f"SELECT {_TAKE_SEQS_CALL}"
+READ_ROWS = (
+    "SELECT r.kind, r.key, d.seq, d.digest, d.size, CASE WHEN r.body THEN d.body END"
+    " FROM unnest(%b::text[], %b::bytea[], %b::bool[]) AS r(kind, key, body)"
+    " LEFT JOIN ss_documents d ON d.kind = r.kind AND d.key = r.key"
+)
+
+
+def lock_id(kind: str, key: bytes) -> int:
+    """A document's advisory lock: a hash of its key column (itself a keyed hash of the
+    id in a sealed store), as a signed 64-bit key."""
+    digest = hashlib.blake2b(kind.encode() + b"\0" + key, digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+@dataclass(frozen=True)
+class Known:
+    """A row as last seen: its seq (0: there was no row), the plaintext digest, the size,
+    and for the lease its body."""
+
+    seq: int
+    digest: bytes | None = None
+    size: int = 0
+    body: bytes | None = None
+
+
+ABSENT = Known(0)
+
+
+class RowCache:
+    """(kind, key column) -> Known. Only a guess: ss_stage checks every row a batch decided
+    on, so a stale row costs a retry, never a wrong decision."""
+
+    def __init__(self, limit: int = CACHE_ROWS) -> None:
+        self._rows: dict[Row, Known] = {}
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def get(self, row: Row) -> Known | None:
+        return self._rows.get(row)
+
+    def learn(self, rows: dict[Row, Known]) -> None:
+        with self._lock:
+            if len(self._rows) + len(rows) > self._limit:
+                self._rows.clear()
+            self._rows.update(rows)
+
+    def forget(self, rows: Sequence[Row]) -> None:
+        with self._lock:
+            for row in rows:
+                self._rows.pop(row, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rows.clear()
+
+
+class Sealing(Protocol):
+    """What a batch needs of the store: its key columns and sealing, its keying."""
+
+    max_document_bytes: int
+
+    def _keys(self, kind: str, doc_id: str) -> list[bytes]: ...
+    def _seal(self, data: bytes, what: bytes) -> bytes: ...
+    def _open(self, data: bytes, what: bytes, where: str) -> bytes: ...
+    def _scan_with(self, conn: psycopg.Connection[Any], wanted: KeyRange) -> Found: ...
+    def _check_keying(self, conn: psycopg.Connection[Any], epoch: int) -> None: ...
+    @property
+    def key_epoch(self) -> int: ...
+
+
+@dataclass
+class Timing:
+    """Where the last batches' time went, for stats (milliseconds, summed)."""
+
+    batches: int = 0
+    retries: int = 0
+    exclusive: int = 0
+    read_ms: float = 0.0
+    commit_ms: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        per = max(self.batches, 1)
+        return {
+            "batches": self.batches,
+            "retries": self.retries,
+            "exclusive": self.exclusive,
+            "read_ms_mean": round(self.read_ms / per, 3),
+            "commit_ms_mean": round(self.commit_ms / per, 3),
+        }
+
+
+def runs_exclusive(mutations: Sequence[Mutation]) -> bool:
+    return any(needs_whole_store(mutation) for mutation in mutations)
+
+
+def _touches_many(mutations: Sequence[Mutation]) -> bool:
+    touched = 0
+    for mutation in mutations:
+        touched += len(mutation_keys(mutation) or ())
+        if touched > MAX_DOCUMENT_LOCKS:
+            return True
+    return False
+
+
+def _wanted(mutations: Sequence[Mutation]) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """The documents a batch decides on, and those whose bodies it needs (a Rewrite's)."""
+    documents: set[tuple[str, str]] = set()
+    bodies: set[tuple[str, str]] = set()
+    for mutation in mutations:
+        if isinstance(mutation, Put) and mutation.expect is ANY:
+            continue
+        documents |= mutation_keys(mutation) or set()
+        if isinstance(mutation, Txn):
+            documents |= {(r.kind, r.id) for r in mutation.requires}
+        if isinstance(mutation, Rewrite):
+            bodies.add((mutation.kind, mutation.id))
+            if mutation.source is not None:
+                bodies.add(mutation.source)
+    return documents | bodies, bodies
+
+
+class _State:
+    """The committed state as a batch decides on it (decide.py's CommittedState): rows
+    from the cache or read, each one consulted remembered with its seq for ss_stage."""
+
+    def __init__(self, store: Sealing, rows: dict[Row, Known], reread: Callable[[Row], Known]):
+        self.store = store
+        self.rows = rows
+        self.reread = reread
+        self.max_document_bytes = store.max_document_bytes
+        self.consulted: dict[Row, int] = {}
+        self.lease: dict[str, Any] | None = None
+        body = self._body(LEASE, LEASE_ID)
+        self.lease = cbor2.loads(body) if body is not None else None
+        self.scan_conn: psycopg.Connection[Any] | None = None
+
+    def _row(self, row: Row) -> Known:
+        known = self.rows.get(row)
+        if known is None:  # not foreseen: read it now (decided on, so checked too)
+            known = self.rows[row] = self.reread(row)
+        self.consulted[row] = known.seq
+        return known
+
+    def _present(self, kind: str, doc_id: str) -> Known | None:
+        found = None
+        for key in self.store._keys(kind, doc_id):
+            known = self._row((kind, key))
+            if found is None and known.digest is not None:
+                found = known
+        return found
+
+    def get(self, kind: str, doc_id: str) -> Entry | None:
+        known = self._present(kind, doc_id)
+        if known is None or known.digest is None:
+            return None
+        return Entry(known.seq, known.digest, known.size, 0, 0, 0)
+
+    def _body(self, kind: str, doc_id: str) -> bytes | None:
+        known = self._present(kind, doc_id)
+        return None if known is None else known.body
+
+    def body(self, kind: str, doc_id: str) -> bytes | None:
+        return self._body(kind, doc_id)
+
+    def damaged(self, kind: str, doc_id: str) -> bool:
+        return False
+
+    def scan(self, wanted: KeyRange) -> Found:
+        """Only an exclusive batch scans (delete_prefix): under the writers' lock."""
+        assert self.scan_conn is not None, "a range is read only by an exclusive batch"
+        return self.store._scan_with(self.scan_conn, wanted)
+
+
+@dataclass
+class _Plan:
+    """A decided batch as the arrays the two functions take."""
+
+    offset: int  # decided seqs minus this are the changes' ordinals (1, 2, ...)
+    deletes: tuple[list[str], list[bytes]] = field(default_factory=lambda: ([], []))
+    puts: list[list[Any]] = field(default_factory=lambda: [[], [], [], [], [], [], []])
+    changes: list[list[Any]] = field(default_factory=lambda: [[], [], [], [], []])
+    learned: dict[Row, tuple[int, Known]] = field(default_factory=dict)  # row -> (ordinal, seen)
+    locks: set[int] = field(default_factory=set)
+
+
+class BatchCommitter:
+    def __init__(self, store: Sealing, failpoint: Callable[[str], None] | None) -> None:
+        self.store = store
+        self.cache = RowCache()
+        self.failpoint = failpoint
+        self.timing = Timing()
+
+    # -- reading what a batch decides on -------------------------------------------
+
+    def _read(
+        self, conn: psycopg.Connection[Any], rows: Sequence[Row], bodies: set[Row]
+    ) -> dict[Row, Known]:
+        if not rows:
+            return {}
+        found: dict[Row, Known] = {}
+        result = conn.execute(
+            READ_ROWS,
+            ([k for k, _ in rows], [key for _, key in rows], [row in bodies for row in rows]),
+        ).fetchall()
+        for kind, key, seq, digest, size, body in result:
+            row = (kind, bytes(key))
+            if seq is None:
+                found[row] = ABSENT
+                continue
+            what = kind.encode()
+            where = f"ss_documents ({kind}, key {row[1].hex()})"
+            plain_digest = self.store._open(bytes(digest), b"digest:" + what, where)
+            plain_body = None if body is None else self.store._open(body, b"body:" + what, where)
+            found[row] = Known(seq, plain_digest, size, plain_body)
+        # only the lease's body is kept: a Rewrite reads its target's afresh
+        self.cache.learn(
+            {r: k if r[0] == LEASE else replace(k, body=None) for r, k in found.items()}
+        )
+        return found
+
+    def _state(
+        self,
+        conn: psycopg.Connection[Any],
+        mutations: Sequence[Mutation],
+        fresh: set[Row],
+    ) -> _State:
+        documents, body_docs = _wanted(mutations)
+        documents.add((LEASE, LEASE_ID))
+        body_docs.add((LEASE, LEASE_ID))
+        rows: dict[Row, Known] = {}
+        missing: list[Row] = []
+        bodies: set[Row] = set()
+        for kind, doc_id in documents:
+            needs_body = (kind, doc_id) in body_docs
+            for key in self.store._keys(kind, doc_id):
+                row = (kind, key)
+                known = None if row in fresh else self.cache.get(row)
+                no_body = known is not None and known.digest is not None and known.body is None
+                if known is None or (needs_body and no_body):
+                    missing.append(row)
+                    if needs_body:
+                        bodies.add(row)
+                else:
+                    rows[row] = known
+        started = time.perf_counter()
+        rows.update(self._read(conn, missing, bodies))
+        self.timing.read_ms += (time.perf_counter() - started) * 1000
+
+        def reread(row: Row) -> Known:
+            return self._read(conn, [row], {row})[row]
+
+        return _State(self.store, rows, reread)
+
+    # -- committing -------------------------------------------------------------------
+
+    def commit(
+        self, conn: psycopg.Connection[Any], mutations: Sequence[Mutation], now_ms: int
+    ) -> Batch:
+        """conn is in autocommit mode. Raises psycopg.Error (the batch's outcome is then
+        unknown, io_error), FatalStorageError (a key this daemon lacks)."""
+        self.timing.batches += 1
+        if runs_exclusive(mutations) or _touches_many(mutations):
+            return self._exclusive(conn, mutations, now_ms)
+        fresh: set[Row] = set()
+        for _ in range(MAX_OPTIMISTIC_TRIES):
+            state = self._state(conn, mutations, fresh)
+            outcomes, accepted, txn_results = decide_all(state, mutations, 1, full=False)
+            plan = self._plan(accepted, 0)
+            status, base = self._apply(conn, plan, state.consulted, now_ms, exclusive=False)
+            if status == STAGED:
+                return self._finish(plan, base, outcomes, accepted, txn_results, now_ms)
+            self.timing.retries += 1
+            if status == EPOCH_MOVED:
+                self._rekeyed(conn)
+                fresh = set()
+            else:
+                fresh |= set(state.consulted)
+                self.cache.forget(list(state.consulted))
+        return self._exclusive(conn, mutations, now_ms)
+
+    def _exclusive(
+        self, conn: psycopg.Connection[Any], mutations: Sequence[Mutation], now_ms: int
+    ) -> Batch:
+        self.timing.exclusive += 1
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITERS_LOCK,))
+            row = conn.execute("SELECT seq, key_epoch FROM ss_counter WHERE one = 1").fetchone()
+            assert row is not None
+            counter, epoch = row
+            self.store._check_keying(conn, epoch)
+            state = self._state(conn, mutations, fresh=_every_row(self.store, mutations))
+            state.scan_conn = conn
+            outcomes, accepted, txn_results = decide_all(state, mutations, counter + 1, full=False)
+            plan = self._plan(accepted, counter)
+            status, base = self._apply(conn, plan, state.consulted, now_ms, exclusive=True)
+            if status != STAGED or base != counter:  # nothing moves under the lock
+                raise psycopg.InternalError(
+                    f"an exclusive batch found the store moved (stage {status}, seq {base}"
+                    f" where {counter} was read)"
+                )
+        return self._finish(plan, base, outcomes, accepted, txn_results, now_ms)
+
+    def _rekeyed(self, conn: psycopg.Connection[Any]) -> None:
+        row = conn.execute("SELECT key_epoch FROM ss_counter WHERE one = 1").fetchone()
+        self.store._check_keying(conn, row[0] if row else 0)
+        self.cache.clear()
+
+    def _plan(self, accepted: list[Any], offset: int) -> _Plan:
+        store = self.store
+        plan = _Plan(offset)
+        final: dict[tuple[str, str], tuple[Put | Remove, int]] = {}
+        for _, change, seq in accepted:
+            final[(change.kind, change.id)] = (change, seq - offset)
+            what = change.kind.encode()
+            name = store._seal(change.id.encode(), b"name:" + what)
+            if isinstance(change, Put):
+                digest = store._seal(change.digest, b"digest:" + what)
+                plan.changes[3].append(digest)
+                plan.changes[4].append(len(change.body))
+            else:
+                plan.changes[3].append(None)
+                plan.changes[4].append(0)
+            plan.changes[0].append(seq - offset)
+            plan.changes[1].append(change.kind)
+            plan.changes[2].append(name)
+        for (kind, doc_id), (change, ordinal) in final.items():
+            keys = store._keys(kind, doc_id)
+            plan.locks.add(lock_id(kind, keys[0]))
+            removed = keys if isinstance(change, Remove) else keys[1:]
+            for key in removed:
+                plan.deletes[0].append(kind)
+                plan.deletes[1].append(key)
+                plan.learned[(kind, key)] = (ordinal, ABSENT)
+            if isinstance(change, Put):
+                what = kind.encode()
+                body = change.body if kind == LEASE else None
+                for column, value in zip(
+                    plan.puts,
+                    (
+                        kind,
+                        keys[0],
+                        store._seal(doc_id.encode(), b"name:" + what),
+                        store._seal(change.body, b"body:" + what),
+                        store._seal(change.digest, b"digest:" + what),
+                        len(change.body),
+                        ordinal,
+                    ),
+                    strict=True,
+                ):
+                    column.append(value)
+                plan.learned[(kind, keys[0])] = (
+                    ordinal,
+                    Known(ordinal, change.digest, len(change.body), body),
+                )
+        return plan
+
+    def _apply(
+        self,
+        conn: psycopg.Connection[Any],
+        plan: _Plan,
+        consulted: dict[Row, int],
+        now_ms: int,
+        *,
+        exclusive: bool,
+    ) -> tuple[int, int]:
+        """(ss_stage's answer, the seq before the batch's first)."""
+        if exclusive:  # the writers' lock, exclusive, covers every document
+            plan.locks.clear()
+        else:  # what it decided on is locked too; the lease is the writers' lock's: it
+            for kind, key in consulted:  # changes only under it, held exclusive
+                if kind != LEASE:
+                    plan.locks.add(lock_id(kind, key))
+        stage_args = (
+            exclusive,
+            self.store.key_epoch,
+            sorted(plan.locks),
+            [kind for kind, _ in consulted],
+            [key for _, key in consulted],
+            list(consulted.values()),
+            *plan.deletes,
+            *plan.puts[:6],
+        )
+        take_args = (
+            len(plan.changes[0]),
+            plan.puts[0],
+            plan.puts[1],
+            plan.puts[6],
+            *plan.changes,
+            now_ms,
+        )
+        started = time.perf_counter()
+        try:
+            if self.failpoint is None:
+                row = conn.execute(COMMIT_IN_ONE, (*take_args, *stage_args))
+                result = row.fetchone()
+                assert result is not None
+                base, status = result
+                return status, (-1 if base is None else base)
+            return self._apply_in_steps(conn, stage_args, take_args, exclusive=exclusive)
+        finally:
+            self.timing.commit_ms += (time.perf_counter() - started) * 1000
+
+    def _apply_in_steps(
+        self,
+        conn: psycopg.Connection[Any],
+        stage_args: tuple[Any, ...],
+        take_args: tuple[Any, ...],
+        *,
+        exclusive: bool,
+    ) -> tuple[int, int]:
+        assert self.failpoint is not None
+        hit = self.failpoint
+        hit("before-intent")
+        transaction = conn.transaction() if not exclusive else _nothing()
+        with transaction:
+            staged = conn.execute(STAGE, stage_args).fetchone()
+            status = staged[0] if staged else STALE
+            if status != STAGED:
+                return status, -1
+            hit("after-intent")
+            hit("before-commit-record")
+            taken = conn.execute(TAKE_SEQS, take_args).fetchone()
+        assert taken is not None
+        return STAGED, taken[0]
+
+    def _finish(
+        self,
+        plan: _Plan,
+        base: int,
+        outcomes: list[Outcome | None],
+        accepted: list[Any],
+        txn_results: dict[int, list[dict[str, Any]]],
+        now_ms: int,
+    ) -> Batch:
+        if self.failpoint is not None:
+            self.failpoint("after-commit-record")
+        shift = base - plan.offset
+        outcomes = [
+            replace(o, seq=o.seq + shift) if o is not None and o.seq is not None else o
+            for o in outcomes
+        ]
+        batch = Batch([], last_seq=base)
+        for position, change, seq in accepted:
+            record_applied(batch, outcomes, position, change, seq + shift, now_ms)
+        self.cache.learn(
+            {
+                row: known if known.seq == 0 else replace(known, seq=base + ordinal)
+                for row, (ordinal, known) in plan.learned.items()
+            }
+        )
+        batch.outcomes = fold_txn_results(outcomes, txn_results)
+        return batch
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _every_row(store: Sealing, mutations: Sequence[Mutation]) -> set[Row]:
+    """Under the writers' lock, read everything afresh: the cache may be behind."""
+    documents, _ = _wanted(mutations)
+    documents.add((LEASE, LEASE_ID))
+    return {(kind, key) for kind, doc_id in documents for key in store._keys(kind, doc_id)}
