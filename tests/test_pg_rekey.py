@@ -18,6 +18,7 @@ import pytest
 
 from sessionstore.errors import SessionStoreError
 from sessionstored.storage.errors import FatalStorageError
+from sessionstored.storage.postgres.keying import application_name
 from sessionstored.storage.postgres.store import PgStore
 from sessionstored.storage.sealing import KEY_ID_BYTES, SEAL_MAGIC, parse_key
 
@@ -232,7 +233,7 @@ def test_a_daemon_that_slipped_past_the_check_stops_at_its_next_batch_or_follow(
             conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                 " WHERE application_name = %s AND pid <> pg_backend_pid()",
-                (f"sessionstored keys={old.key_id_hex}",),
+                (application_name([old]),),
             )
         rotation = PgStore(url, key=new, previous_key=old)
         try:
@@ -301,7 +302,7 @@ def test_running_daemons_without_the_new_key_exit_3_when_a_rotation_begins(
     assert "being rekeyed" in reader.log()
 
 
-def test_a_schema_version_1_database_is_moved_to_version_2_at_start(
+def test_a_schema_version_1_database_is_moved_to_the_current_version_at_start(
     url: str, short_tmp: Path, daemons: list[DaemonProcess]
 ) -> None:
     first = _serve(short_tmp / "a", url)
@@ -317,7 +318,35 @@ def test_a_schema_version_1_database_is_moved_to_version_2_at_start(
     assert exported_digests(again) == before
     with again.client() as client:
         client.save(_snapshot("s/new", 1))
-    assert _meta(url)["schema_version"] == "2"
+    assert _meta(url)["schema_version"] == "3"
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT key_epoch FROM ss_counter").fetchone() == (0,)
     _stop(again)
+
+
+def test_a_version_2_database_is_not_moved_while_an_older_daemon_uses_it(
+    url: str, short_tmp: Path, daemons: list[DaemonProcess]
+) -> None:
+    """An older daemon decides under the counter row's lock alone: beside one of this
+    version, both could decide on the same row. The move waits until none is connected."""
+    first = _serve(short_tmp / "a", url)
+    daemons.append(first)
+    _fill(first, 3)
+    before = exported_digests(first)
+    assert first.stop() == 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE ss_meta SET value = '2' WHERE name = 'schema_version'")
+    older = psycopg.connect(url, application_name="sessionstored keys=")  # as version 2 named
+    try:
+        refused = _daemon(short_tmp / "b", url)
+        refused.start(wait=False)
+        assert refused.wait_exit() == 2
+        last = refused.log().strip().splitlines()[-1]
+        assert "daemons of an earlier version use this database" in last, refused.log()
+        assert _meta(url)["schema_version"] == "2"
+    finally:
+        older.close()
+    again = _serve(short_tmp / "c", url)
+    daemons.append(again)
+    assert exported_digests(again) == before
+    assert _meta(url)["schema_version"] == "3"

@@ -80,13 +80,14 @@ _STAGE_CALL = (
     " %b::text[], %b::bytea[], %b::text[], %b::bytea[], %b::bytea[], %b::bytea[],"
     " %b::bytea[], %b::int[])"
 )
-_TAKE_SEQS_CALL = (
-    "ss_take_seqs(%b::bigint, %b::text[], %b::bytea[], %b::bigint[],"
-    " %b::bigint[], %b::text[], %b::bytea[], %b::bytea[], %b::int[], %b::bigint)"
+_TAKE_SEQS_ARGS = (
+    "%b::bigint, %b::text[], %b::bytea[], %b::bigint[],"
+    " %b::bigint[], %b::text[], %b::bytea[], %b::bytea[], %b::int[], %b::bigint"
 )
-COMMIT_IN_ONE = f"SELECT CASE WHEN s = 0 THEN {_TAKE_SEQS_CALL} END, s FROM {_STAGE_CALL} AS s"
+# the stage's answer is a scalar subquery: evaluated once, before ss_take_seqs runs
+COMMIT_IN_ONE = f"SELECT * FROM ss_take_seqs((SELECT {_STAGE_CALL}), {_TAKE_SEQS_ARGS})"
 STAGE = f"SELECT {_STAGE_CALL}"
-TAKE_SEQS = f"SELECT {_TAKE_SEQS_CALL}"
+TAKE_SEQS = f"SELECT * FROM ss_take_seqs(0, {_TAKE_SEQS_ARGS})"
 READ_ROWS = (
     "SELECT r.kind, r.key, d.seq, d.digest, d.size, CASE WHEN r.body THEN d.body END"
     " FROM unnest(%b::text[], %b::bytea[], %b::bool[]) AS r(kind, key, body)"
@@ -164,8 +165,14 @@ class Timing:
     batches: int = 0
     retries: int = 0
     exclusive: int = 0
-    read_ms: float = 0.0
-    commit_ms: float = 0.0
+    read_ms: float = 0.0  # reading rows the cache lacked, before the transaction
+    commit_ms: float = 0.0  # the commit statement(s), round trips and WAL flush included
+    counter_wait_ms: float = 0.0  # waiting for the counter row
+    counter_held_ms: float = 0.0  # holding it, until the COMMIT began (the flush follows)
+
+    def took(self, waited_us: int | None, held_us: int | None) -> None:
+        self.counter_wait_ms += (waited_us or 0) / 1000
+        self.counter_held_ms += (held_us or 0) / 1000
 
     def as_dict(self) -> dict[str, Any]:
         per = max(self.batches, 1)
@@ -175,6 +182,8 @@ class Timing:
             "exclusive": self.exclusive,
             "read_ms_mean": round(self.read_ms / per, 3),
             "commit_ms_mean": round(self.commit_ms / per, 3),
+            "counter_wait_ms_mean": round(self.counter_wait_ms / per, 3),
+            "counter_held_before_commit_ms_mean": round(self.counter_held_ms / per, 3),
         }
 
 
@@ -480,12 +489,13 @@ class BatchCommitter:
         started = time.perf_counter()
         try:
             if self.failpoint is None:
-                row = conn.execute(COMMIT_IN_ONE, (*take_args, *stage_args))
-                result = row.fetchone()
-                assert result is not None
-                base, status = result
-                return status, (-1 if base is None else base)
-            return self._apply_in_steps(conn, stage_args, take_args, exclusive=exclusive)
+                row = conn.execute(COMMIT_IN_ONE, (*stage_args, *take_args)).fetchone()
+            else:
+                row = self._apply_in_steps(conn, stage_args, take_args, exclusive=exclusive)
+            assert row is not None
+            status, base, waited_us, held_us = row
+            self.timing.took(waited_us, held_us)
+            return status, (-1 if base is None else base)
         finally:
             self.timing.commit_ms += (time.perf_counter() - started) * 1000
 
@@ -496,7 +506,7 @@ class BatchCommitter:
         take_args: tuple[Any, ...],
         *,
         exclusive: bool,
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int | None, int | None, int | None]:
         assert self.failpoint is not None
         hit = self.failpoint
         hit("before-intent")
@@ -505,12 +515,13 @@ class BatchCommitter:
             staged = conn.execute(STAGE, stage_args).fetchone()
             status = staged[0] if staged else STALE
             if status != STAGED:
-                return status, -1
+                return status, None, None, None
             hit("after-intent")
             hit("before-commit-record")
             taken = conn.execute(TAKE_SEQS, take_args).fetchone()
         assert taken is not None
-        return STAGED, taken[0]
+        _, base, waited_us, held_us = taken
+        return STAGED, int(base), waited_us, held_us
 
     def _finish(
         self,

@@ -76,23 +76,34 @@ BEGIN
 END $$
 """
 
-# ss_take_seqs: the second half, the last statement before COMMIT. It takes the
-# counter row's lock, which it holds across the commit only: seq is the commit order,
-# gapless. It stamps the staged rows and appends the changes; returns the seq before
-# the batch's first (the counter, when the batch changes nothing).
+# ss_take_seqs: the second half, the last statement before COMMIT, given what
+# ss_stage answered (it does nothing unless that is 0). It takes the counter row's
+# lock, which it holds across the commit only: seq is the commit order, gapless. It
+# stamps the staged rows and appends the changes. It answers the stage's status, the
+# seq before the batch's first (the counter, when the batch changes nothing), and how
+# long it waited for the counter row and then held it until the commit (microseconds).
 TAKE_SEQS = """
 CREATE OR REPLACE FUNCTION ss_take_seqs(
-    p_count bigint, p_put_kinds text[], p_put_keys bytea[], p_put_ords bigint[],
-    p_change_ords bigint[], p_change_kinds text[], p_change_names bytea[],
-    p_change_digests bytea[], p_change_sizes int[], p_at_ms bigint
-) RETURNS bigint LANGUAGE plpgsql AS $$
+    p_status bigint, p_count bigint, p_put_kinds text[], p_put_keys bytea[],
+    p_put_ords bigint[], p_change_ords bigint[], p_change_kinds text[],
+    p_change_names bytea[], p_change_digests bytea[], p_change_sizes int[], p_at_ms bigint,
+    OUT status bigint, OUT base bigint, OUT waited_us bigint, OUT held_us bigint
+) LANGUAGE plpgsql AS $$
 DECLARE
-    base bigint;
+    asked timestamptz;
+    got timestamptz;
 BEGIN
-    IF p_count = 0 THEN
-        RETURN (SELECT seq FROM ss_counter WHERE one = 1);
+    status := p_status;
+    IF p_status <> 0 THEN
+        RETURN;
     END IF;
+    IF p_count = 0 THEN
+        base := (SELECT seq FROM ss_counter WHERE one = 1);
+        RETURN;
+    END IF;
+    asked := clock_timestamp();
     UPDATE ss_counter SET seq = seq + p_count WHERE one = 1 RETURNING seq - p_count INTO base;
+    got := clock_timestamp();
     UPDATE ss_documents d SET seq = base + u.ord
         FROM unnest(p_put_kinds, p_put_keys, p_put_ords) AS u(kind, key, ord)
         WHERE d.kind = u.kind AND d.key = u.key;
@@ -100,7 +111,8 @@ BEGIN
         SELECT base + ord, kind, name, digest, p_at_ms, size FROM unnest(
             p_change_ords, p_change_kinds, p_change_names, p_change_digests, p_change_sizes)
             AS c(ord, kind, name, digest, size);
-    RETURN base;
+    waited_us := (extract(epoch FROM got - asked) * 1000000)::bigint;
+    held_us := (extract(epoch FROM clock_timestamp() - got) * 1000000)::bigint;
 END $$
 """
 SCHEMA = (*TABLES, STAGE, TAKE_SEQS)
