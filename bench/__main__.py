@@ -474,6 +474,25 @@ def fast_path_targets(
         "PostgreSQL, 64 clients x one transaction per save (64 psycopg)": verdict(
             on_pg.get("64 clients, one daemon: x one commit per save (>= 2)"), 2, False
         ),
+        "PostgreSQL, 64 clients: three daemons x one": verdict(
+            on_pg.get("64 clients, three daemons: x one daemon (>= 1)"), 1, False
+        ),
+        "PostgreSQL, LangGraph 8 processes: our saver x PostgresSaver": verdict(
+            on_pg.get("8 processes: SessionStoreSaver on PostgreSQL x PostgresSaver (>= 1)"),
+            1,
+            False,
+        ),
+        "PostgreSQL, LangGraph put p50: our saver x PostgresSaver": verdict(
+            on_pg.get("1 thread: SessionStoreSaver put p50 x PostgresSaver's (<= 1.5)"), 1.5, True
+        ),
+        "PostgreSQL, Agents 8 processes: our session x SQLAlchemySession": verdict(
+            on_pg.get("8 processes: SessionStoreSession x SQLAlchemySession (>= 1)"), 1, False
+        ),
+        "PostgreSQL, Agents add_items p50: our session x SQLAlchemySession": verdict(
+            on_pg.get("1 caller: SessionStoreSession add_items p50 x SQLAlchemySession's (<= 1.5)"),
+            1.5,
+            True,
+        ),
     }
     return out
 

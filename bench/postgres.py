@@ -1,42 +1,53 @@
-# The daemon on PostgreSQL (issue 16's figures), side by side in one run on a
-# throwaway cluster the bench starts itself (tests/postgres_server.py):
-# - saves/s of 64 clients (4 KiB snapshots) through one daemon, and through
-#   three daemons sharing the database;
-# - the anchor: the same bytes committed one transaction per save from 64
-#   psycopg connections (synchronous_commit on), 8 processes of 8 threads;
-# - LangGraph's PostgresSaver.put through 8 processes, against this saver on
-#   PostgreSQL through one daemon.
-# - an online rekey (issue 28) of REKEY_DOCUMENTS sealed 4 KiB sessions on a
-#   database of their own, while a client saves in a loop through a daemon
-#   holding both keys: rows resealed per second, and how long the saves waited.
-# Target: at least 2x one-commit-per-save at 64 clients.
+# The daemon on PostgreSQL against PostgreSQL used directly and against the
+# frameworks' own PostgreSQL backends, side by side in one run on a throwaway
+# cluster the bench starts itself (tests/postgres_server.py), each point on a
+# fresh database of its own; 4 KiB snapshots:
+# - saves/s of 64 clients through one daemon, and through three daemons sharing
+#   the database, with the daemons' batch timings (the counter row's wait and
+#   hold per batch) and the one daemon's CPU by thread;
+# - the anchor: the same clients' work (a snapshot encoded at every save, 8
+#   processes of 8 threads), committed one transaction per save from 64 psycopg
+#   connections (synchronous_commit on), and the same from one connection;
+# - LangGraph: PostgresSaver.put against SessionStoreSaver.put through one
+#   daemon, at one thread (p50) and in 8 processes (puts/s);
+# - the Agents SDK: SQLAlchemySession on postgresql+asyncpg against
+#   SessionStoreSession through one daemon, at one caller and in 8 processes;
+# - an online rekey of REKEY_DOCUMENTS sealed 4 KiB sessions while a client saves
+#   in a loop through a daemon holding both keys: rows resealed per second, and how
+#   long the saves waited.
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
+import os
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from .adapters import _figures, puts_in_processes
+from sessionstore.wire.canonical import canonical_dumps
+
+from .adapters import PROCESSES, SPAWN_SLACK_S, _figures, _put_for, puts_in_processes
 from .load import CLIENTS_PER_PROCESS, run_clients
-from .workload import snapshot_bytes
+from .workload import make_snapshot
 
 KIB = 1024
 CLIENTS = 64
 REKEY_DOCUMENTS = 5000
+ITEM = {"role": "user", "content": "x" * 4096}
 
 
 def _commit_per_save(args: tuple[str, list[str], float, float]) -> tuple[list[float], int]:
-    """One process of the anchor: a connection and a thread per client, one commit each."""
+    """One process of the anchor: a connection and a thread per client, one commit each,
+    the snapshot encoded at every save as the daemon's clients encode theirs."""
     import psycopg
 
     url, ids, start_at, deadline = args
     results: list[tuple[list[float], int]] = []
 
     def client(session_id: str) -> None:
-        body = snapshot_bytes(session_id, 4 * KIB)
+        snapshot = make_snapshot(session_id, 4 * KIB)
         latencies: list[float] = []
         errors = 0
         with psycopg.connect(url) as conn:
@@ -49,7 +60,7 @@ def _commit_per_save(args: tuple[str, list[str], float, float]) -> tuple[list[fl
                     conn.execute(
                         "INSERT INTO anchor_sessions VALUES (%s, %s) ON CONFLICT (id)"
                         " DO UPDATE SET body = EXCLUDED.body",
-                        (session_id, body),
+                        (session_id, canonical_dumps(snapshot)),
                     )
                     conn.commit()
                 except psycopg.Error:
@@ -67,26 +78,24 @@ def _commit_per_save(args: tuple[str, list[str], float, float]) -> tuple[list[fl
     return [x for lats, _ in results for x in lats], sum(e for _, e in results)
 
 
-def _anchor(url: str, seconds: float) -> dict[str, Any]:
+def _anchor(url: str, seconds: float, clients: int) -> dict[str, Any]:
     import psycopg
 
     with psycopg.connect(url) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS anchor_sessions (id text PRIMARY KEY, body bytea)")
         conn.commit()
-    ids = [f"anchor/{n}" for n in range(CLIENTS)]
-    groups = [ids[i : i + CLIENTS_PER_PROCESS] for i in range(0, CLIENTS, CLIENTS_PER_PROCESS)]
+    ids = [f"anchor/{n}" for n in range(clients)]
+    groups = [ids[i : i + CLIENTS_PER_PROCESS] for i in range(0, clients, CLIENTS_PER_PROCESS)]
     start_at = time.time() + 2.0
     with multiprocessing.get_context("fork").Pool(len(groups)) as pool:
         results = pool.map(
             _commit_per_save, [(url, g, start_at, start_at + seconds) for g in groups]
         )
     latencies = [x for lats, _ in results for x in lats]
-    return _figures(latencies, seconds, sum(e for _, e in results))
+    return _save_figures(latencies, seconds, sum(e for _, e in results))
 
 
-def _save_figures(samples: list[Any], seconds: float) -> dict[str, Any]:
-    latencies = [x for sample in samples for x in sample.latencies_s]
-    errors = sum(sample.errors for sample in samples)
+def _save_figures(latencies: list[float], seconds: float, errors: int) -> dict[str, Any]:
     out = _figures(latencies, seconds, errors)
     out["p99_ms"] = (
         round(sorted(latencies)[int(0.99 * len(latencies))] * 1000, 3) if latencies else None
@@ -94,34 +103,177 @@ def _save_figures(samples: list[Any], seconds: float) -> dict[str, Any]:
     return out
 
 
-def _through(sockets: list[str], seconds: float) -> dict[str, Any]:
-    """64 clients spread over the daemons, all at once."""
+def _thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of each of a process's threads, by name."""
+    out: dict[str, float] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as stat:
+                text = stat.read()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        out[name] = out.get(name, 0.0) + seconds
+    return out
+
+
+def _batch_timing(socket_path: str) -> dict[str, Any]:
+    from sessionstore.client import Client
+
+    with Client(socket_path) as client:
+        stats = client.stats()
+    timing: dict[str, Any] = stats.get("batch_transactions", {})
+    timing["jobs_per_batch_mean"] = stats.get("recent_batches", {}).get("jobs_per_batch_mean")
+    return timing
+
+
+def _through(daemons: list[Any], seconds: float) -> dict[str, Any]:
+    """64 clients spread over the daemons, all at once; the first daemon's CPU by thread
+    (cores) and every daemon's batch timings."""
     samples: list[Any] = []
-    share = CLIENTS // len(sockets)
+    share = CLIENTS // len(daemons)
 
     def run(index: int, socket_path: str) -> None:
         samples.append(run_clients(socket_path, "save", share, 4 * KIB, seconds, f"pg{index}"))
 
-    threads = [threading.Thread(target=run, args=(i, s)) for i, s in enumerate(sockets)]
+    threads = [threading.Thread(target=run, args=(i, d.socket)) for i, d in enumerate(daemons)]
+    before = _thread_cpu(daemons[0].proc.pid)
+    started = time.monotonic()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return _save_figures(samples, seconds)
+    elapsed = time.monotonic() - started
+    after = _thread_cpu(daemons[0].proc.pid)
+    latencies = [x for sample in samples for x in sample.latencies_s]
+    out = _save_figures(latencies, seconds, sum(sample.errors for sample in samples))
+    out["batches"] = [_batch_timing(d.socket) for d in daemons]
+    out["daemon_cores_by_thread"] = {
+        name: round((after[name] - before.get(name, 0.0)) / elapsed, 2)
+        for name in after
+        if after[name] - before.get(name, 0.0) >= 0.01 * elapsed
+    }
+    return out
 
 
-def _savers(url: str, socket_path: str, seconds: float) -> dict[str, Any]:
+def _start_daemons(daemon_factory: Any, workdir: Path, url: str, count: int) -> list[Any]:
+    daemons = []
+    for number in range(count):
+        (workdir / f"d{number}").mkdir()
+        daemons.append(daemon_factory(workdir / f"d{number}", "--database", url))
+    return daemons
+
+
+def _saves(daemon_factory: Any, workdir: Path, server: Any, seconds: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for label, count in (("one daemon, 64 clients", 1), ("three daemons, 64 clients", 3)):
+        where = workdir / f"saves-{count}"
+        where.mkdir()
+        url = server.url(server.create_database())
+        daemons = _start_daemons(daemon_factory, where, url, count)
+        try:
+            out[label] = _through(daemons, seconds)
+        finally:
+            for daemon in daemons:
+                daemon.stop()
+    url = server.url(server.create_database())
+    out["one commit per save, 64 psycopg connections"] = _anchor(url, seconds, CLIENTS)
+    out["one commit per save, 1 psycopg connection"] = _anchor(url, seconds, 1)
+    return out
+
+
+def _savers(daemon_factory: Any, workdir: Path, server: Any, seconds: float) -> dict[str, Any]:
     import psycopg
     from langgraph.checkpoint.postgres import PostgresSaver
 
+    from .adapters import _ours, _postgres_saver
+
+    url = server.url(server.create_database())
     with psycopg.connect(url, autocommit=True) as conn:
         PostgresSaver(conn).setup()
-    return {
-        "PostgresSaver.put 8 processes": puts_in_processes("postgres", url, seconds),
-        "SessionStoreSaver.put on PostgreSQL 8 processes": puts_in_processes(
-            "ours", socket_path, seconds
-        ),
-    }
+    (workdir / "savers").mkdir()
+    ours_url = server.url(server.create_database())
+    daemon = daemon_factory(workdir / "savers", "--database", ours_url)
+    out: dict[str, Any] = {}
+    try:
+        lat, err = _put_for(_postgres_saver(url), "one", time.perf_counter() + seconds)
+        out["PostgresSaver.put 1 thread"] = _figures(lat, seconds, err)
+        lat, err = _put_for(_ours(daemon.socket), "one", time.perf_counter() + seconds)
+        out["SessionStoreSaver.put on PostgreSQL 1 thread"] = _figures(lat, seconds, err)
+        out["PostgresSaver.put 8 processes"] = puts_in_processes("postgres", url, seconds)
+        out["SessionStoreSaver.put on PostgreSQL 8 processes"] = puts_in_processes(
+            "ours", daemon.socket, seconds
+        )
+    finally:
+        daemon.stop()
+    return out
+
+
+def _agents_session(which: str, where: str, session_id: str) -> Any:
+    if which == "sqlalchemy":
+        from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
+
+        return SQLAlchemySession.from_url(session_id, url=where, create_tables=True)
+    from sessionstore.agents import SessionStoreSession
+
+    return SessionStoreSession(session_id, where)
+
+
+async def _add_items_until(session: Any, start: float, deadline: float) -> list[float]:
+    await session.add_items([ITEM])  # tables made, connections opened
+    await asyncio.sleep(max(0.0, start - time.time()))
+    latencies: list[float] = []
+    while time.time() < deadline:
+        started = time.perf_counter()
+        await session.add_items([ITEM])
+        latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+def _add_items_process(args: tuple[str, str, str, float, float]) -> list[float]:
+    which, where, session_id, start, deadline = args
+
+    async def run() -> list[float]:
+        session = _agents_session(which, where, session_id)
+        try:
+            return await _add_items_until(session, start, deadline)
+        finally:
+            if which == "sqlalchemy":
+                await session.engine.dispose()
+            else:
+                await session.close()
+
+    return asyncio.run(run())
+
+
+def _add_items(which: str, where: str, seconds: float, processes: int) -> dict[str, Any]:
+    start = time.time() + SPAWN_SLACK_S
+    jobs = [(which, where, f"bench/{which}/{n}", start, start + seconds) for n in range(processes)]
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        results = pool.map(_add_items_process, jobs)
+    return _figures([x for lats in results for x in lats], seconds)
+
+
+def _sessions(daemon_factory: Any, workdir: Path, server: Any, seconds: float) -> dict[str, Any]:
+    url = server.url(server.create_database()).replace("postgresql://", "postgresql+asyncpg://")
+    (workdir / "sessions").mkdir()
+    ours_url = server.url(server.create_database())
+    daemon = daemon_factory(workdir / "sessions", "--database", ours_url)
+    out: dict[str, Any] = {}
+    try:
+        for label, which, where in (
+            ("SQLAlchemySession (asyncpg)", "sqlalchemy", url),
+            ("SessionStoreSession on PostgreSQL", "ours", daemon.socket),
+        ):
+            out[f"{label}.add_items 1 caller"] = _add_items(which, where, seconds, 1)
+            out[f"{label}.add_items {PROCESSES} processes"] = _add_items(
+                which, where, seconds, PROCESSES
+            )
+    finally:
+        daemon.stop()
+    return out
 
 
 def _rekey(daemon_factory: Any, workdir: Path, url: str) -> dict[str, Any]:
@@ -180,41 +332,49 @@ def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
         return {"skipped": "PostgreSQL is not installed (apt install postgresql)"}
     out: dict[str, Any] = {}
     try:
-        database = server.create_database()
-        url = server.url(database)
-        daemons = []
-        for number in range(3):
-            (workdir / f"d{number}").mkdir()
-            daemons.append(daemon_factory(workdir / f"d{number}", "--database", url))
-        try:
-            out["one daemon, 64 clients"] = _through([daemons[0].socket], seconds)
-            out["three daemons, 64 clients"] = _through([d.socket for d in daemons], seconds)
-            out["one commit per save, 64 psycopg connections"] = _anchor(url, seconds)
-            out.update(_savers(url, daemons[0].socket, seconds))
-        finally:
-            for daemon in daemons:
-                daemon.stop()
+        out.update(_saves(daemon_factory, workdir, server, seconds))
+        out.update(_savers(daemon_factory, workdir, server, seconds))
+        out.update(_sessions(daemon_factory, workdir, server, seconds))
         (workdir / "rekey").mkdir()
         out["online rekey"] = _rekey(
             daemon_factory, workdir / "rekey", server.url(server.create_database())
         )
-        ours = out["one daemon, 64 clients"]["ops_per_s"]
-        anchor = out["one commit per save, 64 psycopg connections"]["ops_per_s"]
-        out["targets"] = {
-            "64 clients, one daemon: x one commit per save (>= 2)": round(ours / anchor, 2),
-            "64 clients, three daemons: x one commit per save": round(
-                out["three daemons, 64 clients"]["ops_per_s"] / anchor, 2
-            ),
-            "8 processes: SessionStoreSaver on PostgreSQL x PostgresSaver": round(
-                out["SessionStoreSaver.put on PostgreSQL 8 processes"]["ops_per_s"]
-                / out["PostgresSaver.put 8 processes"]["ops_per_s"],
-                2,
-            ),
-        }
+        out["targets"] = targets(out)
     finally:
         for _ in servers:
             pass
     return out
+
+
+def targets(out: dict[str, Any]) -> dict[str, float]:
+    def ratio(ours: str, theirs: str, figure: str) -> float:
+        return round(out[ours][figure] / out[theirs][figure], 2)
+
+    anchor = "one commit per save, 64 psycopg connections"
+    theirs = "SQLAlchemySession (asyncpg).add_items"
+    ours = "SessionStoreSession on PostgreSQL.add_items"
+    return {
+        "64 clients, one daemon: x one commit per save (>= 2)": ratio(
+            "one daemon, 64 clients", anchor, "ops_per_s"
+        ),
+        "64 clients, three daemons: x one daemon (>= 1)": ratio(
+            "three daemons, 64 clients", "one daemon, 64 clients", "ops_per_s"
+        ),
+        "8 processes: SessionStoreSaver on PostgreSQL x PostgresSaver (>= 1)": ratio(
+            "SessionStoreSaver.put on PostgreSQL 8 processes",
+            "PostgresSaver.put 8 processes",
+            "ops_per_s",
+        ),
+        "1 thread: SessionStoreSaver put p50 x PostgresSaver's (<= 1.5)": ratio(
+            "SessionStoreSaver.put on PostgreSQL 1 thread", "PostgresSaver.put 1 thread", "p50_ms"
+        ),
+        "8 processes: SessionStoreSession x SQLAlchemySession (>= 1)": ratio(
+            f"{ours} {PROCESSES} processes", f"{theirs} {PROCESSES} processes", "ops_per_s"
+        ),
+        "1 caller: SessionStoreSession add_items p50 x SQLAlchemySession's (<= 1.5)": ratio(
+            f"{ours} 1 caller", f"{theirs} 1 caller", "p50_ms"
+        ),
+    }
 
 
 if __name__ == "__main__":  # python -m bench.postgres [--dir DIR] [--seconds S]: this part alone
