@@ -124,9 +124,8 @@ def decide(
         changes.append(Change(kind, doc_id, body, digest))
 
     for op in ops:
-        if isinstance(op, TxnPut):
-            present = index.get(op.kind, op.id) is not None
-            if op.if_absent and present:
+        if isinstance(op, TxnPut):  # only an insert-if-absent asks what is stored
+            if op.if_absent and index.get(op.kind, op.id) is not None:
                 results.append({"written": False})
                 continue
             change(op.kind, op.id, op.body, op.digest)

@@ -63,6 +63,7 @@ from ..mutations import (
     mutation_keys,
     needs_whole_store,
 )
+from ..txn import TxnDelete, TxnPut
 from .schema import WRITERS_LOCK
 
 MAX_OPTIMISTIC_TRIES = 8  # then the batch runs exclusive, which always succeeds
@@ -88,6 +89,7 @@ _TAKE_SEQS_ARGS = (
 COMMIT_IN_ONE = f"SELECT * FROM ss_take_seqs((SELECT {_STAGE_CALL}), {_TAKE_SEQS_ARGS})"
 STAGE = f"SELECT {_STAGE_CALL}"
 TAKE_SEQS = f"SELECT * FROM ss_take_seqs(0, {_TAKE_SEQS_ARGS})"
+HOLD_WRITERS = "SELECT * FROM ss_hold_writers(%b::text[], %b::bytea[], %b::bool[])"
 READ_ROWS = (
     "SELECT r.kind, r.key, d.seq, d.digest, d.size, CASE WHEN r.body THEN d.body END"
     " FROM unnest(%b::text[], %b::bytea[], %b::bool[]) AS r(kind, key, body)"
@@ -201,19 +203,22 @@ def _touches_many(mutations: Sequence[Mutation]) -> bool:
 
 
 def _wanted(mutations: Sequence[Mutation]) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
-    """The documents a batch decides on, and those whose bodies it needs (a Rewrite's)."""
+    """The documents a batch's decisions read (decide.py, txn.py), and those whose bodies
+    they need (a Rewrite's). A save or a txn's put that names no condition reads none."""
     documents: set[tuple[str, str]] = set()
     bodies: set[tuple[str, str]] = set()
     for mutation in mutations:
-        if isinstance(mutation, Put) and mutation.expect is ANY:
-            continue
-        documents |= mutation_keys(mutation) or set()
         if isinstance(mutation, Txn):
             documents |= {(r.kind, r.id) for r in mutation.requires}
-        if isinstance(mutation, Rewrite):
+            for op in mutation.ops:
+                if isinstance(op, TxnDelete) or (isinstance(op, TxnPut) and op.if_absent):
+                    documents.add((op.kind, op.id))
+        elif isinstance(mutation, Rewrite):
             bodies.add((mutation.kind, mutation.id))
             if mutation.source is not None:
                 bodies.add(mutation.source)
+        elif not (isinstance(mutation, Put) and mutation.expect is ANY):
+            documents.add((mutation.kind, mutation.id))
     return documents | bodies, bodies
 
 
@@ -295,11 +300,16 @@ class BatchCommitter:
     ) -> dict[Row, Known]:
         if not rows:
             return {}
-        found: dict[Row, Known] = {}
         result = conn.execute(
             READ_ROWS,
             ([k for k, _ in rows], [key for _, key in rows], [row in bodies for row in rows]),
         ).fetchall()
+        return self._known(result)
+
+    def _known(self, result: Sequence[Sequence[Any]]) -> dict[Row, Known]:
+        """Rows as read (kind, key, seq, digest, size, body; seq None: no row), opened,
+        and learned by the cache."""
+        found: dict[Row, Known] = {}
         for kind, key, seq, digest, size, body in result:
             row = (kind, bytes(key))
             if seq is None:
@@ -379,14 +389,19 @@ class BatchCommitter:
     def _exclusive(
         self, conn: psycopg.Connection[Any], mutations: Sequence[Mutation], now_ms: int
     ) -> Batch:
+        """Under the writers' lock, held for the session from the first statement until
+        the batch has committed: three round trips, each statement in autocommit."""
         self.timing.exclusive += 1
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITERS_LOCK,))
-            row = conn.execute("SELECT seq, key_epoch FROM ss_counter WHERE one = 1").fetchone()
-            assert row is not None
-            counter, epoch = row
+        wanted, bodies = _rows(self.store, mutations)
+        try:
+            held = conn.execute(
+                HOLD_WRITERS,
+                ([k for k, _ in wanted], [key for _, key in wanted], [r in bodies for r in wanted]),
+            ).fetchall()
+            counter, epoch = held[0][0], held[0][1]
             self.store._check_keying(conn, epoch)
-            state = self._state(conn, mutations, fresh=_every_row(self.store, mutations))
+            rows = self._known([row[2:] for row in held if row[2] is not None])
+            state = _State(self.store, rows, lambda row: self._read(conn, [row], {row})[row])
             state.scan_conn = conn
             outcomes, accepted, txn_results = decide_all(state, mutations, counter + 1, full=False)
             plan = self._plan(accepted, counter)
@@ -396,6 +411,8 @@ class BatchCommitter:
                     f"an exclusive batch found the store moved (stage {status}, seq {base}"
                     f" where {counter} was read)"
                 )
+        finally:
+            _release_writers(conn)
         return self._finish(plan, base, outcomes, accepted, txn_results, now_ms)
 
     def _rekeyed(self, conn: psycopg.Connection[Any]) -> None:
@@ -510,8 +527,7 @@ class BatchCommitter:
         assert self.failpoint is not None
         hit = self.failpoint
         hit("before-intent")
-        transaction = conn.transaction() if not exclusive else _nothing()
-        with transaction:
+        with conn.transaction():
             staged = conn.execute(STAGE, stage_args).fetchone()
             status = staged[0] if staged else STALE
             if status != STAGED:
@@ -552,16 +568,28 @@ class BatchCommitter:
         return batch
 
 
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def _every_row(store: Sealing, mutations: Sequence[Mutation]) -> set[Row]:
-    """Under the writers' lock, read everything afresh: the cache may be behind."""
-    documents, _ = _wanted(mutations)
+def _rows(store: Sealing, mutations: Sequence[Mutation]) -> tuple[list[Row], set[Row]]:
+    """Every row a batch decides on, the lease's among them (read afresh under the
+    writers' lock: the cache may be behind), and those whose bodies it needs."""
+    documents, body_documents = _wanted(mutations)
     documents.add((LEASE, LEASE_ID))
-    return {(kind, key) for kind, doc_id in documents for key in store._keys(kind, doc_id)}
+    body_documents.add((LEASE, LEASE_ID))
+    rows: list[Row] = []
+    bodies: set[Row] = set()
+    for kind, doc_id in sorted(documents):
+        for key in store._keys(kind, doc_id):
+            rows.append((kind, key))
+            if (kind, doc_id) in body_documents:
+                bodies.add((kind, key))
+    return rows, bodies
+
+
+def _release_writers(conn: psycopg.Connection[Any]) -> None:
+    """After an exclusive batch, committed or not; a connection that cannot say so is
+    closed, which releases the lock too."""
+    if conn.closed:
+        return
+    try:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (WRITERS_LOCK,))
+    except psycopg.Error:
+        conn.close()

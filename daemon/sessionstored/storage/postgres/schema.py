@@ -115,7 +115,28 @@ BEGIN
     held_us := (extract(epoch FROM clock_timestamp() - got) * 1000000)::bigint;
 END $$
 """
-SCHEMA = (*TABLES, STAGE, TAKE_SEQS)
+# ss_hold_writers: an exclusive batch's first statement. It takes the writers' lock
+# for the session (the batch releases it once committed: its statements between run
+# in autocommit), then, now that no batch is in flight, reads the counter, the key
+# epoch and the rows the batch decides on (each statement of a volatile function
+# sees what committed before it). One row for the counter when none is asked for.
+HOLD_WRITERS = f"""
+CREATE OR REPLACE FUNCTION ss_hold_writers(p_kinds text[], p_keys bytea[], p_bodies boolean[])
+RETURNS TABLE (counter bigint, epoch bigint, kind text, key bytea, seq bigint, digest bytea,
+               size int, body bytea)
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_lock({WRITERS_LOCK});
+    RETURN QUERY
+        SELECT c.seq, c.key_epoch, r.kind, r.key, d.seq, d.digest, d.size,
+               CASE WHEN r.body THEN d.body END
+        FROM ss_counter c
+        LEFT JOIN unnest(p_kinds, p_keys, p_bodies) AS r(kind, key, body) ON true
+        LEFT JOIN ss_documents d ON d.kind = r.kind AND d.key = r.key
+        WHERE c.one = 1;
+END $$
+"""
+FUNCTIONS = (STAGE, TAKE_SEQS, HOLD_WRITERS)
 MIGRATE_FROM_1 = "ALTER TABLE ss_counter ADD COLUMN key_epoch bigint NOT NULL DEFAULT 0"
 
 
@@ -178,7 +199,7 @@ def ensure_schema(
                 )
             meta["schema_version"] = str(SCHEMA_VERSION)
         if meta.get("schema_version") == str(SCHEMA_VERSION):
-            for statement in (STAGE, TAKE_SEQS):
+            for statement in FUNCTIONS:
                 conn.execute(statement)
             conn.execute(
                 "UPDATE ss_meta SET value = %s WHERE name = 'schema_version'",

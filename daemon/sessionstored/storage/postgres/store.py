@@ -80,7 +80,7 @@ from .schema import (
 FOLLOW_PAGE = 1000
 # batches one daemon has committing at once, each on a connection of its own: while
 # one waits for its commit, the next is staged (measured: bench/postgres.py)
-BATCHES_IN_FLIGHT = 3
+BATCHES_IN_FLIGHT = 1
 RETENTION_EVERY_BATCHES = 500
 READ_POOL_CONNECTIONS = 4
 CONNECT_TIMEOUT_S = 10
