@@ -45,6 +45,8 @@ def test_the_database_comes_from_the_flag_or_the_environment_and_its_password_fr
     )
     with pytest.raises(ConfigError, match="postgresql://"):
         _config("--database", "sqlite:///x")
+    assert _config("--database", url).batches_in_flight == 1
+    assert _config("--database", url, "--batches-in-flight", "4").batches_in_flight == 4
 
 
 @pytest.mark.parametrize(
@@ -56,6 +58,9 @@ def test_the_database_comes_from_the_flag_or_the_environment_and_its_password_fr
         ["--segment-mib", "0"],
         ["--watch-max-lag", "0"],
         ["--request-timeout-seconds", "0"],
+        ["--batches-in-flight", "2"],  # the log commits one at a time
+        ["--batches-in-flight", "0", "--database", "postgresql://db/s"],
+        ["--batches-in-flight", "17", "--database", "postgresql://db/s"],
     ],
 )
 def test_bad_configuration_is_one_clear_error(argv: list[str]) -> None:

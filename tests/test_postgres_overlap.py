@@ -43,7 +43,10 @@ class Pair:
 
 
 def _start(
-    postgres: PostgresServer | None, short_tmp: Path, envs: list[dict[str, str]]
+    postgres: PostgresServer | None,
+    short_tmp: Path,
+    envs: list[dict[str, str]],
+    *extra: str,
 ) -> Iterator[Pair]:
     if postgres is None:
         pytest.fail("PostgreSQL is not installed here (.ci/run installs it)")
@@ -55,7 +58,7 @@ def _start(
         hosts.append(DaemonProcess(workdir, postgres.url(database)))
     try:
         for host, env in zip(hosts, envs, strict=True):
-            host.start(env=env)
+            host.start(*extra, env=env)
         yield Pair(postgres, database, hosts)
     finally:
         for host in hosts:
@@ -64,7 +67,8 @@ def _start(
 
 @pytest.fixture
 def pair(postgres: PostgresServer | None, short_tmp: Path) -> Iterator[Pair]:
-    yield from _start(postgres, short_tmp, [{}, {}])
+    """Each with three batches in flight: they race among themselves too."""
+    yield from _start(postgres, short_tmp, [{}, {}], "--batches-in-flight", "3")
 
 
 @pytest.fixture

@@ -123,6 +123,7 @@ def _open_database(
         history_changes=config.history_changes,
         max_document_bytes=config.max_snapshot_bytes,
         failpoint=Failpoints(config.failpoints).hit if config.failpoints else None,
+        batches_in_flight=config.batches_in_flight,
     )
     attempt = 0
     while True:

@@ -49,6 +49,7 @@ class Config:
     private_socket_dir: bool = False  # the /tmp fallback: its directory must be ours, 0700
     database_url: str | None = None  # PostgreSQL instead of the embedded log
     database_password: str | None = None
+    batches_in_flight: int = 1  # PostgreSQL: batches committing at once, each its own connection
 
 
 EPILOG = (
@@ -80,6 +81,14 @@ def _parser() -> argparse.ArgumentParser:
         help="serve from PostgreSQL (postgresql://...) instead of the embedded log; also "
         "SESSIONSTORED_DATABASE_URL; the password may come from the systemd credential "
         "sessionstored.dbpassword",
+    )
+    parser.add_argument(
+        "--batches-in-flight",
+        type=int,
+        default=1,
+        metavar="N",
+        help="PostgreSQL: batches committing at once, each on a connection of its own (1 to 16;"
+        " more hides a long round trip to the database; one is fastest when it is near)",
     )
     parser.add_argument(
         "--state-dir", help="where the store lives (default: the search order below)"
@@ -236,6 +245,10 @@ def build_config(
         raise ConfigError("--compact-dead-share must be between 0.05 and 0.95")
     if not 1 <= args.segment_mib <= 1024:
         raise ConfigError("--segment-mib must be from 1 to 1024")
+    if not 1 <= args.batches_in_flight <= 16:
+        raise ConfigError("--batches-in-flight must be from 1 to 16")
+    if args.batches_in_flight > 1 and not (args.database or env.get("SESSIONSTORED_DATABASE_URL")):
+        raise ConfigError("--batches-in-flight is for PostgreSQL: the log commits one at a time")
     for name in ("history_changes", "checkpoint_every", "watch_max_lag", "max_connections"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
@@ -284,4 +297,5 @@ def build_config(
         previous_key_file=args.previous_key_file,
         database_url=database_url,
         database_password=_database_password(env),
+        batches_in_flight=args.batches_in_flight,
     )

@@ -78,9 +78,6 @@ from .schema import (
 )
 
 FOLLOW_PAGE = 1000
-# batches one daemon has committing at once, each on a connection of its own: while
-# one waits for its commit, the next is staged (measured: bench/postgres.py)
-BATCHES_IN_FLIGHT = 1
 RETENTION_EVERY_BATCHES = 500
 READ_POOL_CONNECTIONS = 4
 CONNECT_TIMEOUT_S = 10
@@ -172,7 +169,6 @@ class PgReport:
 
 class PgStore:
     blocking_reads = True  # reads are network round trips: the ops run them in threads
-    batches_in_flight = BATCHES_IN_FLIGHT
     maintenance = None  # no segments, checkpoints or spares to keep: the writer skips them
 
     def __init__(
@@ -185,7 +181,9 @@ class PgStore:
         history_changes: int = 100_000,
         max_document_bytes: int = 256 * 1024 * 1024,
         failpoint: Callable[[str], None] | None = None,
+        batches_in_flight: int = 1,
     ) -> None:
+        self.batches_in_flight = batches_in_flight  # each on a connection of its own
         self.url = url
         self.password = password
         self.held = [k for k in (key, previous_key) if k is not None]
