@@ -28,9 +28,11 @@
 # (autocommit, synchronous_commit on: its reply arrives after the WAL flush).
 #
 # A batch that needs the seq at decide time (an append's key is its seq) or a
-# range of keys (delete_prefix), or that changes the lease, runs exclusive: it
-# takes the writers' lock first, reads the counter and what it decides on
-# under it, and commits the same way.
+# range of keys (delete_prefix), or that changes the lease, or that touches
+# more than MAX_DOCUMENT_LOCKS documents, runs exclusive: ss_hold_writers takes
+# the writers' lock for the session and reads the counter and the batch's rows
+# under it; the batch decides, commits the same way, then releases the lock.
+# Three round trips, each statement in autocommit.
 #
 # With failpoints armed (tests), the two halves run as separate statements in
 # one explicit transaction, so that a failpoint can hold a batch open between
@@ -399,8 +401,14 @@ class BatchCommitter:
                 ([k for k, _ in wanted], [key for _, key in wanted], [r in bodies for r in wanted]),
             ).fetchall()
             counter, epoch = held[0][0], held[0][1]
+            rekeyed = epoch != self.store.key_epoch
             self.store._check_keying(conn, epoch)
-            rows = self._known([row[2:] for row in held if row[2] is not None])
+            if rekeyed:  # the rows it read were named under the keys held before
+                self.cache.clear()
+                wanted, bodies = _rows(self.store, mutations)
+                rows = self._read(conn, wanted, bodies)
+            else:
+                rows = self._known([row[2:] for row in held if row[2] is not None])
             state = _State(self.store, rows, lambda row: self._read(conn, [row], {row})[row])
             state.scan_conn = conn
             outcomes, accepted, txn_results = decide_all(state, mutations, counter + 1, full=False)

@@ -2,17 +2,19 @@
 # daemons of several hosts instead of the log.
 #
 # Theory of operation. A batch is one transaction, with synchronous_commit on,
-# and a reply of ok means it committed. The transaction first locks the one
-# row of ss_counter. That serialises every daemon's batches. It then reads
-# what it decides on (documents, the lease) inside the transaction, so CAS,
-# create-only, the fence, update, fork and txn hold across hosts. It takes its
-# seqs from the counter, so seq order is commit order for the whole database:
-# a reader that sees seq N committed sees every seq below N too. Each change is
-# written to ss_documents and appended to ss_changes. ss_changes is the watch
-# history and the truth; NOTIFY is only a wake-up. Every daemon follows
-# ss_changes in seq order into its watch history (follow()), so a watcher on
-# any host sees every host's commits, none skipped. Retention keeps the last
-# history_changes rows.
+# and a reply of ok means it committed. It locks the documents it touches,
+# not the database, checks that what it decided on has not moved, and takes
+# its seqs from the one row of ss_counter only as its last statement before
+# COMMIT (batch.py says how), so batches of every daemon overlap while seq
+# stays the commit order for the whole database, gapless: a reader that sees
+# seq N committed sees every seq below N too. CAS, create-only, the fence,
+# update, fork and txn hold across hosts. Each change is written to
+# ss_documents and appended to ss_changes. ss_changes is the watch history
+# and the truth; NOTIFY is only a wake-up. Every daemon follows ss_changes in
+# seq order into its watch history (follow(), off the writer's path, which
+# also sends this daemon's NOTIFY and trims ss_changes to the last
+# history_changes rows), so a watcher on any host sees every host's commits,
+# none skipped.
 #
 # With a key, ids, bodies and digests are sealed here before they reach the
 # database. A document is found by a keyed hash of its id (keying.py, which
