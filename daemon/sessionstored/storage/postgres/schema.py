@@ -47,6 +47,9 @@ CREATE OR REPLACE FUNCTION ss_stage(
     p_put_kinds text[], p_put_keys bytea[], p_put_names bytea[], p_put_bodies bytea[],
     p_put_digests bytea[], p_put_sizes int[]
 ) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    epoch bigint;
+    moved boolean;
 BEGIN
     IF p_exclusive THEN
         PERFORM pg_advisory_xact_lock({WRITERS_LOCK});
@@ -54,18 +57,21 @@ BEGIN
         PERFORM pg_advisory_xact_lock_shared({WRITERS_LOCK});
     END IF;
     PERFORM pg_advisory_xact_lock(k) FROM unnest(p_locks) AS k;
-    IF (SELECT key_epoch FROM ss_counter WHERE one = 1) <> p_epoch THEN
-        RETURN -2;
-    END IF;
-    IF EXISTS (
+    SELECT c.key_epoch, EXISTS (
         SELECT 1 FROM unnest(p_read_kinds, p_read_keys, p_read_seqs) AS r(kind, key, seq)
         LEFT JOIN ss_documents d ON d.kind = r.kind AND d.key = r.key
-        WHERE coalesce(d.seq, 0) <> r.seq
-    ) THEN
+        WHERE coalesce(d.seq, 0) <> r.seq)
+    INTO epoch, moved FROM ss_counter c WHERE c.one = 1;
+    IF epoch <> p_epoch THEN
+        RETURN -2;
+    END IF;
+    IF moved THEN
         RETURN -1;
     END IF;
-    DELETE FROM ss_documents d USING unnest(p_del_kinds, p_del_keys) AS r(kind, key)
-        WHERE d.kind = r.kind AND d.key = r.key;
+    IF cardinality(p_del_keys) > 0 THEN
+        DELETE FROM ss_documents d USING unnest(p_del_kinds, p_del_keys) AS r(kind, key)
+            WHERE d.kind = r.kind AND d.key = r.key;
+    END IF;
     INSERT INTO ss_documents (kind, key, name, body, digest, seq, size)
         SELECT kind, key, name, body, digest, 0, size FROM unnest(
             p_put_kinds, p_put_keys, p_put_names, p_put_bodies, p_put_digests, p_put_sizes)
@@ -102,15 +108,20 @@ BEGIN
         RETURN;
     END IF;
     asked := clock_timestamp();
-    UPDATE ss_counter SET seq = seq + p_count WHERE one = 1 RETURNING seq - p_count INTO base;
-    got := clock_timestamp();
-    UPDATE ss_documents d SET seq = base + u.ord
-        FROM unnest(p_put_kinds, p_put_keys, p_put_ords) AS u(kind, key, ord)
-        WHERE d.kind = u.kind AND d.key = u.key;
-    INSERT INTO ss_changes (seq, kind, name, digest, committed_at_ms, size)
-        SELECT base + ord, kind, name, digest, p_at_ms, size FROM unnest(
-            p_change_ords, p_change_kinds, p_change_names, p_change_digests, p_change_sizes)
-            AS c(ord, kind, name, digest, size);
+    WITH counter AS (
+        UPDATE ss_counter SET seq = seq + p_count WHERE one = 1
+        RETURNING seq - p_count AS first, clock_timestamp() AS at
+    ), stamped AS (
+        UPDATE ss_documents d SET seq = counter.first + u.ord
+        FROM counter, unnest(p_put_kinds, p_put_keys, p_put_ords) AS u(kind, key, ord)
+        WHERE d.kind = u.kind AND d.key = u.key
+    ), appended AS (
+        INSERT INTO ss_changes (seq, kind, name, digest, committed_at_ms, size)
+        SELECT counter.first + c.ord, c.kind, c.name, c.digest, p_at_ms, c.size
+        FROM counter, unnest(p_change_ords, p_change_kinds, p_change_names, p_change_digests,
+                             p_change_sizes) AS c(ord, kind, name, digest, size)
+    )
+    SELECT counter.first, counter.at INTO base, got FROM counter;
     waited_us := (extract(epoch FROM got - asked) * 1000000)::bigint;
     held_us := (extract(epoch FROM clock_timestamp() - got) * 1000000)::bigint;
 END $$
