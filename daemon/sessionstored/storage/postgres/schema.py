@@ -32,6 +32,12 @@ TABLES = (
     " name bytea NOT NULL, digest bytea, committed_at_ms bigint NOT NULL, size int NOT NULL)",
 )
 
+# A batch connection's plans (the functions' statements, its prepared reads) are
+# made once and kept: made while a table is small, they would scan it whole (a hash
+# join against the batch's rows) and go on scanning it as it grows. On those
+# connections each row a batch names is found by its primary key instead.
+ROWS_BY_KEY = ("enable_seqscan", "enable_hashjoin", "enable_mergejoin")  # each set off
+
 # ss_stage: the first half of a batch, inside its transaction. It takes the writers'
 # lock (shared, or exclusive), then each document's lock in the order given (sorted:
 # no two batches wait on each other in a cycle). Then, each statement seeing what

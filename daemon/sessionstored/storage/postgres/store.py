@@ -72,6 +72,7 @@ from .keying import (
 from .rekey import Progress, RekeyResult, rekey_database
 from .schema import (
     NOTIFY_CHANNEL,
+    ROWS_BY_KEY,
     SCHEMA_VERSION,
     OlderDaemonsConnected,
     ensure_schema,
@@ -252,6 +253,8 @@ class PgStore:
         conn: psycopg.Connection[Any] | None = getattr(self._batch_conns, "conn", None)
         if conn is None or conn.closed or conn.broken:
             conn = self._batch_conns.conn = self._connect(autocommit=True)
+            for setting in ROWS_BY_KEY:
+                conn.execute(f"SET {setting} TO off")
             self._opened = [c for c in self._opened if not c.closed] + [conn]
         return conn
 
