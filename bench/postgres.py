@@ -211,11 +211,13 @@ def _savers(daemon_factory: Any, workdir: Path, server: Any, seconds: float) -> 
     return out
 
 
-def _agents_session(which: str, where: str, session_id: str) -> Any:
+def _agents_session(which: str, where: str, session_id: str, first: bool) -> Any:
     if which == "sqlalchemy":
         from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
 
-        return SQLAlchemySession.from_url(session_id, url=where, create_tables=True)
+        # the tables are made once, by the first (one-caller) run: as in production, and
+        # 8 processes making them at once collide in PostgreSQL's catalog
+        return SQLAlchemySession.from_url(session_id, url=where, create_tables=first)
     from sessionstore.agents import SessionStoreSession
 
     return SessionStoreSession(session_id, where)
@@ -232,11 +234,11 @@ async def _add_items_until(session: Any, start: float, deadline: float) -> list[
     return latencies
 
 
-def _add_items_process(args: tuple[str, str, str, float, float]) -> list[float]:
-    which, where, session_id, start, deadline = args
+def _add_items_process(args: tuple[str, str, str, float, float, bool]) -> list[float]:
+    which, where, session_id, start, deadline, first = args
 
     async def run() -> list[float]:
-        session = _agents_session(which, where, session_id)
+        session = _agents_session(which, where, session_id, first)
         try:
             return await _add_items_until(session, start, deadline)
         finally:
@@ -250,7 +252,10 @@ def _add_items_process(args: tuple[str, str, str, float, float]) -> list[float]:
 
 def _add_items(which: str, where: str, seconds: float, processes: int) -> dict[str, Any]:
     start = time.time() + SPAWN_SLACK_S
-    jobs = [(which, where, f"bench/{which}/{n}", start, start + seconds) for n in range(processes)]
+    jobs = [
+        (which, where, f"bench/{which}/{n}", start, start + seconds, processes == 1)
+        for n in range(processes)
+    ]
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
         results = pool.map(_add_items_process, jobs)
     return _figures([x for lats in results for x in lats], seconds)
