@@ -223,41 +223,48 @@ def _agents_session(which: str, where: str, session_id: str, first: bool) -> Any
     return SessionStoreSession(session_id, where)
 
 
-async def _add_items_until(session: Any, start: float, deadline: float) -> list[float]:
-    await session.add_items([ITEM])  # tables made, connections opened
-    await asyncio.sleep(max(0.0, start - time.time()))
-    latencies: list[float] = []
-    while time.time() < deadline:
-        started = time.perf_counter()
-        await session.add_items([ITEM])
-        latencies.append(time.perf_counter() - started)
-    return latencies
-
-
-def _add_items_process(args: tuple[str, str, str, float, float, bool]) -> list[float]:
-    which, where, session_id, start, deadline, first = args
+def _add_items_process(
+    which: str, where: str, session_id: str, seconds: float, first: bool, ready: Any, out: Any
+) -> None:
+    """One caller: once every process has imported, connected and added a first item
+    (ready, a barrier), add_items for `seconds`; its latencies go to out."""
 
     async def run() -> list[float]:
         session = _agents_session(which, where, session_id, first)
         try:
-            return await _add_items_until(session, start, deadline)
+            await session.add_items([ITEM])
+            ready.wait()
+            latencies: list[float] = []
+            deadline = time.perf_counter() + seconds
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                await session.add_items([ITEM])
+                latencies.append(time.perf_counter() - started)
+            return latencies
         finally:
             if which == "sqlalchemy":
                 await session.engine.dispose()
             else:
                 await session.close()
 
-    return asyncio.run(run())
+    out.put(asyncio.run(run()))
 
 
 def _add_items(which: str, where: str, seconds: float, processes: int) -> dict[str, Any]:
-    start = time.time() + SPAWN_SLACK_S
-    jobs = [
-        (which, where, f"bench/{which}/{n}", start, start + seconds, processes == 1)
+    context = multiprocessing.get_context("spawn")
+    ready, out = context.Barrier(processes), context.Queue()
+    workers = [
+        context.Process(
+            target=_add_items_process,
+            args=(which, where, f"bench/{which}/{n}", seconds, processes == 1, ready, out),
+        )
         for n in range(processes)
     ]
-    with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        results = pool.map(_add_items_process, jobs)
+    for worker in workers:
+        worker.start()
+    results = [out.get(timeout=SPAWN_SLACK_S * 20 + seconds) for _ in workers]
+    for worker in workers:
+        worker.join()
     return _figures([x for lats in results for x in lats], seconds)
 
 
