@@ -164,7 +164,7 @@ class Sealing(Protocol):
 
 @dataclass
 class Timing:
-    """Where the last batches' time went, for stats (milliseconds, summed)."""
+    """Where the batches' time went since the daemon started, for stats (ms, summed)."""
 
     batches: int = 0
     retries: int = 0
