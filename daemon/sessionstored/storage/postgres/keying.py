@@ -7,8 +7,9 @@
 # with what the database says (rekey_to during a rotation, else sealed_with)
 # and opens with any key it holds. It must hold the sealing key, and during a
 # rotation the old one too; otherwise it is refused at start, and a running
-# daemon stops at its next batch (the ss_counter row's key_epoch, read under
-# the row's lock, changes at each start and end of a rotation).
+# daemon stops at its next batch (the ss_counter row's key_epoch changes at
+# each start and end of a rotation, under the writers' lock held exclusive; a
+# batch checks it under the same lock, held shared: batch.py).
 #
 # A row is found by a keyed hash of its id, so a document has a different key
 # column under each key; a read asks for the hashes under every key held, and
