@@ -319,3 +319,18 @@ def test_one_clients_pipelined_writes_apply_in_the_order_sent(pair: Pair) -> Non
     assert all(reply["ok"] for reply in replies) and seqs == sorted(seqs)
     with pair.hosts[1].client() as client:
         assert client.load("piped") == snapshot("piped", g=63)
+
+
+def test_a_damaged_row_fails_the_batch_that_decides_on_it_and_nothing_else(pair: Pair) -> None:
+    from sessionstore.errors import IOFailure
+
+    with pair.hosts[0].client() as client:
+        client.save(snapshot("damaged", v=1))
+        pair.sql(
+            "UPDATE ss_documents SET body = body || '\\x00'::bytea WHERE key = 'damaged'::bytea"
+            " RETURNING 1"
+        )
+        with pytest.raises(IOFailure, match=r"ss_documents.*digest mismatch"):
+            client.update("damaged", "session", {"id": "damaged", "v": 2})
+        client.save(snapshot("healthy", v=1))  # the daemon serves on
+        assert client.load("healthy") == snapshot("healthy", v=1)

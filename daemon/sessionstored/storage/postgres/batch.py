@@ -49,8 +49,11 @@ from typing import Any, Protocol
 import cbor2
 import psycopg
 
+from sessionstore.wire.canonical import digest_bytes_of_canonical
+
 from ..decide import decide_all, fold_txn_results, record_applied
 from ..documents import Entry, Found, KeyRange
+from ..errors import CorruptRecord
 from ..mutations import (
     ANY,
     LEASE,
@@ -321,6 +324,8 @@ class BatchCommitter:
             where = f"ss_documents ({kind}, key {row[1].hex()})"
             plain_digest = self.store._open(bytes(digest), b"digest:" + what, where)
             plain_body = None if body is None else self.store._open(body, b"body:" + what, where)
+            if plain_body is not None and digest_bytes_of_canonical(plain_body) != plain_digest:
+                raise CorruptRecord(f"postgresql {where}", 0, "body digest mismatch")
             found[row] = Known(seq, plain_digest, size, plain_body)
         # only the lease's body is kept: a Rewrite reads its target's afresh
         self.cache.learn(
@@ -367,7 +372,9 @@ class BatchCommitter:
         self, conn: psycopg.Connection[Any], mutations: Sequence[Mutation], now_ms: int
     ) -> Batch:
         """conn is in autocommit mode. Raises psycopg.Error (the batch's outcome is then
-        unknown, io_error), FatalStorageError (a key this daemon lacks)."""
+        unknown, io_error), CorruptRecord (a row it read does not open or match its
+        digest: nothing is written, io_error), FatalStorageError (a key this daemon
+        lacks)."""
         self.timing.batches += 1
         if runs_exclusive(mutations) or _touches_many(mutations):
             return self._exclusive(conn, mutations, now_ms)
@@ -516,7 +523,7 @@ class BatchCommitter:
             if self.failpoint is None:
                 row = conn.execute(COMMIT_IN_ONE, (*stage_args, *take_args)).fetchone()
             else:
-                row = self._apply_in_steps(conn, stage_args, take_args, exclusive=exclusive)
+                row = self._apply_in_steps(conn, stage_args, take_args)
             assert row is not None
             status, base, waited_us, held_us = row
             self.timing.took(waited_us, held_us)
@@ -529,9 +536,8 @@ class BatchCommitter:
         conn: psycopg.Connection[Any],
         stage_args: tuple[Any, ...],
         take_args: tuple[Any, ...],
-        *,
-        exclusive: bool,
     ) -> tuple[int, int | None, int | None, int | None]:
+        """The two halves as two statements in one transaction, a failpoint between."""
         assert self.failpoint is not None
         hit = self.failpoint
         hit("before-intent")

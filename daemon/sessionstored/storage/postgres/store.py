@@ -719,6 +719,9 @@ class PgStore:
         try:
             conn = self._batch_conn()
             return self._commit(conn, mutations)
+        except CorruptRecord as error:  # a row it decides on is damaged: nothing written
+            failure = refused(ErrorCode.IO_ERROR, str(error))
+            return Batch([failure] * len(mutations), last_seq=self.seq)
         except (psycopg.Error, DatabaseUnreachable, DatabaseRefused, OSError) as error:
             if conn is not None:  # rolled back, if not committed: the next batch reconnects
                 conn.close()
