@@ -158,6 +158,9 @@ class Sealing(Protocol):
 
     def _keys(self, kind: str, doc_id: str) -> list[bytes]: ...
     def _seal(self, data: bytes, what: bytes) -> bytes: ...
+    def _document_row(
+        self, kind: str, doc_id: str, body: bytes, digest: bytes, seq: int
+    ) -> tuple[Any, ...]: ...
     def _open(self, data: bytes, what: bytes, where: str) -> bytes: ...
     def _scan_with(self, conn: psycopg.Connection[Any], wanted: KeyRange) -> Found: ...
     def _check_keying(self, conn: psycopg.Connection[Any], epoch: int) -> None: ...
@@ -238,7 +241,7 @@ class _State:
         self.max_document_bytes = store.max_document_bytes
         self.consulted: dict[Row, int] = {}
         self.lease: dict[str, Any] | None = None
-        body = self._body(LEASE, LEASE_ID)
+        body = self.body(LEASE, LEASE_ID)
         self.lease = cbor2.loads(body) if body is not None else None
         self.scan_conn: psycopg.Connection[Any] | None = None
 
@@ -263,12 +266,9 @@ class _State:
             return None
         return Entry(known.seq, known.digest, known.size, 0, 0, 0)
 
-    def _body(self, kind: str, doc_id: str) -> bytes | None:
+    def body(self, kind: str, doc_id: str) -> bytes | None:
         known = self._present(kind, doc_id)
         return None if known is None else known.body
-
-    def body(self, kind: str, doc_id: str) -> bytes | None:
-        return self._body(kind, doc_id)
 
     def damaged(self, kind: str, doc_id: str) -> bool:
         return False
@@ -438,49 +438,39 @@ class BatchCommitter:
     def _plan(self, accepted: list[Any], offset: int) -> _Plan:
         store = self.store
         plan = _Plan(offset)
-        final: dict[tuple[str, str], tuple[Put | Remove, int]] = {}
+        final: dict[tuple[str, str], tuple[Put | Remove, int, tuple[Any, ...] | None]] = {}
         for _, change, seq in accepted:
-            final[(change.kind, change.id)] = (change, seq - offset)
-            what = change.kind.encode()
-            name = store._seal(change.id.encode(), b"name:" + what)
-            if isinstance(change, Put):
-                digest = store._seal(change.digest, b"digest:" + what)
-                plan.changes[3].append(digest)
-                plan.changes[4].append(len(change.body))
+            ordinal = seq - offset
+            row = None
+            if isinstance(change, Put):  # the change's name and digest are the row's
+                row = store._document_row(change.kind, change.id, change.body, change.digest, 0)
+                _, _, name, _, digest, _, size = row
             else:
-                plan.changes[3].append(None)
-                plan.changes[4].append(0)
-            plan.changes[0].append(seq - offset)
-            plan.changes[1].append(change.kind)
-            plan.changes[2].append(name)
-        for (kind, doc_id), (change, ordinal) in final.items():
+                name = store._seal(change.id.encode(), b"name:" + change.kind.encode())
+                digest, size = None, 0
+            for column, value in zip(
+                plan.changes, (ordinal, change.kind, name, digest, size), strict=True
+            ):
+                column.append(value)
+            final[(change.kind, change.id)] = (change, ordinal, row)
+        for (kind, doc_id), (change, ordinal, row) in final.items():
             keys = store._keys(kind, doc_id)
             plan.locks.add(lock_id(kind, keys[0]))
-            removed = keys if isinstance(change, Remove) else keys[1:]
+            removed = keys[1:] if row is not None else keys
             for key in removed:
                 plan.deletes[0].append(kind)
                 plan.deletes[1].append(key)
                 plan.learned[(kind, key)] = (ordinal, ABSENT)
-            if isinstance(change, Put):
-                what = kind.encode()
-                body = change.body if kind == LEASE else None
+            if row is not None and isinstance(change, Put):
+                _, key, name, body, digest, _, size = row
                 for column, value in zip(
-                    plan.puts,
-                    (
-                        kind,
-                        keys[0],
-                        store._seal(doc_id.encode(), b"name:" + what),
-                        store._seal(change.body, b"body:" + what),
-                        store._seal(change.digest, b"digest:" + what),
-                        len(change.body),
-                        ordinal,
-                    ),
-                    strict=True,
+                    plan.puts, (kind, key, name, body, digest, size, ordinal), strict=True
                 ):
                     column.append(value)
-                plan.learned[(kind, keys[0])] = (
+                lease_body = change.body if kind == LEASE else None
+                plan.learned[(kind, key)] = (
                     ordinal,
-                    Known(ordinal, change.digest, len(change.body), body),
+                    Known(ordinal, change.digest, size, lease_body),
                 )
         return plan
 
