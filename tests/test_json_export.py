@@ -1,26 +1,35 @@
-# `sessionstore export` and `sessionstore import` (issue 28, item 4), through the
-# CLI against real daemons: every document of a store on either backend comes
-# back into an empty log store with the same digests, bytes, floats and
-# non-text keys included; an import reports each problem by its line number.
+# `sessionstore export` and `sessionstore import`, through the CLI against real
+# daemons: every document of a store on either backend comes back into an empty
+# log store with the same digests, bytes, floats and non-text keys included; an
+# import reports each problem by its line number, and hostile input ends in one
+# line on stderr and a non-zero exit, never a traceback or half an import.
 from __future__ import annotations
 
 import json
 import math
+import resource
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from sessionstore.wire.canonical import snapshot_digest
+
 from .conftest import DaemonProcess
 
 
 def _cli(
-    daemon: DaemonProcess, *args: str, stdin: str | None = None
+    daemon: DaemonProcess, *args: str, stdin: str | None = None, max_address_space: int = -1
 ) -> subprocess.CompletedProcess[str]:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (max_address_space, max_address_space))
+
     return subprocess.run(
         [sys.executable, "-m", "sessionstore.tools.cli", "--socket", daemon.socket_path, *args],
-        input=stdin, capture_output=True, text=True, timeout=120,
+        input=stdin, capture_output=True, text=True, timeout=120, preexec_fn=limit,
     )  # fmt: skip
 
 
@@ -65,13 +74,17 @@ def test_export_then_import_into_an_empty_store_keeps_every_digest(
     try:
         result = _cli(target, "--json", "import", str(exported))
         assert result.returncode == 0, result.stderr
-        assert json.loads(result.stdout) == {"imported": 6, "unchanged": 0, "problems": []}
+        assert json.loads(result.stdout) == {
+            "imported": 6, "unchanged": 0, "problems": [], "stopped": None
+        }  # fmt: skip
         again = _cli(target, "export")
         assert {
             (d["kind"], d["id"]): d["digest"] for d in map(json.loads, again.stdout.splitlines())
         } == digests
         rerun = _cli(target, "--json", "import", str(exported))  # create-only: nothing moves
-        assert json.loads(rerun.stdout) == {"imported": 0, "unchanged": 6, "problems": []}
+        assert json.loads(rerun.stdout) == {
+            "imported": 0, "unchanged": 6, "problems": [], "stopped": None
+        }  # fmt: skip
         with target.client() as client:
             stored = client.load("s/2")
             assert stored["session"]["blob"] == bytes(range(2, 42))
@@ -116,3 +129,99 @@ def test_an_import_reports_each_problem_by_its_line(running: DaemonProcess) -> N
     assert forced.returncode == 1 and "was written at" in forced.stderr  # digest "x" again
     with running.client() as client:
         assert client.load("there")["session"]["v"] == 2
+
+
+def _kv(key: str, value: Any, digest: str = "x") -> bytes:
+    return json.dumps({"kind": "kv", "id": key, "digest": digest, "value": value}).encode()
+
+
+def _nested(levels: int) -> bytes:
+    return b"[" * levels + b"]" * levels
+
+
+SESSION = {"schema_version": 1, "session": {"id": "s"}}
+# (what, the line, what its one stderr line says); each line's id is absent after
+HOSTILE_LINES = [
+    ("100,000 levels", _kv("deep", {"v": 0}).replace(b"0}", _nested(100_000) + b"}"),
+     "nested too deeply"),
+    ("deeper than the daemon takes", _kv("d70", {"v": 0}).replace(b"0}", _nested(70) + b"}"),
+     "the daemon takes 61"),
+    ("not UTF-8", _kv("a\udcffb", {}).replace(b"\\udcff", b"\xff"), "byte 0xff at offset"),
+    ("a float beyond range", _kv("f", {"v": 0}).replace(b"0}", b"1e99999}"),
+     "beyond a 64-bit float's range"),
+    ("an integer beyond 64 bits", _kv("i", {"v": 2**64}), "outside CBOR's range"),
+    ("a 5,000-digit integer", _kv("i5", {"v": 0}).replace(b"0}", b"9" * 5000 + b"}"),
+     "outside CBOR's range"),
+    ("a raw NUL", _kv("nul", {"v": "a"}).replace(b"a", b"\0"), "not JSON"),
+    ("NUL in an id", _kv("n\0l", {}), "must not contain NUL"),
+    ("a lone surrogate", _kv("sur", {"v": "\ud800"}), "lone surrogate"),
+    ("invalid $bytes", _kv("b", {"v": {"$bytes": "not base64!"}}), "bad $bytes value"),
+    ("an unknown kind", _kv("u", {}).replace(b'"kv"', b'"blob"'), "kind must be one of"),
+    ("another session's snapshot",
+     json.dumps({"kind": "session", "id": "t", "digest": "x", "value": SESSION}).encode(),
+     "not that session's snapshot"),
+    ("a 64 MiB value", _kv("big", {"v": "x" * (64 << 20)}), "too_large"),
+]  # fmt: skip
+
+
+def test_hostile_lines_are_refused_one_line_each_and_the_rest_imports(
+    running: DaemonProcess, tmp_path: Path
+) -> None:
+    good = [_kv(f"good/{n}", {"n": n}) for n in range(len(HOSTILE_LINES) + 1)]
+    lines = [good[0]]
+    for n, (_, line, _) in enumerate(HOSTILE_LINES):
+        lines += [line, good[n + 1]]  # each good line after a hostile one still goes in
+    source = tmp_path / "hostile.jsonl"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    result = _cli(running, "--json", "import", str(source), max_address_space=2 << 30)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    summary = json.loads(result.stdout)
+    problems = {p["line"]: p["problem"] for p in summary["problems"]}
+    stderr = result.stderr.splitlines()
+    assert len(stderr) == len(problems)
+    for n, (what, _, says) in enumerate(HOSTILE_LINES):
+        number = 2 * n + 2
+        assert says in problems.pop(number), what
+        [said] = [
+            line for line in stderr if line.startswith(f"sessionstore: import: line {number}:")
+        ]
+        assert says in said, what
+    # the good lines' only problem is the placeholder digest "x"; each went in
+    assert all("was written at" in what for what in problems.values())
+    assert summary["imported"] == len(good) and summary["stopped"] is None
+    with running.client() as client:
+        keys = {item["key"] for item in client.checkpoint_scan("kv", values=False)["items"]}
+        assert keys == {f"good/{n}" for n in range(len(good))}
+        assert client.list()["ids"] == []
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "long"])
+def test_an_endless_or_too_long_line_stops_the_import_in_one_line(
+    running: DaemonProcess, tmp_path: Path, source: str
+) -> None:
+    args = ["import", source]
+    if source == "long":
+        path = tmp_path / "long.jsonl"
+        path.write_bytes(
+            _kv("before", {}, snapshot_digest({}))
+            + b"\n"
+            + _kv("long", {"v": "x" * (2 << 20)})
+            + b"\n"
+        )
+        args = ["import", "--max-line-mib", "1", str(path)]
+    result = _cli(running, "--json", *args, max_address_space=2 << 30)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    [said] = result.stderr.splitlines()
+    line = 1 if source == "/dev/zero" else 2
+    assert f"line {line} is longer than" in said and "stopped there" in said
+    assert json.loads(result.stdout)["stopped"] in said
+    with running.client() as client:
+        keys = {item["key"] for item in client.checkpoint_scan("kv", values=False)["items"]}
+    assert keys == (set() if source == "/dev/zero" else {"before"})
+
+
+def test_importing_a_directory_is_refused_in_one_line(running: DaemonProcess) -> None:
+    result = _cli(running, "import", "/tmp")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == ["sessionstore: /tmp: Is a directory"]

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, Any, BinaryIO, NoReturn
 
 import cbor2
 
@@ -414,11 +414,29 @@ def _export(client: Client, args: argparse.Namespace, _out: Output) -> int:
 
 
 def _import(client: Client, args: argparse.Namespace, out: Output) -> int:
+    max_line_bytes = (
+        args.max_line_mib << 20 if args.max_line_mib else json_export.max_line_bytes(client)
+    )
+    report = json_export.ImportReport()
     with contextlib.ExitStack() as stack:
-        source = _opened(stack, args.file, "r")
-        report = json_export.import_documents(client, source, overwrite=args.overwrite)
+        if args.file == "-":
+            source: BinaryIO = sys.stdin.buffer
+        else:
+            try:
+                source = stack.enter_context(open(args.file, "rb"))
+            except OSError as error:
+                raise UsageError(f"{args.file}: {error.strerror}") from None
+        lines = json_export.read_lines(source, max_line_bytes)
+        try:
+            json_export.import_documents(client, lines, overwrite=args.overwrite, report=report)
+        except json_export.LineTooLong as error:
+            report.stopped = str(error)
+        except OSError as error:  # a read error part way
+            report.stopped = f"{args.file}: {error.strerror}"
     for line, problem in report.problems:
         print(f"sessionstore: import: line {line}: {problem}", file=sys.stderr)
+    if report.stopped is not None:
+        print(f"sessionstore: import: {report.stopped}", file=sys.stderr)
 
     def human(value: dict[str, Any]) -> str:
         return (
@@ -427,7 +445,7 @@ def _import(client: Client, args: argparse.Namespace, out: Output) -> int:
         )
 
     out.emit(report.as_dict(), human)
-    return EXIT_OK if not report.problems else EXIT_ERROR
+    return EXIT_OK if not report.problems and report.stopped is None else EXIT_ERROR
 
 
 def _encode(args: argparse.Namespace) -> int:
@@ -660,6 +678,13 @@ def _parser() -> argparse.ArgumentParser:
         "--overwrite",
         action="store_true",
         help="replace a document that is there at another digest",
+    )
+    import_.add_argument(
+        "--max-line-mib",
+        type=_positive_int,
+        metavar="MIB",
+        help="the longest line read (default: 4 x the daemon's max_request_bytes); "
+        "a longer line stops the import",
     )
     command("compact", _compact, "rewrite the log without dead records, checkpoint the index")
     get = command("get", _get, "print a session's snapshot (exit 3 when absent)")

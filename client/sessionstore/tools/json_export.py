@@ -8,21 +8,41 @@
 # backup is). An import writes create-only unless told to overwrite; a document
 # already there at the line's digest is skipped, one there at another is reported
 # and left alone; every problem is reported by its line number.
+#
+# A line is read as bytes, at most max_line_bytes of them, so that a file with no
+# line ends (/dev/zero) or one huge line cannot exhaust memory: a longer line
+# stops the import there. Each line is checked whole before anything is sent:
+# UTF-8, JSON (numbers within CBOR's range, nesting Python can decode), the
+# nesting depth of the request it makes (a request deeper than the daemon's
+# limit would cost the connection), text that UTF-8 can hold. A line is one
+# request, so it is imported whole or not at all.
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
+
+import cbor2
 
 from ..client import Client
 from ..errors import Conflict, SessionStoreError
+from ..wire import jsonform
 from ..wire.canonical import snapshot_digest
 from ..wire.jsonform import from_json_value, to_json_value
+from ..wire.shared import MAX_NESTING_DEPTH
 
 CHECKPOINT_KINDS = ("loop", "workflow", "kv")
 KINDS = ("session", *CHECKPOINT_KINDS)
 PAGE = 1000  # the daemon's largest range read
+# A JSON line is longer than the CBOR it stands for (base64 is 4/3 of the bytes,
+# escapes and wrappers more); a line up to this many times the daemon's
+# max_request_bytes is read, a longer one stops the import.
+LINE_BYTES_PER_REQUEST_BYTE = 4
+REQUEST_CONTAINERS_MAX = MAX_NESTING_DEPTH + 1  # nested maps and arrays, the request's own
+# containers around the value: {op, args: {snapshot}} and {op, args: {ops: [{value}]}}
+ENVELOPE_CONTAINERS = {"session": 2, "loop": 4, "workflow": 4, "kv": 4}
+# a value's JSON form nests at most 3 levels per CBOR level ({"$map": [[k, v]]})
+JSON_CONTAINERS_MAX = 3 * REQUEST_CONTAINERS_MAX
 
 
 def export_documents(client: Client) -> Iterator[dict[str, Any]]:
@@ -52,17 +72,47 @@ class ImportReport:
     imported: int = 0
     unchanged: int = 0  # already there at the line's digest
     problems: list[tuple[int, str]] = field(default_factory=list)  # (line number, what)
+    stopped: str | None = None  # why the import ended before the file did
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "imported": self.imported,
             "unchanged": self.unchanged,
             "problems": [{"line": line, "problem": what} for line, what in self.problems],
+            "stopped": self.stopped,
         }
 
 
-def import_documents(client: Client, lines: Iterable[str], *, overwrite: bool) -> ImportReport:
-    report = ImportReport()
+class LineTooLong(ValueError):
+    def __init__(self, line: int, max_line_bytes: int) -> None:
+        super().__init__(
+            f"line {line} is longer than {max_line_bytes} bytes; stopped there "
+            "(--max-line-mib reads longer lines)"
+        )
+
+
+def read_lines(source: BinaryIO, max_line_bytes: int) -> Iterator[bytes]:
+    """Each line of source without its line end; LineTooLong past max_line_bytes."""
+    number = 0
+    while chunk := source.readline(max_line_bytes + 1):
+        number += 1
+        line = chunk.removesuffix(b"\n")
+        if len(line) > max_line_bytes:
+            raise LineTooLong(number, max_line_bytes)
+        yield line
+
+
+def max_line_bytes(client: Client) -> int:
+    limits = client.hello()["limits"]
+    return int(limits["max_request_bytes"]) * LINE_BYTES_PER_REQUEST_BYTE
+
+
+def import_documents(
+    client: Client, lines: Iterable[bytes], *, overwrite: bool, report: ImportReport | None = None
+) -> ImportReport:
+    """Into report (a new one by default), which holds what came before an exception
+    from lines (LineTooLong, a read error)."""
+    report = ImportReport() if report is None else report
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -94,11 +144,18 @@ class _Problem(ValueError):
     pass
 
 
-def _read_line(line: str) -> tuple[str, str, str, Any]:
+def _read_line(line: bytes) -> tuple[str, str, str, Any]:
     try:
-        document = json.loads(line)
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        bad = line[error.start]
+        raise _Problem(f"not UTF-8: byte 0x{bad:02x} at offset {error.start}") from None
+    try:
+        document = jsonform.loads(text)
     except ValueError as error:
         raise _Problem(f"not JSON: {error}") from None
+    except RecursionError:
+        raise _Problem("not JSON that Python can decode: nested too deeply") from None
     if not isinstance(document, dict):
         raise _Problem("not a JSON object")
     kind, doc_id, digest = document.get("kind"), document.get("id"), document.get("digest")
@@ -106,11 +163,37 @@ def _read_line(line: str) -> tuple[str, str, str, Any]:
         raise _Problem(f"kind must be one of {', '.join(KINDS)}")
     if not isinstance(doc_id, str) or not isinstance(digest, str) or "value" not in document:
         raise _Problem("a line holds id and digest (text) and value")
+    most = REQUEST_CONTAINERS_MAX - ENVELOPE_CONTAINERS[kind]
+    if containers_deep(document["value"]) > JSON_CONTAINERS_MAX:
+        raise _Problem(f"value: nested deeper than the daemon takes ({most} levels)")
     try:
         value = from_json_value(document["value"])
     except ValueError as error:
         raise _Problem(f"value: {error}") from None
+    if (deep := containers_deep(value)) > most:
+        raise _Problem(f"value: nested {deep} levels deep; the daemon takes {most}")
+    try:
+        cbor2.dumps(value)
+    except UnicodeEncodeError:
+        raise _Problem("value: text with a lone surrogate escape is not Unicode") from None
     return kind, doc_id, digest, value
+
+
+def containers_deep(value: Any) -> int:
+    """How many maps and arrays nest in value, at most (0 for a scalar); no recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Iterable[Any] = [*item.keys(), *item.values()]
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _write(client: Client, kind: str, doc_id: str, value: Any, *, overwrite: bool) -> str:

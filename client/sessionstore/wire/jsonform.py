@@ -120,9 +120,29 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f'{name} is not JSON; write {{"$float": "{name}"}}')
 
 
+# the longest integer literal CBOR holds: "-18446744073709551616"
+INT_LITERAL_MAX_CHARS = len(str(CBOR_INT_MIN))
+
+
+def _parse_int(literal: str) -> int:
+    if len(literal) > INT_LITERAL_MAX_CHARS:  # before int(), which is quadratic in digits
+        raise ValueError(f"integer {literal[:24]}... is outside CBOR's range (tags are refused)")
+    return int(literal)
+
+
+def _parse_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise ValueError(f"number {literal[:24]} is beyond a 64-bit float's range")
+    return value
+
+
 def loads(text: str | bytes) -> Any:
-    """Strict JSON: the NaN and Infinity tokens are refused (see "$float")."""
-    return json.loads(text, parse_constant=_refuse_constant)
+    """Strict JSON: the NaN and Infinity tokens are refused (see "$float"), and so are
+    numbers no CBOR item holds (an integer beyond 64 bits, a float beyond its range)."""
+    return json.loads(
+        text, parse_constant=_refuse_constant, parse_int=_parse_int, parse_float=_parse_float
+    )
 
 
 def dumps(value: Any) -> str:
