@@ -225,3 +225,38 @@ def test_importing_a_directory_is_refused_in_one_line(running: DaemonProcess) ->
     result = _cli(running, "import", "/tmp")
     assert result.returncode == 2
     assert result.stderr.splitlines() == ["sessionstore: /tmp: Is a directory"]
+
+
+LINE_ENDS = "\u2028\u2029\u0085\u000b\u000c\u001c\u001d\u001e"
+
+
+def test_every_json_line_the_cli_writes_stays_one_line_for_splitlines(
+    running: DaemonProcess,
+) -> None:
+    session_id = f"ends{LINE_ENDS}"
+    snapshot = {"schema_version": 1, "session": {"id": session_id, LINE_ENDS: [LINE_ENDS]}}
+    with running.client() as client:
+        digest = client.save(snapshot)["digest"]
+        client.checkpoint_put("kv", f"k{LINE_ENDS}", {"v": LINE_ENDS})
+    outputs = {
+        "export": _cli(running, "export"),
+        "get": _cli(running, "--json", "get", session_id),
+        "watch": _cli(running, "watch", "--since", "0", "--count", "2"),
+        "head": _cli(running, "--json", "head", session_id),
+    }
+    for name, result in outputs.items():
+        assert result.returncode == 0, (name, result.stderr)
+        lines = result.stdout.splitlines()
+        assert len(lines) == {"export": 2, "watch": 2}.get(name, 1), name
+        assert all(json.loads(line) for line in lines), name
+    exported = outputs["export"].stdout
+    assert not set(LINE_ENDS) & set(exported)  # each one escaped
+    target = _target()
+    try:
+        result = _cli(target, "--json", "import", stdin=exported)
+        assert json.loads(result.stdout)["imported"] == 2, result.stderr
+        with target.client() as client:
+            assert client.load_with_meta(session_id)["digest"] == digest
+    finally:
+        target.stop()
+        target.cleanup()

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from sessionstore.wire import jsonform
 from sessionstore.wire.canonical import canonical_dumps, snapshot_digest
@@ -25,6 +26,21 @@ def test_the_json_form_reads_back_as_the_same_value(value: Any) -> None:
     text = jsonform.dumps(value)
     back = jsonform.from_json_value(jsonform.loads(text))
     assert canonical_dumps(back) == reference_encode(value)
+
+
+@given(values)
+def test_a_json_line_is_one_line_for_splitlines_and_reads_back(value: Any) -> None:
+    line = jsonform.json_line(jsonform.to_json_value(value))
+    assert len(line.splitlines()) == 1
+    back = jsonform.from_json_value(jsonform.loads(line))
+    assert canonical_dumps(back) == reference_encode(value)
+
+
+@given(st.text(alphabet=st.sampled_from("a\u2028\u2029\x85\x0b\x0c\x1c\x1d\x1e\r\n\u00e9")))
+def test_every_line_end_is_escaped_and_other_text_stays_raw(text: str) -> None:
+    line = jsonform.json_line({text: [text]})
+    assert line.splitlines() == [line] and json.loads(line) == {text: [text]}
+    assert "\\u00e9" not in line  # UTF-8 text is kept as it is
 
 
 def test_wrappers_and_look_alikes_stay_apart() -> None:
@@ -45,6 +61,11 @@ def test_wrappers_and_look_alikes_stay_apart() -> None:
         '{"x": {"$bytes": 5}}',
         '{"x": {"$map": [[1]]}}',
         '{"x": {"$map": [[1, 2], [1, 3]]}}',
+        '{"x": 1e400}',
+        '{"x": -1e400}',
+        '{"x": 18446744073709551616}',
+        '{"x": -18446744073709551617}',
+        '{"x": ' + "7" * 5000 + "}",
     ],
 )
 def test_bad_json_forms_are_refused(line: str) -> None:

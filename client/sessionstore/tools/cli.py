@@ -81,7 +81,7 @@ class Output:
         if self.pretty:
             text = human(value) if human else json.dumps(value, indent=2, ensure_ascii=False)
         else:
-            text = json.dumps(to_json_value(value), ensure_ascii=False)
+            text = jsonform.json_line(to_json_value(value))
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
 
@@ -407,7 +407,7 @@ def _export(client: Client, args: argparse.Namespace, _out: Output) -> int:
     with contextlib.ExitStack() as stack:
         target = _opened(stack, args.file, "w")
         for line in json_export.export_documents(client):
-            target.write(json.dumps(line, ensure_ascii=False, allow_nan=False) + "\n")
+            target.write(jsonform.json_line(line) + "\n")
             count += 1
     print(f"sessionstore: exported {count} documents", file=sys.stderr)
     return EXIT_OK
@@ -788,7 +788,7 @@ def _error_message(error: SessionStoreError, socket_path: str) -> str:
         current = error.details.get("current")
         return f"{message} (current digest: {current or 'none'})"
     extra = {k: v for k, v in error.details.items() if k != "current"}
-    return message + (f" {json.dumps(to_json_value(extra))}" if extra else "")
+    return message + (f" {jsonform.json_line(to_json_value(extra))}" if extra else "")
 
 
 def _encode_output_whatever_the_locale(as_json: bool) -> None:

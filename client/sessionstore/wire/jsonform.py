@@ -145,5 +145,21 @@ def loads(text: str | bytes) -> Any:
     )
 
 
+# Every character some reader of JSON lines takes for a line end: str.splitlines()
+# splits on all of them, JavaScript before ES2019 and several log shippers on
+# U+2028 and U+2029. json.dumps escapes those below U+0020 itself; with
+# ensure_ascii=False it leaves U+0085, U+2028 and U+2029 raw, valid JSON that
+# such a reader cuts in two. They can only stand inside strings, so an escape is
+# always the same text.
+_LINE_ENDS = [0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029]
+_ESCAPED_LINE_ENDS = {code: f"\\u{code:04x}" for code in _LINE_ENDS}
+
+
+def json_line(value: Any) -> str:
+    """value (already in its JSON form) as one line of JSON for every reader: UTF-8
+    text kept as it is, line ends escaped."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False).translate(_ESCAPED_LINE_ENDS)
+
+
 def dumps(value: Any) -> str:
     return json.dumps(to_json_value(value), separators=(",", ":"), allow_nan=False)
