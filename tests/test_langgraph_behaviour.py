@@ -13,6 +13,7 @@ import pytest
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 
 from sessionstore.langgraph import DeletedCheckpoint, SessionStoreSaver
@@ -56,14 +57,29 @@ def test_a_lone_string_is_refused_where_a_sequence_of_ids_is_wanted(
     saver = SessionStoreSaver(running.socket_path)
     for thread in ("a", "b"):
         _put(saver, thread, *_ids(1), None)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError) as postgres_saver:
+        PostgresSaver(None).prune("ab")  # type: ignore[arg-type]  # refused before any query
+    words = str(postgres_saver.value)
+    assert words == "thread_ids must be a sequence of thread IDs, not a str"
+    with pytest.raises(TypeError) as refused:
         saver.prune("ab")  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    assert str(refused.value) == words
+    with pytest.raises(
+        TypeError, match=r"^thread_ids must be a sequence of thread IDs, not a str$"
+    ):
         saver.prune("ab", strategy="delete")  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    with pytest.raises(
+        TypeError, match=r"^thread_ids must be a sequence of thread IDs, not a str$"
+    ):
         asyncio.run(saver.aprune("ab"))  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^run_ids must be a sequence of run IDs, not a str$"):
         saver.delete_for_runs("ab")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^run_ids must be a sequence of run IDs, not a bytes$"):
+        saver.delete_for_runs(b"ab")  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError, match=r"^channels must be a sequence of channel names, not an int$"
+    ):
+        saver.get_delta_channel_history(config=_config("a"), channels=5)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         saver.get_delta_channel_history(config=_config("a"), channels="ab")
     with pytest.raises(TypeError):

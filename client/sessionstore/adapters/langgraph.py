@@ -689,11 +689,18 @@ def _digest_of(value: dict[str, Any]) -> str:
     return digest_text(digest_bytes_of_canonical(canonical_dumps(value)))
 
 
+# what the items of each id argument are, in PostgresSaver's words for thread_ids
+_ITEMS = {"thread_ids": "thread IDs", "run_ids": "run IDs", "channels": "channel names"}
+
+
 def _ids(values: Sequence[str], name: str) -> list[str]:
     """A sequence of ids as a list; a lone string is refused (iterating it would act on
-    one id per character), as PostgresSaver refuses it."""
+    one id per character) with the words PostgresSaver uses, which the frameworks'
+    own tests match."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise TypeError(f"{name} must be a sequence of ids, not {type(values).__name__}")
+        kind = type(values).__name__
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise TypeError(f"{name} must be a sequence of {_ITEMS[name]}, not {article} {kind}")
     return [str(value) for value in values]
 
 
