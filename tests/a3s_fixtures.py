@@ -71,6 +71,9 @@ def storage_name(doc_id: str) -> str:
     return "id_" + base64.urlsafe_b64encode(doc_id.encode()).rstrip(b"=").decode() + ".json"
 
 
+# ToolPresentationProfileV1::default() (tools/presentation.rs): the adaptive profile,
+# what SessionConfig's #[serde(default)] gives; written by 8.x and 9.0 always
+PRESENTATION_PROFILE = {"schema": "a3s.code.tool-presentation-profile.v1", "mode": "adaptive"}
 # ToolResultTransformPolicyV1::conservative() (tools/result_transform.rs; MAX_OUTPUT_SIZE
 # is 100 KiB in tools/mod.rs), what SessionConfig's #[serde(default)] gives
 TRANSFORM_POLICY = {
@@ -101,6 +104,7 @@ def session_data(session_id: str, generation: str = "g1", **fields: Any) -> dict
             "planning_mode": "Auto",
             "goal_tracking": False,
             "tool_result_transform_policy": TRANSFORM_POLICY,
+            "tool_presentation_profile": PRESENTATION_PROFILE,
         },
         "state": "Active",
         "messages": [
@@ -157,7 +161,7 @@ def session_data(session_id: str, generation: str = "g1", **fields: Any) -> dict
 def legacy_session_data(session_id: str, name: str = "old") -> dict[str, Any]:
     """A SessionData from before total_cost, cost_records, tasks (it was "todos"),
     auto_compact_threshold, storage_type, planning_mode, goal_tracking and the
-    tool-result transform policy existed."""
+    tool-result transform policy and the tool presentation profile existed."""
     session = session_data(session_id, name)
     for field in ("total_cost", "cost_records", "tasks"):
         del session[field]
@@ -165,7 +169,7 @@ def legacy_session_data(session_id: str, name: str = "old") -> dict[str, Any]:
     session["config"] = {
         k: v for k, v in session["config"].items()
         if k not in ("auto_compact_threshold", "storage_type", "planning_mode", "goal_tracking",
-                     "tool_result_transform_policy")
+                     "tool_result_transform_policy", "tool_presentation_profile")
     }  # fmt: skip
     return session
 
@@ -252,6 +256,7 @@ def as_upstream_reads(session: dict[str, Any]) -> dict[str, Any]:
             "planning_mode": "Auto",
             "goal_tracking": False,
             "tool_result_transform_policy": TRANSFORM_POLICY,
+            "tool_presentation_profile": PRESENTATION_PROFILE,
             **config,
         }
     return read

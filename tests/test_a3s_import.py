@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from .a3s_fixtures import (
+    PRESENTATION_PROFILE,
     TRANSFORM_POLICY,
     UpstreamStore,
     as_upstream_reads,
@@ -258,6 +259,7 @@ def test_an_old_session_comes_with_the_fields_serde_fills_in(
         "planning_mode": "Auto",
         "goal_tracking": False,
         "tool_result_transform_policy": TRANSFORM_POLICY,
+        "tool_presentation_profile": PRESENTATION_PROFILE,
     }
 
 

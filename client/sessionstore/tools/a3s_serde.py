@@ -3,7 +3,8 @@
 # artifact manifest loads as, and the bytes serde_json writes for a value (the
 # input of every upstream digest). Read at A3S-Lab/Code: core/src/store/
 # session_data.rs (e13ee21d), core/src/tools/{artifacts.rs,result_transform.rs,
-# mod.rs}, core/src/llm/types.rs, core/src/config/mod.rs, core/src/prompts.rs.
+# mod.rs,presentation.rs (e869ff54)}, core/src/llm/types.rs,
+# core/src/config/mod.rs, core/src/prompts.rs.
 #
 # Serde's rules, as they apply here: a field without #[serde(default)] must be
 # present, except an Option, which reads as None; #[serde(default)] reads a
@@ -33,6 +34,11 @@ CONSERVATIVE_TRANSFORM_POLICY: dict[str, Any] = {
     "repeated_line_threshold": 3,
     "structured_sample_items": 0,
 }
+# ToolPresentationProfileV1::default(), which is adaptive()
+ADAPTIVE_PRESENTATION_PROFILE: dict[str, Any] = {
+    "schema": "a3s.code.tool-presentation-profile.v1",
+    "mode": "adaptive",
+}
 # a missing field reads as: #[serde(default)] fields at their Default, and the
 # Options that are written as null when None (no skip_serializing_if)
 SESSION_DEFAULTS: dict[str, Any] = {
@@ -45,6 +51,7 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "planning_mode": "Auto",  # PlanningMode::Auto
     "goal_tracking": False,
     "tool_result_transform_policy": CONSERVATIVE_TRANSFORM_POLICY,
+    "tool_presentation_profile": ADAPTIVE_PRESENTATION_PROFILE,
 }
 # Options with skip_serializing_if = "Option::is_none": a null is read as None and
 # never written back; the confirmation and permission policies are two of them
