@@ -18,6 +18,7 @@ import pytest
 from sessionstore.client import Client
 
 from .postgres_server import PostgresServer, start_server
+from .tools import missing_line, require
 
 READY_TIMEOUT_S = 30.0
 
@@ -214,8 +215,11 @@ def short_tmp() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresServer | None]:
-    yield from start_server()
+def postgres() -> Iterator[PostgresServer]:
+    require("initdb")
+    for server in start_server():
+        assert server is not None  # require() found initdb
+        yield server
 
 
 @pytest.fixture(params=["log", "postgresql"])
@@ -233,9 +237,7 @@ def daemon(
 ) -> Iterator[DaemonProcess]:
     database_url = None
     if backend == "postgresql":
-        server: PostgresServer | None = request.getfixturevalue("postgres")
-        if server is None:
-            pytest.fail("PostgreSQL is not installed here (.ci/run installs it)")
+        server: PostgresServer = request.getfixturevalue("postgres")
         database_url = server.url(server.create_database())
     process = DaemonProcess(short_tmp, database_url)
     yield process
@@ -255,3 +257,14 @@ def daemon(
 def running(daemon: DaemonProcess) -> DaemonProcess:
     daemon.start()
     return daemon
+
+
+def pytest_report_header() -> list[str]:
+    line = missing_line()
+    return [line] if line else []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    line = missing_line()
+    if line:
+        terminalreporter.write_line(line, yellow=True)

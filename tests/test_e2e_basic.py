@@ -24,6 +24,7 @@ from sessionstore.client import Client
 from sessionstore.errors import BadRequest, ConnectionLost
 
 from .conftest import DaemonProcess, snapshot
+from .tools import require
 
 
 def _raw_exchange(
@@ -285,6 +286,7 @@ def test_json_lines_mode(running: DaemonProcess) -> None:
 
 
 def test_socat_round_trip_with_cbor2_tool(running: DaemonProcess) -> None:
+    require("socat")
     cmd = (
         f'echo \'{{"op":"ping","rid":7}}\' | {sys.executable} -m cbor2.tool --format json'
         f" | socat -t 2 - UNIX-CONNECT:{running.socket_path} | {sys.executable} -m cbor2.tool -s"

@@ -23,6 +23,7 @@ from sessionstore.errors import IOFailure, NoSpace, Overloaded
 
 from .conftest import DaemonProcess, private_tmp_command, snapshot
 from .storage_helpers import locate_record
+from .tools import require
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (other uids, tmpfs)")
@@ -35,6 +36,7 @@ def _shared_dir(path: Path) -> DaemonProcess:
 
 
 def _as_nobody(socket_path: str, *requests: dict) -> list[dict]:
+    require("socat")
     lines = "".join(json.dumps(r) + "\n" for r in requests)
     result = subprocess.run(
         ["socat", "-t", "3", "-", f"UNIX-CONNECT:{socket_path}"],

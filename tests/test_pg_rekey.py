@@ -33,9 +33,7 @@ KEY_ID_AT = len(SEAL_MAGIC)
 
 
 @pytest.fixture
-def url(postgres: PostgresServer | None) -> str:
-    if postgres is None:
-        pytest.fail("PostgreSQL is not installed here (.ci/run installs it)")
+def url(postgres: PostgresServer) -> str:
     return postgres.url(postgres.create_database())
 
 

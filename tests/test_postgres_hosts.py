@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ from sessionstore.errors import Conflict, Fenced, SessionStoreError
 
 from .conftest import DaemonProcess, snapshot
 from .postgres_server import PostgresServer
+from .tools import require, require_root
 
 HOSTS = 3
 
@@ -35,8 +35,8 @@ def _ip(*args: str) -> None:
 @pytest.fixture
 def namespaces() -> Iterator[list[tuple[str, str]]]:
     """(namespace, the database host's address as seen from it), one per host."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.fail("network namespaces need root and iproute2 (.ci/run runs as root)")
+    require("ip")
+    require_root("network namespaces")
     tag = f"{os.getpid() % 10000}"
     made: list[tuple[str, str]] = []
     try:
@@ -79,10 +79,8 @@ class Cluster:
 
 @pytest.fixture
 def cluster(
-    postgres: PostgresServer | None, namespaces: list[tuple[str, str]], short_tmp: Path
+    postgres: PostgresServer, namespaces: list[tuple[str, str]], short_tmp: Path
 ) -> Iterator[Cluster]:
-    if postgres is None:
-        pytest.fail("PostgreSQL is not installed here (.ci/run installs it)")
     database = postgres.create_database()
     hosts = []
     for number, (name, address) in enumerate(namespaces):
@@ -265,9 +263,7 @@ def test_an_immediate_postgresql_restart_under_load_loses_nothing_acknowledged(
     _assert_kept(cluster, 1, load.acknowledged)
 
 
-def test_a_database_that_is_down_is_waited_for(
-    postgres: PostgresServer | None, short_tmp: Path
-) -> None:
+def test_a_database_that_is_down_is_waited_for(postgres: PostgresServer, short_tmp: Path) -> None:
     assert postgres is not None
     daemon = DaemonProcess(short_tmp, postgres.url("postgres").replace(str(postgres.port), "1"))
     daemon.start(wait=False)
@@ -286,7 +282,7 @@ def test_a_database_that_is_down_is_waited_for(
     [("password", "password authentication failed"), ("database", "does not exist")],
 )
 def test_bad_credentials_or_a_missing_database_exit_with_one_line(
-    postgres: PostgresServer | None, short_tmp: Path, breakage: str, needle: str
+    postgres: PostgresServer, short_tmp: Path, breakage: str, needle: str
 ) -> None:
     assert postgres is not None
     url = (
@@ -304,7 +300,7 @@ def test_bad_credentials_or_a_missing_database_exit_with_one_line(
 
 
 def test_a_role_that_may_not_create_the_schema_exits_with_one_line(
-    postgres: PostgresServer | None, short_tmp: Path
+    postgres: PostgresServer, short_tmp: Path
 ) -> None:
     assert postgres is not None
     database = postgres.create_database()
@@ -328,7 +324,7 @@ def test_a_bad_url_is_refused_at_once(short_tmp: Path) -> None:
 
 
 def test_with_a_key_the_database_never_sees_plaintext(
-    postgres: PostgresServer | None, short_tmp: Path
+    postgres: PostgresServer, short_tmp: Path
 ) -> None:
     import psycopg
 
@@ -366,7 +362,7 @@ def test_with_a_key_the_database_never_sees_plaintext(
         daemon.cleanup()
 
 
-def test_the_changes_table_stays_bounded(postgres: PostgresServer | None, short_tmp: Path) -> None:
+def test_the_changes_table_stays_bounded(postgres: PostgresServer, short_tmp: Path) -> None:
     import psycopg
 
     from sessionstore.errors import Compacted
@@ -396,7 +392,7 @@ def test_the_changes_table_stays_bounded(postgres: PostgresServer | None, short_
 
 
 def test_while_the_database_is_down_requests_get_io_error_then_it_serves_again(
-    postgres: PostgresServer | None, short_tmp: Path
+    postgres: PostgresServer, short_tmp: Path
 ) -> None:
     from sessionstore.errors import IOFailure
 

@@ -43,13 +43,11 @@ class Pair:
 
 
 def _start(
-    postgres: PostgresServer | None,
+    postgres: PostgresServer,
     short_tmp: Path,
     envs: list[dict[str, str]],
     *extra: str,
 ) -> Iterator[Pair]:
-    if postgres is None:
-        pytest.fail("PostgreSQL is not installed here (.ci/run installs it)")
     database = postgres.create_database()
     hosts = []
     for number in range(len(envs)):
@@ -66,13 +64,13 @@ def _start(
 
 
 @pytest.fixture
-def pair(postgres: PostgresServer | None, short_tmp: Path) -> Iterator[Pair]:
+def pair(postgres: PostgresServer, short_tmp: Path) -> Iterator[Pair]:
     """Each with three batches in flight: they race among themselves too."""
     yield from _start(postgres, short_tmp, [{}, {}], "--batches-in-flight", "3")
 
 
 @pytest.fixture
-def held_pair(postgres: PostgresServer | None, short_tmp: Path) -> Iterator[Pair]:
+def held_pair(postgres: PostgresServer, short_tmp: Path) -> Iterator[Pair]:
     """The first daemon's first batch stops before it takes its seqs, its rows staged and
     its locks held, until the daemon is killed."""
     hold = {"SESSIONSTORED_FAILPOINTS": "before-commit-record=hang"}

@@ -24,6 +24,7 @@ import pytest
 from sessionstore.paths import default_socket
 
 from .conftest import private_tmp_command
+from .tools import installed, require
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -176,8 +177,12 @@ print(pid)
             assert daemon.poll() is None, daemon.communicate()[1]
             assert time.monotonic() < deadline, "the daemon did not come up"
             time.sleep(0.1)
+        need_socat = []  # lines of the blocks that need socat, when it is missing
         for block in readme_blocks():
             if block.skip_reason is not None:
+                continue
+            if "socat" in block.body and not installed("socat"):
+                need_socat.append(block.line)
                 continue
             if block.lang == "sh":
                 command = ["bash", "-e", "-o", "pipefail", "-c", block.body]
@@ -196,6 +201,8 @@ print(pid)
             assert result.returncode == 0, f"{where}:\n{result.stdout}\n{result.stderr}"
             assert result.stdout.strip(), f"{where} printed nothing"
             assert "Traceback" not in result.stderr, f"{where}:\n{result.stderr}"
+        if need_socat:  # every other block ran
+            require("socat", f"README.md lines {', '.join(map(str, need_socat))} did not run")
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(30)

@@ -20,14 +20,12 @@ from sessionstore.client import Client
 from sessionstore.errors import SessionStoreError
 
 from .conftest import DaemonProcess, snapshot
+from .tools import require
 
 pytestmark = pytest.mark.log_only  # the unit runs the embedded default
 
 ROOT = Path(__file__).resolve().parent.parent
 UNITS = ROOT / "systemd"
-needs_analyze = pytest.mark.skipif(
-    shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed"
-)
 
 
 def _units_for_this_machine(tmp: Path) -> Path:
@@ -41,8 +39,8 @@ def _units_for_this_machine(tmp: Path) -> Path:
     return tmp
 
 
-@needs_analyze
 def test_units_verify_without_a_word(tmp_path: Path) -> None:
+    require("systemd-analyze")
     units = _units_for_this_machine(tmp_path)
     result = subprocess.run(
         [
@@ -61,8 +59,8 @@ def test_units_verify_without_a_word(tmp_path: Path) -> None:
     assert result.stderr == ""
 
 
-@needs_analyze
 def test_service_hardening_scores_3_or_better(tmp_path: Path) -> None:
+    require("systemd-analyze")
     units = _units_for_this_machine(tmp_path)
     result = subprocess.run(
         ["systemd-analyze", "security", "--offline=yes", str(units / "sessionstored.service")],
@@ -116,10 +114,8 @@ def test_a_hung_writer_stops_the_watchdog_pings(daemon: DaemonProcess) -> None:
     daemon.kill9()
 
 
-@pytest.mark.skipif(
-    shutil.which("systemd-socket-activate") is None, reason="no systemd-socket-activate"
-)
 def test_socket_activation_through_systemd_socket_activate(short_tmp: Path) -> None:
+    require("systemd-socket-activate")
     sock_path = str(short_tmp / "activated.sock")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONSTORE", "LISTEN_"))}
     proc = subprocess.Popen(
