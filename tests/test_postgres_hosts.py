@@ -186,81 +186,145 @@ def test_a_watcher_on_one_host_sees_every_commit_in_order_across_a_restart(
     assert seqs == list(range(start + 1, start + 41))  # every host's commits, none skipped
 
 
-class Load:
-    """Clients saving for a while through some hosts: what was acknowledged (by id, the
-    last acknowledged snapshot) and how many requests failed."""
+# A busy machine is slow, not lossy: the waits below end on progress (every writer
+# acknowledged again after the disruption), and give up only after this long with
+# no acknowledgement at all, which is a stuck store, not a slow one.
+STALLED_S = 120.0
 
-    def __init__(self) -> None:
+
+class Load:
+    """Clients saving through some hosts until the deadline and, after a disruption,
+    until every one of them has been acknowledged again: what was acknowledged (by
+    id, the last acknowledged snapshot) and how many requests failed."""
+
+    def __init__(self, workers: int) -> None:
         self.acknowledged: dict[str, dict[str, Any]] = {}
         self.failures = 0
+        self.workers = workers
+        self.disrupted_at: float | None = None
+        self.recovered: set[int] = set()  # workers acknowledged after the disruption
+        self.last_ack = time.monotonic()
         self.threads: list[threading.Thread] = []
+        self.lock = threading.Lock()
+
+    def disrupt(self, action: Any) -> None:
+        with self.lock:
+            self.disrupted_at = time.monotonic()
+        action()
+
+    def stalled(self) -> bool:
+        return time.monotonic() - self.last_ack > STALLED_S
+
+    def done(self, worker: int, deadline: float) -> bool:
+        if time.monotonic() < deadline:
+            return False
+        return self.disrupted_at is None or worker in self.recovered or self.stalled()
+
+    def acked(self, worker: int, document: dict[str, Any], sent_at: float) -> None:
+        with self.lock:
+            self.acknowledged[f"load/{worker}"] = document
+            self.last_ack = time.monotonic()
+            if self.disrupted_at is not None and sent_at > self.disrupted_at:
+                self.recovered.add(worker)
 
     def finish(self) -> None:
         for thread in self.threads:
-            thread.join(60)
+            thread.join()
+        assert not self.stalled(), f"no save was acknowledged for {STALLED_S} s"
+        assert self.recovered == set(range(self.workers)), self.recovered
+        assert len(self.acknowledged) == self.workers
 
 
 def _writers(cluster: Cluster, hosts: list[int], seconds: float) -> Load:
-    load = Load()
-    lock = threading.Lock()
+    load = Load(workers=12)
     deadline = time.monotonic() + seconds
 
     def write(worker: int) -> None:
         host = hosts[worker % len(hosts)]
         number = 0
-        client = Client(cluster.hosts[host].socket_path, timeout=10)
-        while time.monotonic() < deadline:
+        client = Client(cluster.hosts[host].socket_path, timeout=STALLED_S)
+        while not load.done(worker, deadline):
             document = snapshot(f"load/{worker}", n=number)
+            sent_at = time.monotonic()
             try:
                 client.save(document)
             except SessionStoreError:
-                with lock:
+                with load.lock:
                     load.failures += 1
                 client.close()
                 time.sleep(0.05)
                 continue
-            with lock:
-                load.acknowledged[f"load/{worker}"] = document
+            load.acked(worker, document, sent_at)
             number += 1
         client.close()
 
-    load.threads = [threading.Thread(target=write, args=(n,)) for n in range(12)]
+    load.threads = [threading.Thread(target=write, args=(n,)) for n in range(load.workers)]
     for thread in load.threads:
         thread.start()
     return load
 
 
+def _served(cluster: Cluster, host: int, call: Any) -> Any:
+    """call(client)'s result once the host serves it again: an io_error (its database
+    not back yet) is retried while the daemon lives, until STALLED_S."""
+    started = time.monotonic()
+    while True:
+        try:
+            with cluster.client(host, timeout=STALLED_S) as client:
+                return call(client)
+        except SessionStoreError as error:
+            daemon = cluster.hosts[host].proc
+            assert daemon is not None and daemon.poll() is None, cluster.hosts[host].log()
+            if error.code != "io_error" or time.monotonic() - started > STALLED_S:
+                raise
+            time.sleep(0.1)
+
+
 def _assert_kept(cluster: Cluster, host: int, acknowledged: dict[str, dict[str, Any]]) -> None:
-    with cluster.client(host) as client:
+    def check(client: Client) -> None:
         for session_id, document in acknowledged.items():
             stored = client.load(session_id)
             assert stored is not None, session_id
             assert stored["session"]["n"] >= document["session"]["n"], session_id
 
+    _served(cluster, host, check)
+
 
 def test_kill_9_of_one_daemon_under_load_loses_nothing_acknowledged(cluster: Cluster) -> None:
     load = _writers(cluster, [0, 1], seconds=4.0)
     time.sleep(2.0)
-    cluster.hosts[0].kill9()
-    load.finish()  # host 1 served on meanwhile
-    assert len(load.acknowledged) == 12
+    load.disrupt(cluster.hosts[0].kill9)
+    with load.lock:
+        so_far = dict(load.acknowledged)
+    _assert_kept(cluster, 2, so_far)  # host 1 serves on meanwhile
+    cluster.hosts[0].start()  # as systemd would; host 0's writers come back
+    load.finish()
     _assert_kept(cluster, 2, load.acknowledged)
-    cluster.hosts[0].start()
     _assert_kept(cluster, 0, load.acknowledged)
 
 
+# The server comes back in the background, as systemd brings it back, after 0 s or
+# after 12 s: longer than the writers' planned run and than any of the daemon's own
+# waits (a pooled read's 10 s), as a crash recovery on a busy machine can take.
+@pytest.mark.parametrize("down_s", [0.0, 12.0])
 def test_an_immediate_postgresql_restart_under_load_loses_nothing_acknowledged(
-    cluster: Cluster,
+    cluster: Cluster, down_s: float
 ) -> None:
+    def restart() -> None:
+        cluster.server.stop("immediate")
+        time.sleep(down_s)
+        cluster.server.start()
+
     load = _writers(cluster, [0, 1, 2], seconds=6.0)
     time.sleep(2.0)
-    cluster.server.restart_immediately()
-    load.finish()
+    restarting = threading.Thread(target=restart)
+    load.disrupt(restarting.start)
+    load.finish()  # every daemon reconnected by itself: each writer was acknowledged again
+    restarting.join()
     assert load.failures > 0  # in-flight requests got errors, not a false ok
-    for host in range(HOSTS):  # every daemon reconnected by itself
-        with cluster.client(host) as client:
-            client.save(snapshot(f"after-restart/{host}"))
-    _assert_kept(cluster, 1, load.acknowledged)
+    for host in range(HOSTS):
+        _served(cluster, host, lambda client: client.save(snapshot("after-restart")))
+        _assert_kept(cluster, host, load.acknowledged)
 
 
 def test_a_database_that_is_down_is_waited_for(postgres: PostgresServer, short_tmp: Path) -> None:
