@@ -1,6 +1,7 @@
 # storage/decide.py: a batch decided against the log's committed state, in commit
 # order, before anything is written: the fence, expect, Rewrites and txns, and
-# the seqs the accepted changes take.
+# the seqs the accepted changes take; an expired generation is absent to every
+# decision but the sweep's.
 from __future__ import annotations
 
 import cbor2
@@ -10,10 +11,22 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.shared import Refusal
 from sessionstored.storage.decide import decide_all, fence_refusal
 from sessionstored.storage.log.store import _IndexState
-from sessionstored.storage.mutations import ANY, LEASE, LEASE_ID, Mutation, Put, Rewrite, Txn
-from sessionstored.storage.txn import TxnDelete
+from sessionstored.storage.mutations import (
+    ANY,
+    LEASE,
+    LEASE_ID,
+    Expire,
+    Mutation,
+    Put,
+    Remove,
+    Rewrite,
+    Txn,
+)
+from sessionstored.storage.txn import Require, TxnDelete
 
 from .storage_helpers import body_for, new_fs, open_store, put, remove
+
+NOW_MS = 1_900_000_000_000  # the batch's clock in these decisions
 
 
 def test_accepted_changes_take_consecutive_seqs_in_commit_order() -> None:
@@ -21,7 +34,7 @@ def test_accepted_changes_take_consecutive_seqs_in_commit_order() -> None:
     store.commit([put("a", 1)])  # seq 1
     first = store.seq + 1
     batch: list[Mutation] = [put("b", 1), remove("never"), put("a", 2), remove("a")]
-    outcomes, accepted, _ = decide_all(_IndexState(store), batch, first, full=False)
+    outcomes, accepted, _ = decide_all(_IndexState(store), batch, first, full=False, now_ms=NOW_MS)
     assert [(position, change.id, seq) for position, change, seq in accepted] == [
         (0, "b", first),
         (2, "a", first + 1),
@@ -42,6 +55,7 @@ def test_a_failed_expect_says_what_is_current() -> None:
         [put("a", 2, expect=b"\1" * 16), put("new", 1, expect=None), put("a", 3, expect=None)],
         store.seq + 1,
         full=False,
+        now_ms=NOW_MS,
     )
     stale, created, exists = outcomes
     assert stale is not None and stale.refused is not None
@@ -86,6 +100,7 @@ def test_a_lease_change_decides_for_itself_and_a_rewrite_sees_committed_bytes() 
         ],
         store.seq + 1,
         full=False,
+        now_ms=NOW_MS,
     )
     assert seen == [held]
     assert [change.kind for _, change, _ in accepted] == [LEASE]
@@ -100,8 +115,61 @@ def test_a_full_disk_takes_only_removals() -> None:
     store.commit([put("a", 1), put("b", 1)])
     state = _IndexState(store)
     batch: list[Mutation] = [put("c", 1), remove("a"), Txn((), (TxnDelete("s", "b"),))]
-    outcomes, accepted, results = decide_all(state, batch, store.seq + 1, full=True)
+    outcomes, accepted, results = decide_all(state, batch, store.seq + 1, full=True, now_ms=NOW_MS)
     assert outcomes[0] is not None and outcomes[0].code is ErrorCode.NO_SPACE
     assert [change.id for _, change, _ in accepted] == ["a", "b"]
     assert results == {2: [{"deleted": True}]}
     assert body_for("c", 1) not in [getattr(change, "body", None) for _, change, _ in accepted]
+
+
+def _expiring(doc_id: str, n: int, expires_at_ms: int) -> Put:
+    plain = put(doc_id, n)
+    return Put(plain.kind, plain.id, plain.body, plain.digest, expires_at_ms=expires_at_ms)
+
+
+def test_an_expired_generation_is_absent_to_every_decision_but_the_sweeps() -> None:
+    store = open_store(new_fs())
+    store.commit([_expiring("gone", 1, NOW_MS), _expiring("alive", 1, NOW_MS + 1)])
+    gone, alive = store.head("s", "gone"), store.head("s", "alive")
+    assert gone is not None and alive is not None and gone.expires_at_ms == NOW_MS
+
+    def keep(current: bytes | None, _source: bytes | None) -> bytes:
+        assert current is not None
+        return current
+
+    batch: list[Mutation] = [
+        put("gone", 2, expect=None),  # create-only: the expired one is not there
+        Txn(((Require("s", "alive", exists=True)),), ()),
+        Rewrite("s", "alive", keep),  # keeps its expiry
+        remove("never"),
+    ]
+    outcomes, accepted, _ = decide_all(
+        _IndexState(store), batch, store.seq + 1, full=False, now_ms=NOW_MS
+    )
+    assert outcomes[0] is None and outcomes[1] is not None and outcomes[1].ok
+    created, rewritten = (change for _, change, _ in accepted)
+    assert isinstance(created, Put) and created.expires_at_ms == 0
+    assert isinstance(rewritten, Put) and rewritten.expires_at_ms == NOW_MS + 1
+    stale = decide_all(
+        _IndexState(store),
+        [put("gone", 3, expect=gone.digest), Txn((Require("s", "gone", exists=True),), ())],
+        store.seq + 1, full=False, now_ms=NOW_MS,
+    )[0]  # fmt: skip
+    assert all(o is not None and o.code is ErrorCode.CONFLICT for o in stale)
+
+
+def test_the_sweep_removes_only_the_generation_that_expired() -> None:
+    store = open_store(new_fs())
+    store.commit([_expiring("a", 1, NOW_MS), _expiring("b", 1, NOW_MS + 5), put("c", 1)])
+    sweep: list[Mutation] = [
+        Expire("s", "a", NOW_MS),  # expired: removed
+        Expire("s", "b", NOW_MS + 5),  # not yet
+        Expire("s", "c", NOW_MS),  # written again without expiry since
+        Expire("s", "never", NOW_MS),
+    ]
+    outcomes, accepted, _ = decide_all(
+        _IndexState(store), sweep, store.seq + 1, full=True, now_ms=NOW_MS
+    )
+    [(position, removal, _)] = accepted
+    assert position == 0 and isinstance(removal, Remove) and removal.expired
+    assert all(o is not None and o.ok and not o.changed for o in outcomes[1:])

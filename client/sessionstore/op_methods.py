@@ -26,8 +26,16 @@ class OpMethods:
     def ping(self) -> Any:
         return self.run(r.ping())
 
-    def save(self, snapshot: dict[str, Any], *, expect: Any = UNSET, lease: Any = UNSET) -> Any:
-        return self.run(r.save(snapshot, expect, lease))
+    def save(
+        self,
+        snapshot: dict[str, Any],
+        *,
+        expect: Any = UNSET,
+        lease: Any = UNSET,
+        ttl_s: Any = UNSET,
+    ) -> Any:
+        """ttl_s: the new generation expires that many seconds from now."""
+        return self.run(r.save(snapshot, expect, lease, ttl_s))
 
     def load(self, session_id: str) -> Any:
         """The snapshot, or None."""
@@ -65,9 +73,22 @@ class OpMethods:
         return self.run(r.fork(session_id, new_session_id, workspace, lease))
 
     def checkpoint_put(
-        self, kind: str, key: str, value: dict[str, Any], *, lease: Any = UNSET
+        self, kind: str, key: str, value: dict[str, Any], *, lease: Any = UNSET, ttl_s: Any = UNSET
     ) -> Any:
-        return self.run(r.checkpoint_put(kind, key, value, lease))
+        return self.run(r.checkpoint_put(kind, key, value, lease, ttl_s))
+
+    def expire(
+        self,
+        session_id: str | None,
+        ttl_s: float | None,
+        *,
+        kind: str | None = None,
+        key: str | None = None,
+        lease: Any = UNSET,
+    ) -> Any:
+        """A session's (or with kind and key, a document's) expiry set to ttl_s seconds
+        from now, or removed with None: {found, seq, expires_at_ms?}."""
+        return self.run(r.expire(session_id, ttl_s, kind, key, lease))
 
     def checkpoint_get(self, kind: str, key: str) -> Any:
         return self.run(r.checkpoint_get(kind, key))

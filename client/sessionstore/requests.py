@@ -53,8 +53,10 @@ def ping() -> Call:
     return make("ping", lambda reply: None)
 
 
-def save(snapshot: dict[str, Any], expect: Any = UNSET, lease: Any = UNSET) -> Call:
-    return make("save", snapshot=snapshot, expect=expect, lease=lease_arg(lease))
+def save(
+    snapshot: dict[str, Any], expect: Any = UNSET, lease: Any = UNSET, ttl_s: Any = UNSET
+) -> Call:
+    return make("save", snapshot=snapshot, expect=expect, lease=lease_arg(lease), ttl_s=ttl_s)
 
 
 def load(session_id: str) -> Call:
@@ -113,8 +115,23 @@ def fork(session_id: str, new_session_id: str, workspace: Any, lease: Any = UNSE
     )
 
 
-def checkpoint_put(kind: str, key: str, value: dict[str, Any], lease: Any = UNSET) -> Call:
-    return make("checkpoint_put", kind=kind, key=key, value=value, lease=lease_arg(lease))
+def checkpoint_put(
+    kind: str, key: str, value: dict[str, Any], lease: Any = UNSET, ttl_s: Any = UNSET
+) -> Call:
+    return make(
+        "checkpoint_put", kind=kind, key=key, value=value, lease=lease_arg(lease), ttl_s=ttl_s
+    )
+
+
+def expire(
+    session_id: str | None,
+    ttl_s: float | None,
+    kind: str | None = None,
+    key: str | None = None,
+    lease: Any = UNSET,
+) -> Call:
+    target = {"session_id": session_id} if session_id is not None else {"kind": kind, "key": key}
+    return make("expire", ttl_s=ttl_s, lease=lease_arg(lease), **target)
 
 
 def checkpoint_get(kind: str, key: str) -> Call:

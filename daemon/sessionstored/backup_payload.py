@@ -1,6 +1,7 @@
 # One document in a backup (the `backup` op writes it, `sessionstored restore`
 # reads it): the CBOR array [kind, id, seq, digest, body], its body the
-# canonical bytes as stored. In a sealed store it is sealed with the store's key
+# canonical bytes as stored, and a sixth item, expires_at_ms, for a generation
+# that expires. In a sealed store it is sealed with the store's key
 # (AES-256-GCM), bound to the backup's id and its position, so the file holds no
 # plaintext, ids included, and a payload cannot be moved within or between
 # backups.
@@ -31,7 +32,8 @@ def binding(backup_id: bytes, position: int) -> bytes:
 
 
 def encode(sealer: Sealer, backup_id: bytes, position: int, doc: Document) -> bytes:
-    plain = cbor2.dumps([KIND_NAMES[doc.kind], doc.id, doc.seq, doc.digest, doc.body])
+    items = [KIND_NAMES[doc.kind], doc.id, doc.seq, doc.digest, doc.body]
+    plain = cbor2.dumps([*items, doc.expires_at_ms] if doc.expires_at_ms else items)
     return sealer.seal(plain, binding(backup_id, position))
 
 
@@ -43,11 +45,14 @@ def decode(sealer: Sealer, backup_id: bytes, position: int, payload: bytes) -> D
     except SealError as error:
         raise BadPayload(error.reason) from None
     try:
-        kind_name, doc_id, seq, digest, body = cbor2.loads(plain)
+        kind_name, doc_id, seq, digest, body, *rest = cbor2.loads(plain)
     except (ValueError, TypeError, cbor2.CBORDecodeError) as error:
         raise BadPayload(f"not a backup document: {error}") from None
     if kind_name not in KINDS or not isinstance(doc_id, str) or not isinstance(seq, int):
         raise BadPayload("not a backup document: bad kind, id or seq")
+    expires_at_ms = rest[0] if len(rest) == 1 else 0
+    if len(rest) > 1 or type(expires_at_ms) is not int or expires_at_ms < 0:
+        raise BadPayload("not a backup document: bad expires_at_ms")
     if not isinstance(body, bytes) or digest_bytes_of_canonical(body) != digest:
         raise BadPayload(f"{kind_name} {doc_id!r}: the body does not match its digest")
-    return Document(KINDS[kind_name], doc_id, seq, digest, body)
+    return Document(KINDS[kind_name], doc_id, seq, digest, body, expires_at_ms)

@@ -4,6 +4,7 @@
 # worker process (prepare.py) like a large save.
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,9 +19,12 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.shared import CanonicalItem, Refusal
 
 from .snapshot import id_problem
+from .storage.documents import NEVER
 from .storage.mutations import KV_DOCUMENT, LOOP_CHECKPOINT, SESSION, WORKFLOW_CHECKPOINT
 from .storage.txn import Require, TxnAppend, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut
 
+MAX_TTL_S = 100 * 365 * 24 * 3600  # a century
+NO_EXPIRY_HERE = "ttl_s: documents on PostgreSQL do not expire"
 MAX_TXN_OPS = 10_000
 OP_DOCUMENTS = frozenset({"value"})  # what an op of a txn may carry as CanonicalItem
 MAX_TXN_REQUIRES = 1_000
@@ -133,7 +137,9 @@ def _op(number: int, item: Any, limit: int, hint: Hint) -> TxnOp:
         if not isinstance(if_absent, bool):
             raise Refusal(ErrorCode.BAD_REQUEST, f"{where}.if_absent must be true or false")
         body, digest = document_body(item["value"], id_field, key, limit, hint)
-        return TxnPut(kind, key, body, digest, if_absent)
+        ttl = item.get("ttl_s")
+        expires = NEVER if ttl is None else expiry_from_ttl(ttl, f"{where}.ttl_s")
+        return TxnPut(kind, key, body, digest, if_absent, expires)
     if name == "delete":
         return TxnDelete(kind, key_text(item.get("key"), f"{where}.key"))
     if name == "delete_prefix":
@@ -150,6 +156,14 @@ def _op(number: int, item: Any, limit: int, hint: Hint) -> TxnOp:
         return TxnAppend(kind, prefix, body, digest)
     message = f"{where}.op must be 'put', 'delete', 'delete_prefix' or 'append'"
     raise Refusal(ErrorCode.BAD_REQUEST, message)
+
+
+def expiry_from_ttl(ttl: Any, where: str) -> int:
+    """The expires_at_ms of a ttl_s: seconds from now, above 0 and at most MAX_TTL_S."""
+    if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 0 < ttl <= MAX_TTL_S:
+        message = f"{where} must be a number of seconds above 0, at most {MAX_TTL_S}"
+        raise Refusal(ErrorCode.BAD_REQUEST, message)  # NaN fails the comparison too
+    return time.time_ns() // 1_000_000 + max(1, round(ttl * 1000))
 
 
 def prepared_txn(

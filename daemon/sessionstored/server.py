@@ -33,6 +33,7 @@ import signal
 import socket as stdlib_socket
 import stat
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -72,6 +73,7 @@ from .socket_io import SocketIO
 from .steps import Exclusive, Prepare, Read, Step, Stream, Write
 from .storage.engine import Engine, Follower, StartReport
 from .storage.errors import FatalStorageError
+from .sweeper import Sweeper
 from .watch import Broadcaster, SocketSink
 from .writer import Writer
 
@@ -119,6 +121,11 @@ class _Wakeup:
 
 class StartupError(Exception):
     pass
+
+
+async def _run_in(scope: trio.CancelScope, task: Callable[[], Awaitable[None]]) -> None:
+    with scope:
+        await task()
 
 
 def _prepare_socket_path(path: str, private_directory: bool) -> None:
@@ -177,6 +184,7 @@ class Server:
         self.refused_unauthorized = 0
         self.timed_out_requests = 0
         self.writer = Writer(store, self._on_fatal)
+        self.sweeper = Sweeper(store, self.writer)
         self.broadcaster = Broadcaster(store, config.watch_max_lag)
         self.writer.on_publish = self.broadcaster.published
         self.ops = Ops(
@@ -204,6 +212,7 @@ class Server:
             "compactions": self.writer.compactions,
             "checkpoints": self.writer.checkpoints,
             "recent_batches": self.writer.timing(),
+            "expirations": self.sweeper.expired,
             "recovery": self.report.as_dict(),
         }
 
@@ -215,6 +224,8 @@ class Server:
         signal_scope = trio.CancelScope()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.writer.run, watchdog_interval_s())
+            sweep_scope = trio.CancelScope()
+            nursery.start_soon(_run_in, sweep_scope, self.sweeper.run)
             follow_scope = trio.CancelScope()
             if self.store.follower is not None:
                 nursery.start_soon(self._follow_database, self.store.follower, follow_scope)
@@ -237,6 +248,7 @@ class Server:
                 connections.cancel_scope.deadline = trio.current_time() + (
                     self.config.shutdown_grace_s
                 )
+            sweep_scope.cancel()
             self.writer.close()
             follow_scope.cancel()
             self.ops.offload.close()

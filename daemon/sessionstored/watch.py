@@ -55,6 +55,8 @@ CHECKPOINT_KIND_NAMES = {
 
 def event_of(change: Committed) -> dict[str, Any]:
     base: dict[str, Any] = {"seq": change.seq, "committed_at_ms": change.committed_at_ms}
+    if change.expired:  # removed by the expiry sweep
+        base["expired"] = True
     if change.kind == SESSION:
         if change.digest is None:
             return {"event": "delete", "session_id": change.id, **base}

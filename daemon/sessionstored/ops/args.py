@@ -10,7 +10,7 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, ok_response
 from sessionstore.wire.shared import Refusal
 
-from ..document_arguments import document_kind, key_text
+from ..document_arguments import NO_EXPIRY_HERE, document_kind, expiry_from_ttl, key_text
 from ..steps import Response
 from ..storage.mutations import ANY, Expect, Fence, Outcome
 
@@ -41,6 +41,20 @@ def lease_arg(args: dict[str, Any]) -> Fence:
     if not isinstance(holder, str) or not holder or not is_int(epoch):
         raise Refusal(ErrorCode.BAD_REQUEST, "lease must be {holder: text, epoch: integer}")
     return (holder, epoch)
+
+
+def ttl_arg(args: dict[str, Any], supported: bool) -> int | None:
+    """The expires_at_ms that `ttl_s` gives, or None when it is left out."""
+    if args.get("ttl_s") is None:
+        return None
+    if not supported:
+        raise Refusal(ErrorCode.BAD_REQUEST, NO_EXPIRY_HERE)
+    return expiry_from_ttl(args["ttl_s"], "ttl_s")
+
+
+def expires_field(expires_at_ms: int) -> dict[str, int]:
+    """A reply's expires_at_ms, there only for a generation that expires."""
+    return {"expires_at_ms": expires_at_ms} if expires_at_ms else {}
 
 
 def is_int(value: Any) -> TypeGuard[int]:

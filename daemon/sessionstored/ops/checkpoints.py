@@ -12,13 +12,14 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import RawCBOR, Request, ok_response
 from sessionstore.wire.shared import CanonicalItem, Refusal
 
-from ..document_arguments import prepared_txn
+from ..document_arguments import NO_EXPIRY_HERE, prepared_txn
 from ..offload import OFFLOAD_ABOVE_BYTES
 from ..prepare import checkpoint_document, prepare_checkpoint, prepare_txn
 from ..steps import Prepare, Read, Response, Step
-from ..storage.documents import Entry, KeyRange
+from ..storage.documents import NEVER, Entry, KeyRange
 from ..storage.mutations import Put, Remove, Txn
-from .args import checkpoint_kind, id_arg, is_int, lease_arg
+from ..storage.txn import TxnPut
+from .args import checkpoint_kind, expires_field, id_arg, is_int, lease_arg, ttl_arg
 from .context import OpContext
 from .registry import Op
 
@@ -38,7 +39,10 @@ def checkpoint_put(ops: OpContext, request: Request) -> Step:
     document = checkpoint_document(
         args, id_field, key, ops.max_snapshot_bytes, request.canonical_hint
     )
-    put = Put(kind, key, document.body, document.digest, fence=lease_arg(args))
+    expires = ttl_arg(args, ops.store.supports_expiry) or NEVER
+    put = Put(
+        kind, key, document.body, document.digest, fence=lease_arg(args), expires_at_ms=expires
+    )
     return ops.mutation(request, put, lambda o: ok_response(request, seq=o.seq))
 
 
@@ -48,7 +52,9 @@ def checkpoint_get(ops: OpContext, request: Request) -> Step:
 
     async def produce() -> Response:
         doc = await read()
-        return ok_response(request, value=RawCBOR(doc.body) if doc is not None else None)
+        if doc is None:
+            return ok_response(request, value=None)
+        return ok_response(request, value=RawCBOR(doc.body), **expires_field(doc.expires_at_ms))
 
     return Read(request, lambda: ops.guarded_read(request, produce))
 
@@ -116,7 +122,8 @@ def checkpoint_scan(ops: OpContext, request: Request) -> Step:
 
 
 def item_of(key: str, entry: Entry) -> dict[str, Any]:
-    return {"key": key, "seq": entry.seq, "digest": digest_text(entry.digest)}
+    digest = digest_text(entry.digest)
+    return {"key": key, "seq": entry.seq, "digest": digest, **expires_field(entry.expires_at_ms)}
 
 
 def txn(ops: OpContext, request: Request) -> Step:
@@ -130,6 +137,10 @@ def txn(ops: OpContext, request: Request) -> Step:
 
 def _txn_step(ops: OpContext, request: Request) -> Step:
     prepared = prepared_txn(request.args, ops.max_snapshot_bytes, request.canonical_hint)
+    if not ops.store.supports_expiry and any(
+        isinstance(op, TxnPut) and op.expires_at_ms for op in prepared.ops
+    ):
+        raise Refusal(ErrorCode.BAD_REQUEST, NO_EXPIRY_HERE)
     mutation = Txn(prepared.requires, prepared.ops, fence=lease_arg(request.args))
     return ops.mutation(
         request,
@@ -142,7 +153,7 @@ OPS = (
     Op(
         "checkpoint_put",
         checkpoint_put,
-        {"kind", "key", "value", "lease"},
+        {"kind", "key", "value", "lease", "ttl_s"},
         documents=frozenset({"value"}),
         prepare=prepare_checkpoint,
     ),

@@ -7,6 +7,7 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import RawCBOR, Request, ok_response
 from sessionstore.wire.shared import CanonicalItem, Refusal
 
+from ..document_arguments import NO_EXPIRY_HERE
 from ..prepare import (
     Encoded,
     encoded_argument,
@@ -17,8 +18,18 @@ from ..prepare import (
 )
 from ..snapshot import UPDATABLE
 from ..steps import Read, Response, Step
-from ..storage.mutations import SESSION, Put, Remove, Rewrite
-from .args import expect_arg, id_arg, is_int, lease_arg, rewritten_reply
+from ..storage.documents import NEVER
+from ..storage.mutations import SESSION, Outcome, Put, Remove, Rewrite
+from .args import (
+    checkpoint_kind,
+    expect_arg,
+    expires_field,
+    id_arg,
+    is_int,
+    lease_arg,
+    rewritten_reply,
+    ttl_arg,
+)
 from .context import OpContext
 from .registry import Op
 
@@ -36,6 +47,7 @@ def save(ops: OpContext, request: Request) -> Step:
         document.digest,
         expect_arg(request.args),
         lease_arg(request.args),
+        ttl_arg(request.args, ops.store.supports_expiry) or NEVER,
     )
     digest = digest_text(document.digest)
     return ops.mutation(request, put, lambda o: ok_response(request, digest=digest, seq=o.seq))
@@ -49,7 +61,11 @@ def load(ops: OpContext, request: Request) -> Step:
         if doc is None:
             return ok_response(request, snapshot=None, digest=None, seq=None)
         return ok_response(
-            request, snapshot=RawCBOR(doc.body), digest=digest_text(doc.digest), seq=doc.seq
+            request,
+            snapshot=RawCBOR(doc.body),
+            digest=digest_text(doc.digest),
+            seq=doc.seq,
+            **expires_field(doc.expires_at_ms),
         )
 
     return Read(request, lambda: ops.guarded_read(request, produce))
@@ -68,6 +84,7 @@ def head(ops: OpContext, request: Request) -> Step:
             digest=digest_text(entry.digest),
             seq=entry.seq,
             size=entry.size,
+            **expires_field(entry.expires_at_ms),
         )
 
     return Read(request, lambda: ops.guarded_read(request, read))
@@ -126,7 +143,14 @@ def update(ops: OpContext, request: Request) -> Step:
         size = len(current or b"") + value_size
         return ops.heavy(size, updated_body, current, session_id, component, value, limit)
 
-    rewrite = Rewrite(SESSION, session_id, apply, expect_arg(args), lease_arg(args))
+    rewrite = Rewrite(
+        SESSION,
+        session_id,
+        apply,
+        expect_arg(args),
+        lease_arg(args),
+        expires_at_ms=ttl_arg(args, ops.store.supports_expiry),  # None keeps the current
+    )
     return ops.mutation(
         request,
         rewrite,
@@ -148,7 +172,13 @@ def fork(ops: OpContext, request: Request) -> Step:
         return ops.heavy(len(source), forked_body, source, new_id, workspace)
 
     rewrite = Rewrite(
-        SESSION, new_id, apply, expect=None, fence=lease_arg(args), source=(SESSION, source_id)
+        SESSION,
+        new_id,
+        apply,
+        expect=None,
+        fence=lease_arg(args),
+        source=(SESSION, source_id),
+        expires_at_ms=ttl_arg(args, ops.store.supports_expiry) or NEVER,
     )
     return ops.mutation(
         request,
@@ -157,11 +187,38 @@ def fork(ops: OpContext, request: Request) -> Step:
     )
 
 
+def expire(ops: OpContext, request: Request) -> Step:
+    """Redis's EXPIRE and PERSIST: a session's, or with kind and key a keyed document's,
+    generation written again with a new expiry (ttl_s seconds from now; null: none)."""
+    args = request.args
+    if "session_id" in args:
+        kind, doc_id = SESSION, id_arg(args, "session_id")
+    else:
+        kind, doc_id = checkpoint_kind(args)[0], id_arg(args, "key")
+    if "ttl_s" not in args:
+        raise Refusal(ErrorCode.BAD_REQUEST, "ttl_s is missing (null removes the expiry)")
+    if not ops.store.supports_expiry:
+        raise Refusal(ErrorCode.BAD_REQUEST, NO_EXPIRY_HERE)
+    expires = ttl_arg(args, supported=True) or NEVER
+
+    def same_body(current: bytes | None, _source: bytes | None) -> bytes | None:
+        return current  # None: nothing there, nothing written
+
+    rewrite = Rewrite(kind, doc_id, same_body, fence=lease_arg(args), expires_at_ms=expires)
+
+    def reply(outcome: Outcome) -> Response:
+        if not outcome.changed:
+            return ok_response(request, found=False, seq=outcome.seq)
+        return ok_response(request, found=True, seq=outcome.seq, **expires_field(expires))
+
+    return ops.mutation(request, rewrite, reply)
+
+
 OPS = (
     Op(
         "save",
         save,
-        {"snapshot", "expect", "lease"},
+        {"snapshot", "expect", "lease", "ttl_s"},
         documents=frozenset({"snapshot"}),
         prepare=prepare_snapshot,
     ),
@@ -170,17 +227,18 @@ OPS = (
     Op("exists", exists, {"session_id"}, read_only=True),
     Op("list", list_sessions, {"prefix", "after", "limit"}, read_only=True),
     Op("delete", delete, {"session_id", "expect", "lease"}),
+    Op("expire", expire, {"session_id", "kind", "key", "ttl_s", "lease"}),
     Op(
         "update",
         update,
-        {"session_id", "component", "value", "expect", "lease"},
+        {"session_id", "component", "value", "expect", "lease", "ttl_s"},
         documents=frozenset({"value"}),
         prepare=encoded_argument("value"),
     ),
     Op(
         "fork",
         fork,
-        {"session_id", "new_session_id", "workspace", "lease"},
+        {"session_id", "new_session_id", "workspace", "lease", "ttl_s"},
         prepare=encoded_argument("workspace"),
     ),
 )

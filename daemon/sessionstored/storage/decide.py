@@ -3,7 +3,10 @@
 # commit order; the accepted changes take consecutive seqs from first_seq.
 # Nothing is applied here. A backend hands in its committed state through
 # CommittedState: the log engine from its index, PostgreSQL from the rows it
-# reads inside the batch's transaction.
+# reads inside the batch's transaction. Every decision sees that state as of
+# the batch's clock (now_ms): an expired generation is absent to CAS,
+# create-only, requirements, updates and forks, and only the sweep's Expire
+# looks at it, to remove it if it is still that generation.
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -13,7 +16,7 @@ from sessionstore.wire.canonical import digest_bytes_of_canonical, digest_text
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.shared import Refusal
 
-from .documents import RangeReader
+from .documents import NEVER, Entry, Found, KeyRange, RangeReader, expired
 from .errors import CorruptRecord
 from .mutations import (
     ANY,
@@ -22,6 +25,7 @@ from .mutations import (
     SESSION,
     Batch,
     Committed,
+    Expire,
     Fence,
     Mutation,
     Outcome,
@@ -43,6 +47,33 @@ class CommittedState(RangeReader, Protocol):
 
     def damaged(self, kind: str, doc_id: str) -> bool: ...
     def body(self, kind: str, doc_id: str) -> bytes | None: ...
+
+
+class LiveView:
+    """A CommittedState as the batch's clock sees it: expired generations absent."""
+
+    def __init__(self, state: CommittedState, now_ms: int) -> None:
+        self.state = state
+        self.now_ms = now_ms
+        self.lease = state.lease
+        self.max_document_bytes = state.max_document_bytes
+
+    def stored(self, kind: str, doc_id: str) -> Entry | None:
+        return self.state.get(kind, doc_id)
+
+    def get(self, kind: str, doc_id: str) -> Entry | None:
+        entry = self.state.get(kind, doc_id)
+        return None if entry is None or expired(entry.expires_at_ms, self.now_ms) else entry
+
+    def scan(self, wanted: KeyRange) -> Found:
+        found, more = self.state.scan(wanted)
+        return [(i, e) for i, e in found if not expired(e.expires_at_ms, self.now_ms)], more
+
+    def damaged(self, kind: str, doc_id: str) -> bool:
+        return self.state.damaged(kind, doc_id)
+
+    def body(self, kind: str, doc_id: str) -> bytes | None:
+        return self.state.body(kind, doc_id) if self.get(kind, doc_id) else None
 
 
 def conflict_message(mutation: Put | Remove | Rewrite, current: bytes | None) -> str:
@@ -73,11 +104,24 @@ def fence_refusal(lease: dict[str, Any] | None, fence: Fence) -> Outcome | None:
     return refused(ErrorCode.FENCED, message, epoch=epoch, holder=holder)
 
 
+def _decide_expire(state: LiveView, mutation: Expire, next_seq: int) -> Remove | Outcome:
+    entry = state.stored(mutation.kind, mutation.id)
+    if (
+        entry is None
+        or entry.expires_at_ms != mutation.expires_at_ms
+        or not expired(entry.expires_at_ms, state.now_ms)
+    ):
+        return Outcome(seq=next_seq - 1, existed=entry is not None, changed=False)
+    return Remove(mutation.kind, mutation.id, expired=True)
+
+
 def _decide(
-    state: CommittedState, mutation: Put | Remove | Rewrite, next_seq: int, *, full: bool
+    state: LiveView, mutation: Put | Remove | Rewrite | Expire, next_seq: int, *, full: bool
 ) -> Put | Remove | Outcome:
     """The concrete change a mutation makes now, or the outcome that refuses it.
     full: the disk has no room for a new generation, only for removals."""
+    if isinstance(mutation, Expire):
+        return _decide_expire(state, mutation, next_seq)
     decides_lease = isinstance(mutation, Rewrite) and mutation.decides_lease
     refusal = None if decides_lease else fence_refusal(state.lease, mutation.fence)
     if refusal is not None:
@@ -110,11 +154,15 @@ def _decide(
         return Outcome(seq=next_seq - 1, existed=entry is not None, changed=False)
     if len(body) > state.max_document_bytes:
         return refused(ErrorCode.TOO_LARGE, f"result is {len(body)} bytes")
-    return Put(mutation.kind, mutation.id, body, digest_bytes_of_canonical(body))
+    expires = mutation.expires_at_ms
+    if expires is None:  # keeps the current generation's expiry
+        expires = entry.expires_at_ms if entry is not None else NEVER
+    digest = digest_bytes_of_canonical(body)
+    return Put(mutation.kind, mutation.id, body, digest, expires_at_ms=expires)
 
 
 def _decide_txn(
-    state: CommittedState, txn: Txn, next_seq: int, *, full: bool
+    state: LiveView, txn: Txn, next_seq: int, *, full: bool
 ) -> tuple[list[Put | Remove], list[dict[str, Any]]] | Outcome:
     refusal = fence_refusal(state.lease, txn.fence)
     if refusal is not None:
@@ -128,16 +176,23 @@ def _decide_txn(
     concrete: list[Put | Remove] = [
         Remove(c.kind, c.id)
         if c.body is None or c.digest is None
-        else Put(c.kind, c.id, c.body, c.digest)
+        else Put(c.kind, c.id, c.body, c.digest, expires_at_ms=c.expires_at_ms)
         for c in changes
     ]
     return concrete, results
 
 
 def decide_all(
-    state: CommittedState, mutations: Sequence[Mutation], first_seq: int, *, full: bool
+    committed: CommittedState,
+    mutations: Sequence[Mutation],
+    first_seq: int,
+    *,
+    full: bool,
+    now_ms: int,
 ) -> tuple[list[Outcome | None], list[Accepted], TxnResults]:
-    """Each mutation's refusal (in outcomes) or its concrete changes (in accepted)."""
+    """Each mutation's refusal (in outcomes) or its concrete changes (in accepted), as
+    of now_ms (the batch's clock)."""
+    state = LiveView(committed, now_ms)
     outcomes: list[Outcome | None] = [None] * len(mutations)
     accepted: list[Accepted] = []
     txn_results: TxnResults = {}
@@ -185,7 +240,9 @@ def record_applied(
             batch.lease_body = change.body
     else:
         outcomes[position] = Outcome(seq=seq, existed=True)
-        batch.committed.append(Committed(seq, change.kind, change.id, None, committed_at_ms))
+        batch.committed.append(
+            Committed(seq, change.kind, change.id, None, committed_at_ms, expired=change.expired)
+        )
     batch.last_seq = seq
 
 

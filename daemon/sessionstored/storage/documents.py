@@ -2,7 +2,9 @@
 # generation is (Entry: seq, digest and size, and for the log the segment,
 # offset and length of its record; PostgreSQL leaves those 0), the generation
 # itself read back (Document), and which keys a page of `list` or
-# `checkpoint_scan` covers (KeyRange, Found).
+# `checkpoint_scan` covers (KeyRange, Found). A generation may carry an expiry
+# (expires_at_ms, wall-clock ms since the epoch; 0 for none): from that moment
+# on it is gone for every read, before any sweep removes it.
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -12,6 +14,13 @@ from typing import NamedTuple, Protocol
 SESSION = "s"
 
 
+NEVER = 0  # expires_at_ms of a generation that does not expire
+
+
+def expired(expires_at_ms: int, now_ms: int) -> bool:
+    return NEVER < expires_at_ms <= now_ms
+
+
 class Entry(NamedTuple):
     seq: int
     digest: bytes
@@ -19,6 +28,7 @@ class Entry(NamedTuple):
     segment: int
     offset: int
     length: int
+    expires_at_ms: int = NEVER
 
 
 @dataclass(frozen=True)
@@ -28,6 +38,7 @@ class Document:
     seq: int
     digest: bytes
     body: bytes
+    expires_at_ms: int = NEVER
 
 
 class KeyRange(NamedTuple):

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from .documents import Document, Entry, Found, KeyRange
 from .history import History
-from .mutations import Batch, Mutation
+from .mutations import Batch, Expire, Mutation
 from .sealing import Sealer
 
 
@@ -108,6 +108,7 @@ class Follower(Protocol):
 
 class Engine(Protocol):
     blocking_reads: bool
+    supports_expiry: bool  # documents may carry expires_at_ms (ttl_s)
     batches_in_flight: int  # commit_durably may run in this many threads at once
     seq: int  # the watch history's: every change up to it is in history
     history: History
@@ -140,6 +141,11 @@ class Engine(Protocol):
     def scan(self, wanted: KeyRange) -> Found: ...
     def session_count(self) -> int: ...
     def current_lease(self) -> dict[str, Any] | None: ...
+
+    # expiry (the event loop's thread): what the sweep removes, and when next
+    def next_expiry_ms(self) -> int | None: ...
+    def due_expirations(self, now_ms: int, limit: int) -> list[Expire]: ...
+    def retry_expiration(self, expire: Expire) -> None: ...
     def stats(self) -> dict[str, Any]: ...
     def backup_snapshot(self) -> BackupSnapshot: ...  # the readers' thread
 

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.shared import Refusal
 
-from .documents import Entry
+from .documents import NEVER, Entry
 from .txn import Require, TxnAppend, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut, txn_body_bytes
 
 
@@ -51,6 +51,7 @@ class Put:
     digest: bytes
     expect: Expect = ANY
     fence: Fence = ANY
+    expires_at_ms: int = NEVER
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class Remove:
     id: str
     expect: Expect = ANY
     fence: Fence = ANY
+    expired: bool = False  # the sweep's: its generation expired
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,17 @@ class Rewrite:
     source: tuple[str, str] | None = None
     decides_lease: bool = False  # a lease change: its apply() decides against the lease
     exclusive: bool = False  # alone in its batch (lease changes move the fence)
+    expires_at_ms: int | None = None  # the new generation's expiry; None keeps the current
+
+
+@dataclass(frozen=True)
+class Expire:
+    """The sweep's removal of a document whose generation expired at expires_at_ms:
+    nothing when it no longer holds that generation's expiry (written again since)."""
+
+    kind: str
+    id: str
+    expires_at_ms: int
 
 
 @dataclass(frozen=True)
@@ -86,7 +99,7 @@ class Txn:
         return txn_body_bytes(self.ops)
 
 
-Mutation = Put | Remove | Rewrite | Txn
+Mutation = Put | Remove | Rewrite | Txn | Expire
 
 
 def mutation_keys(mutation: Mutation) -> frozenset[tuple[str, str]] | None:
@@ -173,6 +186,7 @@ class Committed(NamedTuple):
     digest: bytes | None
     committed_at_ms: int
     size: int = 0
+    expired: bool = False  # a removal by the expiry sweep
 
 
 @dataclass

@@ -18,7 +18,7 @@ from sessionstore.wire.canonical import digest_text
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.shared import Refusal
 
-from .documents import Entry, KeyRange, RangeReader
+from .documents import NEVER, Entry, KeyRange, RangeReader
 
 MAX_TXN_CHANGES = 100_000  # removals a delete_prefix may expand to, with the rest
 APPEND_SEQ_DIGITS = 20  # the width of a seq in an appended key: 2**64 has 20 digits
@@ -39,6 +39,7 @@ class TxnPut:
     body: bytes
     digest: bytes
     if_absent: bool = False  # keep the stored one, if any (an idempotent insert)
+    expires_at_ms: int = NEVER
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Change:
     id: str
     body: bytes | None  # None: a removal
     digest: bytes | None
+    expires_at_ms: int = NEVER
 
 
 def appended_key(prefix: str, seq: int) -> str:
@@ -114,21 +116,23 @@ def decide(
     results: list[dict[str, Any]] = []
     touched: set[tuple[str, str]] = set()
 
-    def change(kind: str, doc_id: str, body: bytes | None, digest: bytes | None) -> None:
+    def change(
+        kind: str, doc_id: str, body: bytes | None, digest: bytes | None, expires: int = NEVER
+    ) -> None:
         if (kind, doc_id) in touched:
             raise Refusal(ErrorCode.BAD_REQUEST, f"the txn changes {doc_id!r} twice")
         if len(changes) >= MAX_TXN_CHANGES:
             message = f"the txn makes over {MAX_TXN_CHANGES} changes; split it"
             raise Refusal(ErrorCode.TOO_LARGE, message)
         touched.add((kind, doc_id))
-        changes.append(Change(kind, doc_id, body, digest))
+        changes.append(Change(kind, doc_id, body, digest, expires))
 
     for op in ops:
         if isinstance(op, TxnPut):  # only an insert-if-absent asks what is stored
             if op.if_absent and index.get(op.kind, op.id) is not None:
                 results.append({"written": False})
                 continue
-            change(op.kind, op.id, op.body, op.digest)
+            change(op.kind, op.id, op.body, op.digest, op.expires_at_ms)
             results.append({"written": True})
         elif isinstance(op, TxnDelete):
             present = index.get(op.kind, op.id) is not None

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ..documents import Entry, Found, KeyRange
+from ..documents import Entry, Found, KeyRange, expired
 
 BULK_CHANGES = 64  # a batch with more changes edits the sorted key lists once (apply())
 
@@ -162,8 +162,12 @@ class Index:
     def rows(self) -> list[tuple[str, str, Entry]]:
         return [(k, i, e) for k, table in self._entries.items() for i, e in table.items()]
 
-    def scan(self, wanted: KeyRange) -> Found:
-        """The range's (id, entry), and whether more lie beyond the last one."""
+    def scan(self, wanted: KeyRange, *, live_at_ms: int | None = None) -> Found:
+        """The range's (id, entry), and whether more lie beyond the last one; with
+        live_at_ms, the generations that expired by then are passed over (the page still
+        holds up to limit of the others)."""
+        if live_at_ms is not None:
+            return self._live_scan(wanted, live_at_ms)
         kind, prefix, after, before, limit, reverse = wanted
         keys = self._sorted_keys.get(kind, [])
         table = self._entries.get(kind, {})
@@ -185,6 +189,16 @@ class Index:
             doc_id = key.decode("utf-8")
             found.append((doc_id, table[doc_id]))
         return found, high - low > limit
+
+    def _live_scan(self, wanted: KeyRange, now_ms: int) -> Found:
+        found: list[tuple[str, Entry]] = []
+        while True:
+            page, more = self.scan(wanted._replace(limit=wanted.limit - len(found)))
+            found += [(i, e) for i, e in page if not expired(e.expires_at_ms, now_ms)]
+            if not more or len(found) == wanted.limit:
+                return found, more
+            last = page[-1][0]  # every one of the page was looked at: go on after it
+            wanted = wanted._replace(before=last) if wanted.reverse else wanted._replace(after=last)
 
 
 def _prefix_end(prefix: bytes) -> bytes:

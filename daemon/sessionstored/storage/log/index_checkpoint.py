@@ -5,8 +5,9 @@
 #     payload: CBOR {generation, seq, batch, position: [segment, offset],
 #              next_segment, segments: [[number, record bytes], ...],
 #              entries: {kind: [ids, seqs, digests, sizes, segments, offsets, lengths]},
+#              (an eighth column, expires_at_ms, 0 for none),
 #              history: [seqs, kinds (one text, a character each), ids, digests|null,
-#                        committed_at_ms, sizes],
+#                        committed_at_ms, sizes, expired (booleans)],
 #              damaged: [[id hash, seq, file, offset, reason, id or null], ...]}
 #     sealed as a whole when the store has a key. Columns, not rows: decoding
 #     100,000 entries then makes no row objects to throw away, which is what
@@ -43,7 +44,8 @@ COPIES = (1, 2)
 ASSOCIATED_DATA = b"sessionstore/index-checkpoint"
 MAX_CHECKPOINT_BYTES = 4 * 1024 * 1024 * 1024
 
-HistoryRow = tuple[int, str, str, bytes | None, int, int]
+HistoryRow = tuple[int, str, str, bytes | None, int, int, bool]
+HISTORY_COLUMNS = 7
 
 
 class DamageRow(NamedTuple):
@@ -91,7 +93,7 @@ def _entry_columns(table: dict[str, Entry]) -> list[list[Any]]:
 
 
 def _history_columns(rows: list[HistoryRow]) -> list[Any]:
-    columns: list[Any] = [[row[n] for row in rows] for n in range(6)]
+    columns: list[Any] = [[row[n] for row in rows] for n in range(HISTORY_COLUMNS)]
     columns[1] = "".join(columns[1])
     return columns
 
@@ -117,8 +119,10 @@ def encode_in_pieces(value: Any, out: list[bytes]) -> None:
 
 
 def _history_rows(columns: list[Any]) -> list[HistoryRow]:
-    seqs, kinds, ids, digests, at_ms, sizes = columns
-    return list(zip(seqs, kinds, ids, digests, at_ms, sizes, strict=True))
+    if len(columns) == HISTORY_COLUMNS - 1:  # written before expiry existed
+        columns = [*columns, [False] * len(columns[0])]
+    seqs, kinds, ids, digests, at_ms, sizes, expired = columns
+    return list(zip(seqs, kinds, ids, digests, at_ms, sizes, expired, strict=True))
 
 
 def checkpoint_name(generation: int, copy: int) -> str:

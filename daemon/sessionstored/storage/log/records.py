@@ -12,8 +12,12 @@
 # recovery and `verify` say which document a damaged record held.
 #
 #   Data     (an intent carrying a new generation):
-#            payload = digest (16) | id length u16 | id (UTF-8) | canonical body
-#   Removal  (an intent removing a document): payload = id length u16 | id
+#            payload = digest (16) | [expires_at_ms u64] | id length u16 | id (UTF-8)
+#                      | canonical body
+#            expires_at_ms is there when flags has EXPIRES (the generation expires
+#            at that wall-clock ms since the epoch); a record without it never does
+#   Removal  (an intent removing a document): payload = id length u16 | id;
+#            flags EXPIRED when the expiry sweep removed it
 #   Commit   (closes a batch: every intent of that batch number is applied):
 #            payload = first seq u64 | intents u32 | committed_at_ms u64; seq = last seq
 #
@@ -47,6 +51,11 @@ REMOVAL = 2
 COMMIT = 3
 RECORD_TYPES = (DATA, REMOVAL, COMMIT)
 
+EXPIRES = 0x0001  # flags of a Data record whose payload holds expires_at_ms
+EXPIRED = 0x0002  # flags of a Removal record the expiry sweep wrote
+KNOWN_FLAGS = EXPIRES | EXPIRED
+EXPIRY = struct.Struct("<Q")
+
 KIND_CODES = {"s": 1, "l": 2, "w": 3, "L": 4, "k": 5}
 KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
 
@@ -59,6 +68,18 @@ class Header(NamedTuple):
     id_hash: int
     payload_length: int
     payload_check: int
+    flags: int = 0
+
+
+class Meta(NamedTuple):
+    """What an intent record says of its document, without its body."""
+
+    kind: str
+    id: str
+    digest: bytes | None  # None for a removal
+    size: int  # of the body
+    expires_at_ms: int
+    expired: bool  # a removal by the expiry sweep
 
 
 @dataclass(frozen=True)
@@ -71,13 +92,13 @@ class Commit:
 
 
 def _frame(
-    kind: int, record_type: int, batch: int, seq: int, id_hash: int, payload: bytes
+    kind: int, record_type: int, batch: int, seq: int, id_hash: int, payload: bytes, flags: int = 0
 ) -> bytes:
     head = HEADER.pack(
         RECORD_MAGIC,
         record_type,
         kind,
-        0,
+        flags,
         batch,
         seq,
         id_hash,
@@ -88,29 +109,41 @@ def _frame(
 
 
 def _sealed_frame(
-    sealer: Sealer, kind: int, record_type: int, batch: int, seq: int, id_hash: int, plain: bytes
+    sealer: Sealer,
+    kind: int,
+    record_type: int,
+    batch: int,
+    seq: int,
+    id_hash: int,
+    plain: bytes,
+    flags: int = 0,
 ) -> bytes:
     if not sealer.encrypted:
-        return _frame(kind, record_type, batch, seq, id_hash, plain)
-    associated = HEADER.pack(RECORD_MAGIC, record_type, kind, 0, batch, seq, id_hash, 0, 0)
+        return _frame(kind, record_type, batch, seq, id_hash, plain, flags)
+    associated = HEADER.pack(RECORD_MAGIC, record_type, kind, flags, batch, seq, id_hash, 0, 0)
     sealed = sealer.seal(plain, associated[:ASSOCIATED_BYTES])
-    return _frame(kind, record_type, batch, seq, id_hash, sealed)
+    return _frame(kind, record_type, batch, seq, id_hash, sealed, flags)
 
 
 def encode_data(sealer: Sealer, batch: int, doc: Document) -> bytes:
     id_bytes = doc.id.encode("utf-8")
-    plain = b"".join((doc.digest, ID_LENGTH.pack(len(id_bytes)), id_bytes, doc.body))
+    expiry = EXPIRY.pack(doc.expires_at_ms) if doc.expires_at_ms else b""
+    plain = b"".join((doc.digest, expiry, ID_LENGTH.pack(len(id_bytes)), id_bytes, doc.body))
     kind = KIND_CODES[doc.kind]
-    return _sealed_frame(
-        sealer, kind, DATA, batch, doc.seq, sealer.id_hash(doc.kind, doc.id), plain
-    )
+    flags = EXPIRES if doc.expires_at_ms else 0
+    id_hash = sealer.id_hash(doc.kind, doc.id)
+    return _sealed_frame(sealer, kind, DATA, batch, doc.seq, id_hash, plain, flags)
 
 
-def encode_removal(sealer: Sealer, batch: int, seq: int, kind: str, doc_id: str) -> bytes:
+def encode_removal(
+    sealer: Sealer, batch: int, seq: int, kind: str, doc_id: str, *, expired: bool = False
+) -> bytes:
     id_bytes = doc_id.encode("utf-8")
     plain = ID_LENGTH.pack(len(id_bytes)) + id_bytes
     code = KIND_CODES[kind]
-    return _sealed_frame(sealer, code, REMOVAL, batch, seq, sealer.id_hash(kind, doc_id), plain)
+    flags = EXPIRED if expired else 0
+    id_hash = sealer.id_hash(kind, doc_id)
+    return _sealed_frame(sealer, code, REMOVAL, batch, seq, id_hash, plain, flags)
 
 
 def encode_commit(commit: Commit) -> bytes:
@@ -126,12 +159,12 @@ def parse_header(data: bytes | memoryview, offset: int) -> Header | None:
     (check,) = HEADER_CHECK.unpack_from(data, offset + HEADER.size)
     if xxhash.xxh3_64_intdigest(data[offset : offset + HEADER.size]) != check:
         return None
-    _, record_type, kind, _, batch, seq, id_hash, length, payload_check = HEADER.unpack_from(
+    _, record_type, kind, flags, batch, seq, id_hash, length, payload_check = HEADER.unpack_from(
         data, offset
     )
-    if record_type not in RECORD_TYPES or length > MAX_PAYLOAD_BYTES:
+    if record_type not in RECORD_TYPES or length > MAX_PAYLOAD_BYTES or flags & ~KNOWN_FLAGS:
         return None
-    return Header(record_type, kind, batch, seq, id_hash, length, payload_check)
+    return Header(record_type, kind, batch, seq, id_hash, length, payload_check, flags)
 
 
 def payload_intact(data: bytes | memoryview, offset: int, header: Header) -> bool:
@@ -179,8 +212,19 @@ def decode_data(
         raise CorruptRecord(path, offset, f"unknown document kind {header.kind}")
     plain = _open_payload(sealer, path, data, offset, header)
     digest = bytes(plain[:DIGEST_BYTES])
-    doc_id, body_at = _id_at(path, plain, DIGEST_BYTES, offset)
-    return Document(kind, doc_id, header.seq, digest, bytes(plain[body_at:]))
+    expires_at_ms, id_at = _expiry(path, plain, header, offset)
+    doc_id, body_at = _id_at(path, plain, id_at, offset)
+    return Document(kind, doc_id, header.seq, digest, bytes(plain[body_at:]), expires_at_ms)
+
+
+def _expiry(path: str, plain: bytes | memoryview, header: Header, offset: int) -> tuple[int, int]:
+    """A Data payload's expires_at_ms (0 when it has none) and where its id starts."""
+    if not header.flags & EXPIRES:
+        return 0, DIGEST_BYTES
+    if DIGEST_BYTES + EXPIRY.size > len(plain):
+        raise CorruptRecord(path, offset, "record payload shorter than its expiry")
+    (expires_at_ms,) = EXPIRY.unpack_from(plain, DIGEST_BYTES)
+    return expires_at_ms, DIGEST_BYTES + EXPIRY.size
 
 
 def decode_commit(path: str, data: bytes | memoryview, offset: int, header: Header) -> Commit:
@@ -215,15 +259,16 @@ def read_document(
 
 def decode_meta(
     sealer: Sealer, path: str, data: bytes | memoryview, offset: int, header: Header
-) -> tuple[str, str, bytes | None, int]:
-    """(kind, id, digest or None for a removal, body size) of an intact intent record,
-    without copying a plaintext body."""
+) -> Meta:
+    """What an intact intent record says of its document, without copying its body."""
     kind = KIND_NAMES.get(header.kind)
     if kind is None:
         raise CorruptRecord(path, offset, f"unknown document kind {header.kind}")
     plain = _open_payload(sealer, path, data, offset, header)
     if header.type == REMOVAL:
         doc_id, _ = _id_at(path, plain, 0, offset)
-        return kind, doc_id, None, 0
-    doc_id, body_at = _id_at(path, plain, DIGEST_BYTES, offset)
-    return kind, doc_id, bytes(plain[:DIGEST_BYTES]), len(plain) - body_at
+        return Meta(kind, doc_id, None, 0, 0, bool(header.flags & EXPIRED))
+    expires_at_ms, id_at = _expiry(path, plain, header, offset)
+    doc_id, body_at = _id_at(path, plain, id_at, offset)
+    digest = bytes(plain[:DIGEST_BYTES])
+    return Meta(kind, doc_id, digest, len(plain) - body_at, expires_at_ms, False)

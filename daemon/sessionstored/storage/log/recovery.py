@@ -237,7 +237,7 @@ def _shared_history(base: CheckpointState) -> list[Committed]:
         ids.setdefault(doc_id, doc_id)
         digests[entry.digest] = entry.digest
     history = []
-    for seq, kind, doc_id, digest, at_ms, size in base.history:
+    for seq, kind, doc_id, digest, at_ms, size, expired in base.history:
         history.append(
             Committed(
                 seq,
@@ -246,6 +246,7 @@ def _shared_history(base: CheckpointState) -> list[Committed]:
                 digests.get(digest, digest) if digest is not None else None,
                 at_ms,
                 size,
+                expired,
             )
         )
     base.history = []
@@ -375,15 +376,19 @@ def _replay(
     """The committed batches the scan found, into the index, the watch history and the
     damage table (a rewritten document is no longer damaged)."""
     for batch in result.batches:
-        for kind, doc_id, seq, digest, size, segment, offset, length in batch.intents:
+        for intent in batch.intents:
+            kind, doc_id, seq, digest, size, segment, offset, length, expires, expired = intent
             if digest is None:
                 index.remove(kind, doc_id)
             else:
-                index.put(kind, doc_id, Entry(seq, digest, size, segment, offset, length))
+                entry = Entry(seq, digest, size, segment, offset, length, expires)
+                index.put(kind, doc_id, entry)
             if damaged:
                 for id_hash in sealer.id_hashes(kind, doc_id):
                     damaged.pop(id_hash, None)
-            history.append(Committed(seq, kind, doc_id, digest, batch.committed_at_ms, size))
+            history.append(
+                Committed(seq, kind, doc_id, digest, batch.committed_at_ms, size, expired)
+            )
         for row in batch.damaged:
             damaged[row.id_hash] = row
 

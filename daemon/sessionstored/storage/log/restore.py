@@ -57,7 +57,7 @@ def restore_log(
     for doc in documents:
         record = encode_data(sealer, 0, doc)
         rows.append((doc.kind, doc.id, Entry(doc.seq, doc.digest, len(doc.body), number, offset,
-                                             len(record))))  # fmt: skip
+                                             len(record), doc.expires_at_ms)))  # fmt: skip
         chunks.append(record)
         offset += len(record)
         if offset >= SEGMENT_TARGET_BYTES:

@@ -65,6 +65,8 @@ class Intent(NamedTuple):
     segment: int
     offset: int
     length: int
+    expires_at_ms: int = 0
+    expired: bool = False  # a removal by the expiry sweep
 
 
 @dataclass
@@ -359,9 +361,7 @@ class _Scanner:
         pending.begin(header.batch, item.segment, item.offset)
         pending.top_seq = max(pending.top_seq, header.seq)
         try:
-            kind, doc_id, digest, size = decode_meta(
-                self.sealer, segment.path, segment.data, item.offset, header
-            )
+            meta = decode_meta(self.sealer, segment.path, segment.data, item.offset, header)
         except CorruptRecord as error:
             self.result.corruption.append(
                 {"path": error.path, "offset": error.offset, "reason": error.reason}
@@ -370,11 +370,11 @@ class _Scanner:
                 DamageRow(header.id_hash, header.seq, error.path, error.offset, error.reason, None)
             )
             return
-        self.names.saw(kind, doc_id)
+        self.names.saw(meta.kind, meta.id)
         pending.intents.append(
             Intent(
-                kind, doc_id, header.seq, digest, size, item.segment, item.offset,
-                record_length(header),
+                meta.kind, meta.id, header.seq, meta.digest, meta.size, item.segment,
+                item.offset, record_length(header), meta.expires_at_ms, meta.expired,
             )
         )  # fmt: skip
 
@@ -435,7 +435,7 @@ def _lost_commit(
     are io_error. Returns a fresh pending batch."""
     assert pending.batch is not None and pending.start is not None
     rows = list(pending.damaged)
-    for kind, doc_id, seq, _digest, _size, number, offset, _length in pending.intents:
+    for kind, doc_id, seq, _digest, _size, number, offset, _length, *_ in pending.intents:
         rows.append(
             DamageRow(
                 sealer.id_hash(kind, doc_id),

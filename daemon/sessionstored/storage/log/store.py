@@ -33,7 +33,7 @@ from sessionstore.wire.canonical import digest_bytes_of_canonical
 from sessionstore.wire.codes import ErrorCode
 
 from ..decide import Accepted, decide_all, fold_txn_results, record_applied
-from ..documents import Document, Entry, Found, KeyRange, session_page
+from ..documents import NEVER, Document, Entry, Found, KeyRange, expired, session_page
 from ..engine import CompactResult, Problem
 from ..errors import CorruptRecord, FatalStorageError, InjectedFault, NoSpace
 from ..history import History
@@ -43,6 +43,7 @@ from ..mutations import (
     SESSION,
     Batch,
     Committed,
+    Expire,
     Mutation,
     Outcome,
     Put,
@@ -56,6 +57,7 @@ from .backup import LogBackup
 from .cache import DEFAULT_CAPACITY_BYTES, DocumentCache
 from .check import check
 from .durable import Failpoint, no_failpoint
+from .expiries import Expiries
 from .fs import ENOSPC_ERRNOS, FileSystem
 from .index import BULK_CHANGES, Index, Prepared
 from .index_checkpoint import Checkpoints, CheckpointState, DamageRow
@@ -131,6 +133,7 @@ class StoreOptions(TypedDict, total=False):
 
 class Store:
     blocking_reads = False  # reads come from the in-memory index and the page cache
+    supports_expiry = True
     batches_in_flight = 1  # one append and sync at a time: the log's order is the commit order
     follower = None  # this daemon is the only writer
 
@@ -162,6 +165,7 @@ class Store:
         self.log = Log(fs, root, segment_bytes)
         self.checkpoints = Checkpoints(fs, root, self.sealer)
         self.index = Index()
+        self.expiries = Expiries()
         self.cache = DocumentCache(read_cache_bytes)
         self._upkeep = Upkeep(self)
         self.history = History(history_changes)
@@ -187,6 +191,7 @@ class Store:
 
     def adopt(self, recovered: Recovered) -> None:
         self.index = recovered.index
+        self.expiries.rebuild(self.index)
         self.history.clear()
         self.history.extend(recovered.history)
         self.seq = recovered.seq
@@ -210,12 +215,16 @@ class Store:
     # -- reads (the readers' thread; never blocks on the writer) ------------------
 
     def head(self, kind: str, doc_id: str) -> Entry | None:
-        """The committed generation's entry; CorruptRecord if a damaged record hid it."""
+        """The committed generation's entry, None once it expired; CorruptRecord if a
+        damaged record hid it."""
         damage = self.damage_of(kind, doc_id)
         if damage is not None:
             _, seq, path, offset, reason, _ = damage
             raise CorruptRecord(path, offset, f"{reason} (it held seq {seq} of this document)")
-        return self.index.get(kind, doc_id)
+        entry = self.index.get(kind, doc_id)
+        if entry is not None and expired(entry.expires_at_ms, _now_ms()):
+            return None
+        return entry
 
     @property
     def acknowledged_seq(self) -> int:
@@ -309,18 +318,21 @@ class Store:
         if self._failed:
             raise FatalStorageError("the store failed earlier and must be reopened")
         state = _IndexState(self)
-        outcomes, accepted, txn_results = decide_all(state, mutations, self.seq + 1, full=False)
+        now_ms = _now_ms()
+        outcomes, accepted, txn_results = decide_all(
+            state, mutations, self.seq + 1, full=False, now_ms=now_ms
+        )
         batch = LogBatch([], last_seq=self.seq)
         try:
             if accepted:
                 try:
-                    self._write_batch(accepted, outcomes, batch)
+                    self._write_batch(accepted, outcomes, batch, now_ms)
                 except NoSpace:
                     outcomes, accepted, txn_results = decide_all(
-                        state, mutations, self.seq + 1, full=True
+                        state, mutations, self.seq + 1, full=True, now_ms=now_ms
                     )
                     if accepted:
-                        self._write_batch(accepted, outcomes, batch)
+                        self._write_batch(accepted, outcomes, batch, now_ms)
         except NoSpace:
             for position, _, _ in accepted:
                 outcomes[position] = refused(ErrorCode.NO_SPACE, "disk full")
@@ -334,17 +346,26 @@ class Store:
         return batch
 
     def _write_batch(
-        self, accepted: list[Accepted], outcomes: list[Outcome | None], batch: Batch
+        self,
+        accepted: list[Accepted],
+        outcomes: list[Outcome | None],
+        batch: Batch,
+        committed_at_ms: int,
     ) -> None:
         number = self.batch + 1
-        committed_at_ms = _now_ms()
         records: list[bytes] = []
         for _, change, seq in accepted:
             if isinstance(change, Put):
-                doc = Document(change.kind, change.id, seq, change.digest, change.body)
+                doc = Document(
+                    change.kind, change.id, seq, change.digest, change.body, change.expires_at_ms
+                )
                 records.append(encode_data(self.sealer, number, doc))
             else:
-                records.append(encode_removal(self.sealer, number, seq, change.kind, change.id))
+                records.append(
+                    encode_removal(
+                        self.sealer, number, seq, change.kind, change.id, expired=change.expired
+                    )
+                )
         intents = b"".join(records)
         first_seq, last_seq = accepted[0][2], accepted[-1][2]
         commit = encode_commit(Commit(number, first_seq, last_seq, len(records), committed_at_ms))
@@ -382,7 +403,15 @@ class Store:
         for (position, change, seq), record in zip(accepted, records, strict=True):
             entry = None
             if isinstance(change, Put):
-                entry = Entry(seq, change.digest, len(change.body), segment, offset, len(record))
+                entry = Entry(
+                    seq,
+                    change.digest,
+                    len(change.body),
+                    segment,
+                    offset,
+                    len(record),
+                    change.expires_at_ms,
+                )
             batch.changes.append((change.kind, change.id, entry))
             record_applied(batch, outcomes, position, change, seq, committed_at_ms)
             offset += len(record)
@@ -422,6 +451,9 @@ class Store:
             for kind, doc_id, _entry in batch.changes:
                 for id_hash in self.sealer.id_hashes(kind, doc_id):
                     self.damaged.pop(id_hash, None)
+        for kind, doc_id, entry in batch.changes:
+            if entry is not None and entry.expires_at_ms != NEVER:
+                self.expiries.add(kind, doc_id, entry.expires_at_ms)
         self.history.extend(batch.committed)
         if batch.lease_body is not None:
             self.lease = cbor2.loads(batch.lease_body)
@@ -505,6 +537,18 @@ class Store:
     def session_count(self) -> int:
         return self.index.count(SESSION)
 
+    # -- expiry (the event loop's thread, like publish) ----------------------------------
+
+    def next_expiry_ms(self) -> int | None:
+        return self.expiries.next_ms()
+
+    def due_expirations(self, now_ms: int, limit: int) -> list[Expire]:
+        return self.expiries.due(self.index, now_ms, limit)
+
+    def retry_expiration(self, expire: Expire) -> None:
+        """An Expire that failed (a full disk, say): it is due again."""
+        self.expiries.add(expire.kind, expire.id, expire.expires_at_ms)
+
     def current_lease(self) -> dict[str, Any] | None:
         return self.lease  # the writer publishes every lease change here
 
@@ -517,7 +561,7 @@ class Store:
         """The range's committed entries; CorruptRecord if a damaged record hid the newest
         generation of a document the page would hold (present or removed): the page would
         show an older state of it."""
-        found, more = self.index.scan(wanted)
+        found, more = self.index.scan(wanted, live_at_ms=_now_ms())
         if self.damaged:
             self._refuse_damaged(wanted, found, more)
         return found, more

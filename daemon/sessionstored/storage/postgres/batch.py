@@ -381,7 +381,9 @@ class BatchCommitter:
         fresh: set[Row] = set()
         for _ in range(MAX_OPTIMISTIC_TRIES):
             state = self._state(conn, mutations, fresh)
-            outcomes, accepted, txn_results = decide_all(state, mutations, 1, full=False)
+            outcomes, accepted, txn_results = decide_all(
+                state, mutations, 1, full=False, now_ms=now_ms
+            )
             plan = self._plan(accepted, 0)
             status, base = self._apply(conn, plan, state.consulted, now_ms, exclusive=False)
             if status == STAGED:
@@ -418,7 +420,9 @@ class BatchCommitter:
                 rows = self._known([row[2:] for row in held if row[2] is not None])
             state = _State(self.store, rows, lambda row: self._read(conn, [row], {row})[row])
             state.scan_conn = conn
-            outcomes, accepted, txn_results = decide_all(state, mutations, counter + 1, full=False)
+            outcomes, accepted, txn_results = decide_all(
+                state, mutations, counter + 1, full=False, now_ms=now_ms
+            )
             plan = self._plan(accepted, counter)
             status, base = self._apply(conn, plan, state.consulted, now_ms, exclusive=True)
             if status != STAGED or base != counter:  # nothing moves under the lock

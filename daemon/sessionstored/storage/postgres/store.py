@@ -53,6 +53,7 @@ from ..mutations import (
     SESSION,
     Batch,
     Committed,
+    Expire,
     Mutation,
     refused,
 )
@@ -172,6 +173,7 @@ class PgReport:
 
 class PgStore:
     blocking_reads = True  # reads are network round trips: the ops run them in threads
+    supports_expiry = False  # its rows carry no expiry: ttl_s is refused
     maintenance = None  # no segments, checkpoints or spares to keep: the writer skips them
 
     def __init__(
@@ -570,6 +572,17 @@ class PgStore:
         self, prefix: str, after: str | None, limit: int
     ) -> tuple[list[str], str | None]:
         return session_page(self.scan, prefix, after, limit)
+
+    # -- expiry: documents on PostgreSQL carry none (ops refuse ttl_s here) ------------
+
+    def next_expiry_ms(self) -> int | None:
+        return None
+
+    def due_expirations(self, now_ms: int, limit: int) -> list[Expire]:
+        return []
+
+    def retry_expiration(self, expire: Expire) -> None:
+        raise AssertionError("nothing expires on PostgreSQL")
 
     def session_count(self) -> int:
         with self._reader() as conn:

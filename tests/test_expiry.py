@@ -1,0 +1,264 @@
+# Expiry through real daemons: every document kind may carry a ttl_s; an expired
+# generation is gone for every read and decision the moment it expires, the
+# sweep removes it as a committed change watchers see with "expired": true,
+# and expiry times survive kill -9, index checkpoints, compaction and a backup
+# restored elsewhere. Waits end on what the store says (an event, a passed
+# expires_at_ms), never on a guess of how long something takes.
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessionstore.client import Client
+from sessionstore.errors import Conflict, SessionStoreError
+
+from .conftest import DaemonProcess
+
+# documents on PostgreSQL do not expire yet: the tests run on the log, and the last one
+# shows PostgreSQL refusing ttl_s
+log_only = pytest.mark.log_only
+
+
+def _snapshot(session_id: str, **fields: Any) -> dict[str, Any]:
+    return {"schema_version": 1, "session": {"id": session_id, **fields}}
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _until_past(expires_at_ms: int) -> None:
+    """Return once the wall clock has passed expires_at_ms."""
+    while _now_ms() <= expires_at_ms:
+        time.sleep(max(0.001, (expires_at_ms - _now_ms() + 1) / 1000))
+
+
+def _expired_events(client: Client, since: int, count: int) -> list[dict[str, Any]]:
+    events = []
+    for event in client.watch(since=since):
+        if event.get("expired"):
+            events.append(event)
+            if len(events) == count:
+                return events
+    raise AssertionError("the watch ended")
+
+
+@log_only
+def test_every_kind_expires_for_every_read_then_the_sweep_removes_it(
+    running: DaemonProcess,
+) -> None:
+    with running.client() as client:
+        start = client.stats()["seq"]
+        client.call("save", snapshot=_snapshot("s"), ttl_s=0.5)
+        client.call("checkpoint_put", kind="loop", key="run", value={"run_id": "run"}, ttl_s=0.5)
+        client.call("checkpoint_put", kind="kv", key="k", value={"v": 1}, ttl_s=0.5)
+        client.txn([{"op": "put", "kind": "workflow", "key": "wf", "value": {}, "ttl_s": 0.5}])
+        client.call("save", snapshot=_snapshot("kept"))
+        head = client.call("head", session_id="s")
+        expires = head["expires_at_ms"]
+        assert _now_ms() < expires <= _now_ms() + 500
+        assert client.call("load", session_id="s")["expires_at_ms"] == expires
+        [item] = client.checkpoint_scan("kv")["items"]
+        assert item["key"] == "k" and item["expires_at_ms"] > 0
+        assert "expires_at_ms" not in client.call("head", session_id="kept")
+        latest = max(
+            expires,
+            *(i["expires_at_ms"] for kind in ("loop", "kv", "workflow")
+              for i in client.checkpoint_scan(kind, values=False)["items"]),
+        )  # fmt: skip
+        _until_past(latest)
+        assert client.call("head", session_id="s")["found"] is False
+        assert client.load("s") is None and client.exists("s") is False
+        assert client.list()["ids"] == ["kept"]
+        for kind, key in (("loop", "run"), ("kv", "k"), ("workflow", "wf")):
+            assert client.checkpoint_get(kind, key) is None
+            assert client.checkpoint_scan(kind)["items"] == []
+        # absent to decisions too: create-only succeeds, a requirement on it fails
+        client.save(_snapshot("s", again=True), expect=None)
+        with pytest.raises(Conflict):
+            client.txn(
+                [{"op": "put", "kind": "kv", "key": "other", "value": {}}],
+                require=[{"kind": "kv", "key": "k", "exists": True}],
+            )
+        events = _expired_events(client, start, 3)  # the sweep: s was written again
+    assert {(e["event"], e.get("session_id") or e["key"]) for e in events} == {
+        ("checkpoint", "run"), ("checkpoint", "k"), ("checkpoint", "wf"),
+    }  # fmt: skip
+    assert all(e.get("deleted") is True for e in events)
+    with running.client() as client:
+        assert client.load("s") == _snapshot("s", again=True)  # the sweep left it alone
+        assert client.stats()["expirations"] == 3
+
+
+@log_only
+def test_expire_and_persist_and_update_keep_or_change_the_expiry(running: DaemonProcess) -> None:
+    with running.client() as client:
+        client.save(_snapshot("e"), ttl_s=3600)
+        first = client.call("head", session_id="e")
+        updated = client.update("e", "trace_events", [{"t": 1}])
+        after_update = client.call("head", session_id="e")
+        assert after_update["seq"] == updated["seq"]
+        assert after_update["expires_at_ms"] == first["expires_at_ms"]  # kept
+        persisted = client.call("expire", session_id="e", ttl_s=None)
+        assert persisted["found"] is True and "expires_at_ms" not in persisted
+        head = client.call("head", session_id="e")
+        assert "expires_at_ms" not in head and head["digest"] == after_update["digest"]
+        later = client.call("expire", kind="kv", key="missing", ttl_s=5)
+        assert later["found"] is False
+        client.checkpoint_put("kv", "k", {"v": 1})
+        set_now = client.call("expire", kind="kv", key="k", ttl_s=60)
+        assert (
+            client.call("checkpoint_get", kind="kv", key="k")["expires_at_ms"]
+            == set_now["expires_at_ms"]
+        )
+        client.save(_snapshot("e"))  # a save without ttl_s: no expiry (Redis's SET)
+        assert "expires_at_ms" not in client.call("head", session_id="e")
+        forked = client.call("fork", session_id="e", new_session_id="f", workspace="/w", ttl_s=9)
+        assert forked["seq"] > 0 and client.call("head", session_id="f")["expires_at_ms"] > 0
+
+
+@log_only
+@pytest.mark.parametrize(
+    "ttl", [-1, 0, math.nan, math.inf, -math.inf, 1e20, 2**64 - 1, "60", True, [1], {"s": 1}]
+)
+def test_a_hostile_ttl_is_bad_request_everywhere(running: DaemonProcess, ttl: Any) -> None:
+    with running.client() as client:
+        client.save(_snapshot("x"))
+        calls = [
+            ("save", {"snapshot": _snapshot("x")}),
+            ("update", {"session_id": "x", "component": "trace_events", "value": []}),
+            ("fork", {"session_id": "x", "new_session_id": "y", "workspace": "/w"}),
+            ("checkpoint_put", {"kind": "kv", "key": "k", "value": {}}),
+            ("expire", {"session_id": "x"}),
+            ("txn", {"ops": [{"op": "put", "kind": "kv", "key": "k", "value": {}}]}),
+        ]
+        for op, args in calls:
+            if op == "txn":
+                args["ops"][0]["ttl_s"] = ttl
+            else:
+                args["ttl_s"] = ttl
+            with pytest.raises(SessionStoreError) as refused:
+                client.call(op, **args)
+            assert refused.value.code == "bad_request", (op, ttl)
+            assert "ttl_s" in str(refused.value)
+        client.ping()  # the connection and the daemon serve on
+        assert "expires_at_ms" not in client.call("head", session_id="x")
+
+
+def test_expiry_survives_kill_9_checkpoints_compaction_and_a_restore(
+    short_tmp: Path,
+) -> None:
+    daemon = DaemonProcess(short_tmp)
+    daemon.start("--checkpoint-every", "5")
+    try:
+        with daemon.client() as client:
+            for n in range(12):  # past two index checkpoints
+                client.call("save", snapshot=_snapshot(f"long/{n}"), ttl_s=3600)
+            client.call("checkpoint_put", kind="kv", key="k", value={"v": 1}, ttl_s=3600)
+            short = client.call("save", snapshot=_snapshot("short"), ttl_s=1)
+            wanted = {f"long/{n}": client.call("head", session_id=f"long/{n}")["expires_at_ms"]
+                      for n in range(12)}  # fmt: skip
+            short_expires = client.call("head", session_id="short")["expires_at_ms"]
+        daemon.kill9()  # before "short" expires: the sweep has not removed it
+        _until_past(short_expires)
+        daemon.start("--checkpoint-every", "5")
+        with daemon.client() as client:
+            assert client.load("short") is None  # expired while the daemon was down
+            [event] = _expired_events(client, short["seq"], 1)  # swept after the restart
+            assert event["session_id"] == "short"
+            client.compact()
+            for session_id, expires in wanted.items():
+                assert client.call("head", session_id=session_id)["expires_at_ms"] == expires
+            assert client.verify()["problems"] == []
+            backup = short_tmp / "b.bak"
+            command = [sys.executable, "-m", "sessionstore.tools.cli", "--socket",
+                       daemon.socket_path, "backup", str(backup)]  # fmt: skip
+            subprocess.run(command, check=True, capture_output=True, timeout=120)
+        assert daemon.stop() == 0
+        daemon.start()  # the history of the sweep's removal, from the log and checkpoint
+        with daemon.client() as client:
+            [replayed] = _expired_events(client, short["seq"], 1)
+            assert replayed == event
+        restored_dir = Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp"))
+        result = subprocess.run(
+            [sys.executable, "-m", "sessionstored", "restore", str(backup),
+             "--state-dir", str(restored_dir / "state")],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        restored = DaemonProcess(restored_dir)
+        restored.start()
+        try:
+            with restored.client() as client:
+                for session_id, expires in wanted.items():
+                    assert client.call("head", session_id=session_id)["expires_at_ms"] == expires
+                assert client.call("checkpoint_get", kind="kv", key="k")["expires_at_ms"] > 0
+        finally:
+            restored.stop()
+            restored.cleanup()
+    finally:
+        daemon.stop()
+
+
+@log_only
+def test_reads_racing_the_sweep_see_a_document_or_nothing(running: DaemonProcess) -> None:
+    count = 300
+    with running.client() as client:
+        start = client.stats()["seq"]
+        client.txn([
+            {"op": "put", "kind": "kv", "key": f"r/{n:04d}", "value": {"n": n}, "ttl_s": 0.3}
+            for n in range(count)
+        ])  # fmt: skip
+        expires = max(i["expires_at_ms"] for i in client.checkpoint_scan(
+            "kv", prefix="r/", values=False, limit=1000)["items"])  # fmt: skip
+    problems: list[str] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        with running.client() as reader:
+            while not stop.is_set():
+                asked_at = _now_ms()
+                try:
+                    value = reader.checkpoint_get("kv", "r/0150")
+                    page = reader.checkpoint_scan("kv", prefix="r/", limit=1000)["items"]
+                except SessionStoreError as error:
+                    problems.append(f"{error.code}: {error}")
+                    return
+                if asked_at > expires and (value is not None or page):
+                    problems.append(f"read an expired document at {asked_at} > {expires}")
+                if value is not None and value != {"n": 150}:
+                    problems.append(f"read {value!r}")
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for thread in readers:
+        thread.start()
+    with running.client() as client:
+        _expired_events(client, start, count)  # the sweep removed every one
+    stop.set()
+    for thread in readers:
+        thread.join(60)
+    assert problems == []
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_postgresql_refuses_ttl_and_serves_on(running: DaemonProcess) -> None:
+    with running.client() as client:
+        for op, args in (
+            ("save", {"snapshot": _snapshot("p"), "ttl_s": 5}),
+            ("checkpoint_put", {"kind": "kv", "key": "k", "value": {}, "ttl_s": 5}),
+            ("expire", {"session_id": "p", "ttl_s": 5}),
+            ("txn", {"ops": [{"op": "put", "kind": "kv", "key": "k", "value": {}, "ttl_s": 5}]}),
+        ):
+            with pytest.raises(SessionStoreError) as refused:
+                client.call(op, **args)
+            assert refused.value.code == "bad_request" and "PostgreSQL" in str(refused.value)
+        client.save(_snapshot("p"))
+        assert "expires_at_ms" not in client.call("head", session_id="p")
