@@ -6,6 +6,7 @@
 # expires_at_ms), never on a guess of how long something takes.
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -262,3 +263,49 @@ def test_postgresql_refuses_ttl_and_serves_on(running: DaemonProcess) -> None:
             assert refused.value.code == "bad_request" and "PostgreSQL" in str(refused.value)
         client.save(_snapshot("p"))
         assert "expires_at_ms" not in client.call("head", session_id="p")
+
+
+@log_only
+def test_the_cli_sets_shows_and_removes_expiry_and_export_import_keep_it(
+    running: DaemonProcess, tmp_path: Path
+) -> None:
+    def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "sessionstore.tools.cli", "--socket",
+                   running.socket_path, "--json", *args]  # fmt: skip
+        return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=60)
+
+    put = cli("put", "--ttl", "3600", stdin='{"schema_version": 1, "session": {"id": "c"}}')
+    assert put.returncode == 0, put.stderr
+    head = json.loads(cli("head", "c").stdout)
+    assert head["expires_at_ms"] > _now_ms()
+    assert cli("checkpoint", "put", "kv", "k", '{"v": 1}', "--ttl", "3").returncode == 0
+    meta = json.loads(cli("checkpoint", "get", "kv", "k", "--meta").stdout)
+    assert meta["value"] == {"v": 1} and meta["expires_at_ms"] > 0
+    exported = cli("export").stdout
+    lines = [json.loads(line) for line in exported.splitlines()]
+    assert {(d["kind"], d["id"]): d.get("expires_at_ms") for d in lines} == {
+        ("session", "c"): head["expires_at_ms"], ("kv", "k"): meta["expires_at_ms"],
+    }  # fmt: skip
+    _until_past(meta["expires_at_ms"])
+    target = DaemonProcess(Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp")))
+    target.start()
+    try:
+        command = [sys.executable, "-m", "sessionstore.tools.cli", "--socket",
+                   target.socket_path, "--json", "import"]  # fmt: skip
+        result = subprocess.run(command, input=exported, capture_output=True, text=True)
+        summary = json.loads(result.stdout)
+        assert (summary["imported"], summary["expired"]) == (1, 1), result.stderr
+        with target.client() as client:
+            moved = client.call("head", session_id="c")["expires_at_ms"]
+            assert abs(moved - head["expires_at_ms"]) < 1000  # the time it had left
+            assert client.checkpoint_get("kv", "k") is None
+    finally:
+        target.stop()
+        target.cleanup()
+    assert json.loads(cli("persist", "c").stdout)["found"] is True
+    assert "expires_at_ms" not in json.loads(cli("head", "c").stdout)
+    assert cli("expire", "c", "60").returncode == 0
+    assert json.loads(cli("head", "c").stdout)["expires_at_ms"] > _now_ms()
+    missing = cli("expire", "--kind", "kv", "gone", "5")
+    assert missing.returncode == 3 and json.loads(missing.stdout)["found"] is False
+    assert cli("expire", "c", "-1").returncode == 2  # a usage error, before any request

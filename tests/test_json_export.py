@@ -75,7 +75,7 @@ def test_export_then_import_into_an_empty_store_keeps_every_digest(
         result = _cli(target, "--json", "import", str(exported))
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout) == {
-            "imported": 6, "unchanged": 0, "problems": [], "stopped": None
+            "imported": 6, "unchanged": 0, "expired": 0, "problems": [], "stopped": None
         }  # fmt: skip
         again = _cli(target, "export")
         assert {
@@ -83,7 +83,7 @@ def test_export_then_import_into_an_empty_store_keeps_every_digest(
         } == digests
         rerun = _cli(target, "--json", "import", str(exported))  # create-only: nothing moves
         assert json.loads(rerun.stdout) == {
-            "imported": 0, "unchanged": 6, "problems": [], "stopped": None
+            "imported": 0, "unchanged": 6, "expired": 0, "problems": [], "stopped": None
         }  # fmt: skip
         with target.client() as client:
             stored = client.load("s/2")

@@ -192,7 +192,29 @@ def _exists(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 def _put(client: Client, args: argparse.Namespace, out: Output) -> int:
     snapshot = _read_json(args.file)
-    out.emit(client.save(snapshot, expect=_expect(args), lease=_lease_option(args)))
+    saved = client.save(snapshot, expect=_expect(args), lease=_lease_option(args), ttl_s=_ttl(args))
+    out.emit(saved)
+    return EXIT_OK
+
+
+def _ttl(args: argparse.Namespace) -> float | Any:
+    return args.ttl if args.ttl is not None else UNSET
+
+
+def _expire(client: Client, args: argparse.Namespace, out: Output) -> int:
+    """EXPIRE ID SECONDS, and PERSIST ID (seconds None): exit 3 when there is no such one."""
+    seconds = getattr(args, "seconds", None)
+    if args.kind is None:
+        result = client.expire(args.id, seconds, lease=_lease_option(args))
+    else:
+        result = client.expire(
+            None, seconds, kind=args.kind, key=args.id, lease=_lease_option(args)
+        )
+    out.emit(result)
+    if not result["found"]:
+        what = f"{args.kind} document" if args.kind else "session"
+        print(f"sessionstore: no {what} {args.id!r}", file=sys.stderr)
+        return EXIT_NOT_FOUND
     return EXIT_OK
 
 
@@ -279,13 +301,14 @@ def _checkpoint(client: Client, args: argparse.Namespace, out: Output) -> int:
     if args.action == "put":
         text = sys.stdin.read() if args.value in (None, "-") else args.value
         value = _json_arg(text, "value")
-        out.emit({"seq": client.checkpoint_put(args.kind, args.key, value, lease=lease)["seq"]})
+        put = client.checkpoint_put(args.kind, args.key, value, lease=lease, ttl_s=_ttl(args))
+        out.emit({"seq": put["seq"]})
     elif args.action == "get":
-        value = client.checkpoint_get(args.kind, args.key)
-        if value is None:
+        found = client.call("checkpoint_get", kind=args.kind, key=args.key)
+        if found["value"] is None:
             print(f"sessionstore: no {args.kind} checkpoint {args.key!r}", file=sys.stderr)
             return EXIT_NOT_FOUND
-        out.emit(value)
+        out.emit(found if args.meta else found["value"])
     else:
         out.emit({"deleted": client.checkpoint_delete(args.kind, args.key, lease=lease)})
     return EXIT_OK
@@ -642,6 +665,11 @@ def _parser() -> argparse.ArgumentParser:
                 "--create-only", action="store_true", help="only if the session does not exist"
             )
 
+    def ttl_option(sub: Any) -> None:
+        sub.add_argument(
+            "--ttl", type=_seconds, metavar="SECONDS", help="expire that long after the write"
+        )
+
     def lease_option(sub: Any) -> None:
         sub.add_argument(
             "--lease", metavar="HOLDER:EPOCH", help="the current lease, when one is held"
@@ -700,6 +728,7 @@ def _parser() -> argparse.ArgumentParser:
     put.add_argument("file", nargs="?", default="-", help="a JSON file, or - for standard input")
     expect_options(put, create_only=True)
     lease_option(put)
+    ttl_option(put)
     rm = command("rm", _rm, "delete a session (deleted: false when it was absent)")
     rm.add_argument("session_id")
     expect_options(rm)
@@ -731,6 +760,20 @@ def _parser() -> argparse.ArgumentParser:
     checkpoint.add_argument("key")
     checkpoint.add_argument("value", nargs="?", help="for put: a JSON map, or - for standard input")
     lease_option(checkpoint)
+    ttl_option(checkpoint)
+    checkpoint.add_argument(
+        "--meta", action="store_true", help="for get: print the value with its expires_at_ms"
+    )
+    for name, summary in (
+        ("expire", "make a session (or with --kind, a document) expire SECONDS from now"),
+        ("persist", "remove a session's (or with --kind, a document's) expiry"),
+    ):
+        sub = command(name, _expire, f"{summary} (exit 3 when absent)")
+        sub.add_argument("id", help="the session id, or with --kind the document's key")
+        if name == "expire":
+            sub.add_argument("seconds", type=_seconds)
+        sub.add_argument("--kind", choices=("loop", "workflow", "kv"))
+        lease_option(sub)
     lease = command("lease", _lease, "the writer lease: acquire (a takeover), get, release")
     lease.add_argument("action", choices=("acquire", "get", "release"))
     lease.add_argument("--holder", help="who holds it (acquire, release)")

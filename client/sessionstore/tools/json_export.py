@@ -4,10 +4,12 @@
 # (byte strings, floats and non-text keys included).
 #
 # An export reads page by page while the daemon serves: each line is one whole
-# committed generation with its seq, but the lines are not one point in time (a
-# backup is). An import writes create-only unless told to overwrite; a document
-# already there at the line's digest is skipped, one there at another is reported
-# and left alone; every problem is reported by its line number.
+# committed generation with its seq (and expires_at_ms, for one that expires),
+# but the lines are not one point in time (a backup is). An import writes
+# create-only unless told to overwrite; a document already there at the line's
+# digest is skipped, one there at another is reported and left alone; every
+# problem is reported by its line number. An expiring document gets the time it
+# had left; one that expired since the export is skipped (counted as expired).
 #
 # A line is read as bytes, at most max_line_bytes of them, so that a file with no
 # line ends (/dev/zero) or one huge line cannot exhaust memory: a longer line
@@ -18,6 +20,7 @@
 # request, so it is imported whole or not at all.
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -51,26 +54,38 @@ def export_documents(client: Client) -> Iterator[dict[str, Any]]:
         found = client.load_with_meta(session_id)
         if found["snapshot"] is None:  # deleted since it was listed
             continue
-        yield _line("session", session_id, found["seq"], found["digest"], found["snapshot"])
+        yield _line(
+            "session", session_id, found["seq"], found["digest"], found["snapshot"],
+            found.get("expires_at_ms"),
+        )  # fmt: skip
     for kind in CHECKPOINT_KINDS:
         after: str | None = None
         while True:
             page = client.checkpoint_scan(kind, after=after, limit=PAGE)
             for item in page["items"]:
-                yield _line(kind, item["key"], item["seq"], item["digest"], item["value"])
+                yield _line(
+                    kind, item["key"], item["seq"], item["digest"], item["value"],
+                    item.get("expires_at_ms"),
+                )  # fmt: skip
             after = page["next"]
             if after is None:
                 break
 
 
-def _line(kind: str, doc_id: str, seq: int, digest: str, value: Any) -> dict[str, Any]:
-    return {"kind": kind, "id": doc_id, "seq": seq, "digest": digest, "value": to_json_value(value)}
+def _line(
+    kind: str, doc_id: str, seq: int, digest: str, value: Any, expires_at_ms: int | None
+) -> dict[str, Any]:
+    line = {"kind": kind, "id": doc_id, "seq": seq, "digest": digest}
+    if expires_at_ms:
+        line["expires_at_ms"] = expires_at_ms
+    return {**line, "value": to_json_value(value)}
 
 
 @dataclass
 class ImportReport:
     imported: int = 0
     unchanged: int = 0  # already there at the line's digest
+    expired: int = 0  # expired since the export: skipped
     problems: list[tuple[int, str]] = field(default_factory=list)  # (line number, what)
     stopped: str | None = None  # why the import ended before the file did
 
@@ -78,6 +93,7 @@ class ImportReport:
         return {
             "imported": self.imported,
             "unchanged": self.unchanged,
+            "expired": self.expired,
             "problems": [{"line": line, "problem": what} for line, what in self.problems],
             "stopped": self.stopped,
         }
@@ -117,8 +133,14 @@ def import_documents(
         if not line.strip():
             continue
         try:
-            kind, doc_id, digest, value = _read_line(line)
-            written = _write(client, kind, doc_id, value, overwrite=overwrite)
+            kind, doc_id, digest, value, expires_at_ms = _read_line(line)
+            ttl_s = None
+            if expires_at_ms is not None:
+                ttl_s = (expires_at_ms - time.time_ns() // 1_000_000) / 1000
+                if ttl_s <= 0:
+                    report.expired += 1
+                    continue
+            written = _write(client, kind, doc_id, value, overwrite=overwrite, ttl_s=ttl_s)
         except _Problem as problem:
             report.problems.append((number, str(problem)))
             continue
@@ -144,7 +166,7 @@ class _Problem(ValueError):
     pass
 
 
-def _read_line(line: bytes) -> tuple[str, str, str, Any]:
+def _read_line(line: bytes) -> tuple[str, str, str, Any, int | None]:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -163,6 +185,9 @@ def _read_line(line: bytes) -> tuple[str, str, str, Any]:
         raise _Problem(f"kind must be one of {', '.join(KINDS)}")
     if not isinstance(doc_id, str) or not isinstance(digest, str) or "value" not in document:
         raise _Problem("a line holds id and digest (text) and value")
+    expires_at_ms = document.get("expires_at_ms")
+    if expires_at_ms is not None and (type(expires_at_ms) is not int or expires_at_ms <= 0):
+        raise _Problem("expires_at_ms must be a positive integer (ms since the epoch)")
     most = REQUEST_CONTAINERS_MAX - ENVELOPE_CONTAINERS[kind]
     if containers_deep(document["value"]) > JSON_CONTAINERS_MAX:
         raise _Problem(f"value: nested deeper than the daemon takes ({most} levels)")
@@ -176,7 +201,7 @@ def _read_line(line: bytes) -> tuple[str, str, str, Any]:
         cbor2.dumps(value)
     except UnicodeEncodeError:
         raise _Problem("value: text with a lone surrogate escape is not Unicode") from None
-    return kind, doc_id, digest, value
+    return kind, doc_id, digest, value, expires_at_ms
 
 
 def containers_deep(value: Any) -> int:
@@ -196,14 +221,17 @@ def containers_deep(value: Any) -> int:
     return deepest
 
 
-def _write(client: Client, kind: str, doc_id: str, value: Any, *, overwrite: bool) -> str:
+def _write(
+    client: Client, kind: str, doc_id: str, value: Any, *, overwrite: bool, ttl_s: float | None
+) -> str:
     """The digest the document was written at; Conflict when it exists (create-only)."""
+    ttl = {} if ttl_s is None else {"ttl_s": ttl_s}
     if kind == "session":
         if not isinstance(value, dict) or (value.get("session") or {}).get("id") != doc_id:
             raise _Problem(f"session {doc_id!r}: the value is not that session's snapshot")
-        saved = client.save(value) if overwrite else client.save(value, expect=None)
+        saved = client.save(value, **ttl) if overwrite else client.save(value, expect=None, **ttl)
         return str(saved["digest"])
-    put = {"op": "put", "kind": kind, "key": doc_id, "value": value}
+    put = {"op": "put", "kind": kind, "key": doc_id, "value": value, **ttl}
     require = [] if overwrite else [{"kind": kind, "key": doc_id, "exists": False}]
     client.txn([put], require=require)
     return snapshot_digest(value)  # the daemon stores the value's canonical form
