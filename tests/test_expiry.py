@@ -1,4 +1,4 @@
-# Expiry through real daemons: every document kind may carry a ttl_s; an expired
+# Expiry through real daemons, on both engines: every document kind may carry a ttl_s; an expired
 # generation is gone for every read and decision the moment it expires, the
 # sweep removes it as a committed change watchers see with "expired": true,
 # and expiry times survive kill -9, index checkpoints, compaction and a backup
@@ -22,10 +22,7 @@ from sessionstore.client import Client
 from sessionstore.errors import Conflict, SessionStoreError
 
 from .conftest import DaemonProcess
-
-# documents on PostgreSQL do not expire yet: the tests run on the log, and the last one
-# shows PostgreSQL refusing ttl_s
-log_only = pytest.mark.log_only
+from .postgres_server import PostgresServer
 
 
 def _snapshot(session_id: str, **fields: Any) -> dict[str, Any]:
@@ -52,7 +49,6 @@ def _expired_events(client: Client, since: int, count: int) -> list[dict[str, An
     raise AssertionError("the watch ended")
 
 
-@log_only
 def test_every_kind_expires_for_every_read_then_the_sweep_removes_it(
     running: DaemonProcess,
 ) -> None:
@@ -99,7 +95,6 @@ def test_every_kind_expires_for_every_read_then_the_sweep_removes_it(
         assert client.stats()["expirations"] == 3
 
 
-@log_only
 def test_expire_and_persist_and_update_keep_or_change_the_expiry(running: DaemonProcess) -> None:
     with running.client() as client:
         client.save(_snapshot("e"), ttl_s=3600)
@@ -126,7 +121,6 @@ def test_expire_and_persist_and_update_keep_or_change_the_expiry(running: Daemon
         assert forked["seq"] > 0 and client.call("head", session_id="f")["expires_at_ms"] > 0
 
 
-@log_only
 @pytest.mark.parametrize(
     "ttl", [-1, 0, math.nan, math.inf, -math.inf, 1e20, 2**64 - 1, "60", True, [1], {"s": 1}]
 )
@@ -209,7 +203,6 @@ def test_expiry_survives_kill_9_checkpoints_compaction_and_a_restore(
         daemon.stop()
 
 
-@log_only
 def test_reads_racing_the_sweep_see_a_document_or_nothing(running: DaemonProcess) -> None:
     count = 300
     with running.client() as client:
@@ -249,23 +242,6 @@ def test_reads_racing_the_sweep_see_a_document_or_nothing(running: DaemonProcess
     assert problems == []
 
 
-@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
-def test_postgresql_refuses_ttl_and_serves_on(running: DaemonProcess) -> None:
-    with running.client() as client:
-        for op, args in (
-            ("save", {"snapshot": _snapshot("p"), "ttl_s": 5}),
-            ("checkpoint_put", {"kind": "kv", "key": "k", "value": {}, "ttl_s": 5}),
-            ("expire", {"session_id": "p", "ttl_s": 5}),
-            ("txn", {"ops": [{"op": "put", "kind": "kv", "key": "k", "value": {}, "ttl_s": 5}]}),
-        ):
-            with pytest.raises(SessionStoreError) as refused:
-                client.call(op, **args)
-            assert refused.value.code == "bad_request" and "PostgreSQL" in str(refused.value)
-        client.save(_snapshot("p"))
-        assert "expires_at_ms" not in client.call("head", session_id="p")
-
-
-@log_only
 def test_the_cli_sets_shows_and_removes_expiry_and_export_import_keep_it(
     running: DaemonProcess, tmp_path: Path
 ) -> None:
@@ -309,3 +285,35 @@ def test_the_cli_sets_shows_and_removes_expiry_and_export_import_keep_it(
     missing = cli("expire", "--kind", "kv", "gone", "5")
     assert missing.returncode == 3 and json.loads(missing.stdout)["found"] is False
     assert cli("expire", "c", "-1").returncode == 2  # a usage error, before any request
+
+
+def test_on_postgresql_one_daemon_sweeps_and_another_takes_over(
+    postgres: PostgresServer, short_tmp: Path
+) -> None:
+    url = postgres.url(postgres.create_database())
+    hosts = [DaemonProcess(short_tmp / f"h{n}", url) for n in range(2)]
+    for host in hosts:
+        (short_tmp / host.workdir.name).mkdir()
+        host.start()
+    try:
+        with hosts[0].client() as client:
+            start = client.stats()["seq"]
+            client.txn([
+                {"op": "put", "kind": "kv", "key": f"a/{n}", "value": {}, "ttl_s": 0.3}
+                for n in range(20)
+            ])  # fmt: skip
+            events = _expired_events(client, start, 20)
+        assert sorted(e["key"] for e in events) == sorted(f"a/{n}" for n in range(20))
+        swept = [h.client().stats()["expirations"] for h in hosts]
+        assert sorted(swept) == [0, 20]  # one daemon swept them all, each once
+        sweeper = swept.index(20)
+        hosts[sweeper].kill9()
+        other = hosts[1 - sweeper]
+        with other.client() as client:
+            seq = client.stats()["seq"]
+            client.checkpoint_put("kv", "b", {}, ttl_s=0.3)
+            [event] = _expired_events(client, seq, 1)  # the other one took over
+            assert event["key"] == "b" and client.stats()["expirations"] == 1
+    finally:
+        for host in hosts:
+            host.stop()

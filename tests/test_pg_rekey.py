@@ -316,7 +316,7 @@ def test_a_schema_version_1_database_is_moved_to_the_current_version_at_start(
     assert exported_digests(again) == before
     with again.client() as client:
         client.save(_snapshot("s/new", 1))
-    assert _meta(url)["schema_version"] == "3"
+    assert _meta(url)["schema_version"] == "4"
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT key_epoch FROM ss_counter").fetchone() == (0,)
     _stop(again)
@@ -347,4 +347,44 @@ def test_a_version_2_database_is_not_moved_while_an_older_daemon_uses_it(
     again = _serve(short_tmp / "c", url)
     daemons.append(again)
     assert exported_digests(again) == before
-    assert _meta(url)["schema_version"] == "3"
+    assert _meta(url)["schema_version"] == "4"
+
+
+def test_a_version_3_database_gains_expiry_once_no_older_daemon_uses_it(
+    url: str, short_tmp: Path, daemons: list[DaemonProcess]
+) -> None:
+    """A version-3 daemon knows no expiry: its writes would keep a row's old expiry. The
+    move adds the columns, the sweep's index and the new functions once none is connected."""
+    first = _serve(short_tmp / "a", url)
+    daemons.append(first)
+    _fill(first, 3)
+    before = exported_digests(first)
+    assert first.stop() == 0
+    with psycopg.connect(url, autocommit=True) as conn:  # what version 3 made
+        conn.execute("DROP INDEX ss_documents_expiry")
+        conn.execute("ALTER TABLE ss_documents DROP COLUMN expires_at_ms")
+        conn.execute("ALTER TABLE ss_changes DROP COLUMN expired")
+        conn.execute("UPDATE ss_meta SET value = '3' WHERE name = 'schema_version'")
+    older = psycopg.connect(url, application_name="sessionstored keys= schema=3")
+    try:
+        refused = _daemon(short_tmp / "b", url)
+        refused.start(wait=False)
+        assert refused.wait_exit() == 2
+        last = refused.log().strip().splitlines()[-1]
+        assert "daemons of an earlier version use this database" in last, refused.log()
+        assert _meta(url)["schema_version"] == "3"
+    finally:
+        older.close()
+    again = _serve(short_tmp / "c", url)
+    daemons.append(again)
+    assert exported_digests(again) == before
+    assert _meta(url)["schema_version"] == "4"
+    with again.client() as client:
+        client.save(_snapshot("s/short", 1), ttl_s=3600)
+        assert client.call("head", session_id="s/short")["expires_at_ms"] > 0
+    with psycopg.connect(url) as conn:
+        functions = conn.execute(
+            "SELECT count(*) FROM pg_proc WHERE proname IN ('ss_stage', 'ss_take_seqs')"
+        ).fetchone()
+        assert functions == (2,)  # version 3's overloads are gone
+    _stop(again)

@@ -6,7 +6,9 @@
 # SWEEP_BATCH due generations, and hands them to the writer as ordinary jobs:
 # they queue behind and among clients' writes, in batches the writer bounds,
 # so a million expiring at once costs the clients a share of the writer, never
-# a stall. An Expire that failed (a full disk) is scheduled again.
+# a stall. An Expire that failed (a full disk) is scheduled again. On
+# PostgreSQL one daemon at a time sweeps (the one holding the sweeper's lock);
+# the others serve, and take over when its connection ends.
 from __future__ import annotations
 
 import logging
@@ -37,7 +39,12 @@ class Sweeper:
 
     async def run(self) -> None:
         while True:
-            due = self.store.due_expirations(now_ms(), SWEEP_BATCH)
+            if self.store.blocking_reads:  # a query (PostgreSQL): off the event loop
+                due = await trio.to_thread.run_sync(
+                    self.store.due_expirations, now_ms(), SWEEP_BATCH
+                )
+            else:
+                due = self.store.due_expirations(now_ms(), SWEEP_BATCH)
             if not due:
                 await trio.sleep(self._idle_s())
                 continue

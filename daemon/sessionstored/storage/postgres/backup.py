@@ -44,11 +44,13 @@ class PgBackup:
 
     def chunks(self) -> Iterator[list[Document]]:
         with self._conn.cursor(name="ss_backup") as cursor:
-            cursor.execute("SELECT kind, name, seq, digest, body FROM ss_documents")
+            cursor.execute("SELECT kind, name, seq, digest, body, expires_at_ms FROM ss_documents")
             while rows := cursor.fetchmany(CHUNK_ROWS):
                 yield [self._document(*row) for row in rows]
 
-    def _document(self, kind: str, name: Any, seq: int, digest: Any, body: Any) -> Document:
+    def _document(
+        self, kind: str, name: Any, seq: int, digest: Any, body: Any, expires_at_ms: int
+    ) -> Document:
         what = kind.encode()
         doc_id = self._open(bytes(name), b"name:" + what, "ss_documents").decode()
         where = f"ss_documents ({kind}, {doc_id!r})"
@@ -56,7 +58,7 @@ class PgBackup:
         plain = self._open(bytes(body), b"body:" + what, where)
         if digest_bytes_of_canonical(plain) != stored:
             raise CorruptRecord(f"postgresql {where}", 0, "body digest mismatch")
-        return Document(kind, doc_id, seq, stored, plain)
+        return Document(kind, doc_id, seq, stored, plain, expires_at_ms)
 
     def close(self) -> None:
         if not self._conn.closed:

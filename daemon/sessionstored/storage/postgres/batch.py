@@ -84,11 +84,11 @@ Row = tuple[str, bytes]  # (kind, key column)
 _STAGE_CALL = (
     "ss_stage(%b::boolean, %b::bigint, %b::bigint[], %b::text[], %b::bytea[], %b::bigint[],"
     " %b::text[], %b::bytea[], %b::text[], %b::bytea[], %b::bytea[], %b::bytea[],"
-    " %b::bytea[], %b::int[])"
+    " %b::bytea[], %b::int[], %b::bigint[])"
 )
 _TAKE_SEQS_ARGS = (
     "%b::bigint, %b::text[], %b::bytea[], %b::bigint[],"
-    " %b::bigint[], %b::text[], %b::bytea[], %b::bytea[], %b::int[], %b::bigint"
+    " %b::bigint[], %b::text[], %b::bytea[], %b::bytea[], %b::int[], %b::bool[], %b::bigint"
 )
 # the stage's answer is a scalar subquery: evaluated once, before ss_take_seqs runs
 COMMIT_IN_ONE = f"SELECT * FROM ss_take_seqs((SELECT {_STAGE_CALL}), {_TAKE_SEQS_ARGS})"
@@ -96,7 +96,8 @@ STAGE = f"SELECT {_STAGE_CALL}"
 TAKE_SEQS = f"SELECT * FROM ss_take_seqs(0, {_TAKE_SEQS_ARGS})"
 HOLD_WRITERS = "SELECT * FROM ss_hold_writers(%b::text[], %b::bytea[], %b::bool[])"
 READ_ROWS = (
-    "SELECT r.kind, r.key, d.seq, d.digest, d.size, CASE WHEN r.body THEN d.body END"
+    "SELECT r.kind, r.key, d.seq, d.digest, d.size, CASE WHEN r.body THEN d.body END,"
+    " d.expires_at_ms"
     " FROM unnest(%b::text[], %b::bytea[], %b::bool[]) AS r(kind, key, body)"
     " LEFT JOIN ss_documents d ON d.kind = r.kind AND d.key = r.key"
 )
@@ -112,12 +113,13 @@ def lock_id(kind: str, key: bytes) -> int:
 @dataclass(frozen=True)
 class Known:
     """A row as last seen: its seq (0: there was no row), the plaintext digest, the size,
-    and for the lease its body."""
+    for the lease its body, and its expiry (0: none)."""
 
     seq: int
     digest: bytes | None = None
     size: int = 0
     body: bytes | None = None
+    expires_at_ms: int = 0
 
 
 ABSENT = Known(0)
@@ -264,7 +266,7 @@ class _State:
         known = self._present(kind, doc_id)
         if known is None or known.digest is None:
             return None
-        return Entry(known.seq, known.digest, known.size, 0, 0, 0)
+        return Entry(known.seq, known.digest, known.size, 0, 0, 0, known.expires_at_ms)
 
     def body(self, kind: str, doc_id: str) -> bytes | None:
         known = self._present(kind, doc_id)
@@ -285,8 +287,10 @@ class _Plan:
 
     offset: int  # decided seqs minus this are the changes' ordinals (1, 2, ...)
     deletes: tuple[list[str], list[bytes]] = field(default_factory=lambda: ([], []))
-    puts: list[list[Any]] = field(default_factory=lambda: [[], [], [], [], [], [], []])
-    changes: list[list[Any]] = field(default_factory=lambda: [[], [], [], [], []])
+    # kind, key, name, body, digest, size, ordinal, expires_at_ms
+    puts: list[list[Any]] = field(default_factory=lambda: [[], [], [], [], [], [], [], []])
+    # ordinal, kind, name, digest, size, expired
+    changes: list[list[Any]] = field(default_factory=lambda: [[], [], [], [], [], []])
     learned: dict[Row, tuple[int, Known]] = field(default_factory=dict)  # row -> (ordinal, seen)
     locks: set[int] = field(default_factory=set)
 
@@ -312,10 +316,10 @@ class BatchCommitter:
         return self._known(result)
 
     def _known(self, result: Sequence[Sequence[Any]]) -> dict[Row, Known]:
-        """Rows as read (kind, key, seq, digest, size, body; seq None: no row), opened,
-        and learned by the cache."""
+        """Rows as read (kind, key, seq, digest, size, body, expires_at_ms; seq None: no
+        row), opened, and learned by the cache."""
         found: dict[Row, Known] = {}
-        for kind, key, seq, digest, size, body in result:
+        for kind, key, seq, digest, size, body, expires_at_ms in result:
             row = (kind, bytes(key))
             if seq is None:
                 found[row] = ABSENT
@@ -326,7 +330,7 @@ class BatchCommitter:
             plain_body = None if body is None else self.store._open(body, b"body:" + what, where)
             if plain_body is not None and digest_bytes_of_canonical(plain_body) != plain_digest:
                 raise CorruptRecord(f"postgresql {where}", 0, "body digest mismatch")
-            found[row] = Known(seq, plain_digest, size, plain_body)
+            found[row] = Known(seq, plain_digest, size, plain_body, expires_at_ms)
         # only the lease's body is kept: a Rewrite reads its target's afresh
         self.cache.learn(
             {r: k if r[0] == LEASE else replace(k, body=None) for r, k in found.items()}
@@ -452,8 +456,9 @@ class BatchCommitter:
             else:
                 name = store._seal(change.id.encode(), b"name:" + change.kind.encode())
                 digest, size = None, 0
+            expired = isinstance(change, Remove) and change.expired
             for column, value in zip(
-                plan.changes, (ordinal, change.kind, name, digest, size), strict=True
+                plan.changes, (ordinal, change.kind, name, digest, size, expired), strict=True
             ):
                 column.append(value)
             final[(change.kind, change.id)] = (change, ordinal, row)
@@ -467,14 +472,15 @@ class BatchCommitter:
                 plan.learned[(kind, key)] = (ordinal, ABSENT)
             if row is not None and isinstance(change, Put):
                 _, key, name, body, digest, _, size = row
+                expires = change.expires_at_ms
                 for column, value in zip(
-                    plan.puts, (kind, key, name, body, digest, size, ordinal), strict=True
+                    plan.puts, (kind, key, name, body, digest, size, ordinal, expires), strict=True
                 ):
                     column.append(value)
                 lease_body = change.body if kind == LEASE else None
                 plan.learned[(kind, key)] = (
                     ordinal,
-                    Known(ordinal, change.digest, size, lease_body),
+                    Known(ordinal, change.digest, size, lease_body, expires),
                 )
         return plan
 
@@ -503,6 +509,7 @@ class BatchCommitter:
             list(consulted.values()),
             *plan.deletes,
             *plan.puts[:6],
+            plan.puts[7],
         )
         take_args = (
             len(plan.changes[0]),

@@ -10,7 +10,8 @@ import psycopg
 
 from .keying import DAEMON_APPLICATION, SCHEMA_MARK, SEALED_WITH
 
-SCHEMA_VERSION = 3  # 2: ss_counter.key_epoch (online rekey); 3: batches overlap (ss_stage)
+# 2: ss_counter.key_epoch (online rekey); 3: batches overlap (ss_stage); 4: expiry
+SCHEMA_VERSION = 4
 NOTIFY_CHANNEL = "sessionstore_changes"
 SCHEMA_LOCK = 0x5E55_1057  # pg_advisory_xact_lock key: one daemon creates the schema
 # Every batch holds this advisory lock shared, from before it checks what it decided
@@ -27,10 +28,29 @@ TABLES = (
     "INSERT INTO ss_counter VALUES (1, 0) ON CONFLICT DO NOTHING",
     "CREATE TABLE IF NOT EXISTS ss_documents (kind text NOT NULL, key bytea NOT NULL,"
     " name bytea NOT NULL, body bytea NOT NULL, digest bytea NOT NULL, seq bigint NOT NULL,"
-    " size int NOT NULL, PRIMARY KEY (kind, key))",
+    " size int NOT NULL, expires_at_ms bigint NOT NULL DEFAULT 0, PRIMARY KEY (kind, key))",
     "CREATE TABLE IF NOT EXISTS ss_changes (seq bigint PRIMARY KEY, kind text NOT NULL,"
-    " name bytea NOT NULL, digest bytea, committed_at_ms bigint NOT NULL, size int NOT NULL)",
+    " name bytea NOT NULL, digest bytea, committed_at_ms bigint NOT NULL, size int NOT NULL,"
+    " expired boolean NOT NULL DEFAULT false)",
 )
+# version 4: a document may expire (0: never), the sweep finds the due ones by this
+# index, and a change records whether the sweep made it
+EXPIRY = (
+    "ALTER TABLE ss_documents ADD COLUMN IF NOT EXISTS expires_at_ms bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE ss_changes ADD COLUMN IF NOT EXISTS expired boolean NOT NULL DEFAULT false",
+    "CREATE INDEX IF NOT EXISTS ss_documents_expiry ON ss_documents (expires_at_ms)"
+    " WHERE expires_at_ms > 0",
+)
+# version 3's functions, replaced by those below (other arguments: a new overload)
+VERSION_3_FUNCTIONS = (
+    "DROP FUNCTION IF EXISTS ss_stage(boolean, bigint, bigint[], text[], bytea[], bigint[],"
+    " text[], bytea[], text[], bytea[], bytea[], bytea[], bytea[], int[])",
+    "DROP FUNCTION IF EXISTS ss_take_seqs(bigint, bigint, text[], bytea[], bigint[], bigint[],"
+    " text[], bytea[], bytea[], int[], bigint)",
+    "DROP FUNCTION IF EXISTS ss_hold_writers(text[], bytea[], boolean[])",
+)
+# the one daemon that sweeps expired documents holds this session advisory lock
+SWEEPER_LOCK = 0x5E55_1059
 
 # A batch connection's plans (the functions' statements, its prepared reads) are
 # made once and kept: made while a table is small, they would scan it whole (a hash
@@ -51,7 +71,7 @@ CREATE OR REPLACE FUNCTION ss_stage(
     p_read_kinds text[], p_read_keys bytea[], p_read_seqs bigint[],
     p_del_kinds text[], p_del_keys bytea[],
     p_put_kinds text[], p_put_keys bytea[], p_put_names bytea[], p_put_bodies bytea[],
-    p_put_digests bytea[], p_put_sizes int[]
+    p_put_digests bytea[], p_put_sizes int[], p_put_expires bigint[]
 ) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     epoch bigint;
@@ -78,12 +98,13 @@ BEGIN
         DELETE FROM ss_documents d USING unnest(p_del_kinds, p_del_keys) AS r(kind, key)
             WHERE d.kind = r.kind AND d.key = r.key;
     END IF;
-    INSERT INTO ss_documents (kind, key, name, body, digest, seq, size)
-        SELECT kind, key, name, body, digest, 0, size FROM unnest(
-            p_put_kinds, p_put_keys, p_put_names, p_put_bodies, p_put_digests, p_put_sizes)
-            AS u(kind, key, name, body, digest, size)
+    INSERT INTO ss_documents (kind, key, name, body, digest, seq, size, expires_at_ms)
+        SELECT kind, key, name, body, digest, 0, size, expires FROM unnest(
+            p_put_kinds, p_put_keys, p_put_names, p_put_bodies, p_put_digests, p_put_sizes,
+            p_put_expires) AS u(kind, key, name, body, digest, size, expires)
         ON CONFLICT (kind, key) DO UPDATE SET name = EXCLUDED.name, body = EXCLUDED.body,
-            digest = EXCLUDED.digest, seq = 0, size = EXCLUDED.size;
+            digest = EXCLUDED.digest, seq = 0, size = EXCLUDED.size,
+            expires_at_ms = EXCLUDED.expires_at_ms;
     RETURN 0;
 END $$
 """
@@ -98,7 +119,8 @@ TAKE_SEQS = """
 CREATE OR REPLACE FUNCTION ss_take_seqs(
     p_status bigint, p_count bigint, p_put_kinds text[], p_put_keys bytea[],
     p_put_ords bigint[], p_change_ords bigint[], p_change_kinds text[],
-    p_change_names bytea[], p_change_digests bytea[], p_change_sizes int[], p_at_ms bigint,
+    p_change_names bytea[], p_change_digests bytea[], p_change_sizes int[],
+    p_change_expired boolean[], p_at_ms bigint,
     OUT status bigint, OUT base bigint, OUT waited_us bigint, OUT held_us bigint
 ) LANGUAGE plpgsql AS $$
 DECLARE
@@ -122,10 +144,11 @@ BEGIN
         FROM counter, unnest(p_put_kinds, p_put_keys, p_put_ords) AS u(kind, key, ord)
         WHERE d.kind = u.kind AND d.key = u.key
     ), appended AS (
-        INSERT INTO ss_changes (seq, kind, name, digest, committed_at_ms, size)
-        SELECT counter.first + c.ord, c.kind, c.name, c.digest, p_at_ms, c.size
+        INSERT INTO ss_changes (seq, kind, name, digest, committed_at_ms, size, expired)
+        SELECT counter.first + c.ord, c.kind, c.name, c.digest, p_at_ms, c.size, c.expired
         FROM counter, unnest(p_change_ords, p_change_kinds, p_change_names, p_change_digests,
-                             p_change_sizes) AS c(ord, kind, name, digest, size)
+                             p_change_sizes, p_change_expired)
+                      AS c(ord, kind, name, digest, size, expired)
     )
     SELECT counter.first, counter.at INTO base, got FROM counter;
     waited_us := (extract(epoch FROM got - asked) * 1000000)::bigint;
@@ -140,13 +163,13 @@ END $$
 HOLD_WRITERS = f"""
 CREATE OR REPLACE FUNCTION ss_hold_writers(p_kinds text[], p_keys bytea[], p_bodies boolean[])
 RETURNS TABLE (counter bigint, epoch bigint, kind text, key bytea, seq bigint, digest bytea,
-               size int, body bytea)
+               size int, body bytea, expires_at_ms bigint)
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_advisory_lock({WRITERS_LOCK});
     RETURN QUERY
         SELECT c.seq, c.key_epoch, r.kind, r.key, d.seq, d.digest, d.size,
-               CASE WHEN r.body THEN d.body END
+               CASE WHEN r.body THEN d.body END, d.expires_at_ms
         FROM ss_counter c
         LEFT JOIN unnest(p_kinds, p_keys, p_bodies) AS r(kind, key, body) ON true
         LEFT JOIN ss_documents d ON d.kind = r.kind AND d.key = r.key
@@ -178,8 +201,9 @@ def schema_exists(conn: psycopg.Connection[Any]) -> bool:
 
 
 def _older_daemons(conn: psycopg.Connection[Any]) -> int:
-    """Connected daemons that commit the version-2 way (under the counter row's lock
-    alone): a batch of theirs and one of ours could both decide on the same row."""
+    """Connected daemons of an earlier version: a version-2 one commits under the counter
+    row's lock alone (a batch of theirs and one of ours could both decide on the same
+    row), a version-3 one knows no expiry (its writes would keep a row's old one)."""
     row = conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
         " AND starts_with(application_name, %s) AND strpos(application_name, %s) = 0",
@@ -207,15 +231,19 @@ def ensure_schema(
         if meta.get("schema_version") == "1":
             conn.execute(MIGRATE_FROM_1)
             meta["schema_version"] = "2"
-        if meta.get("schema_version") == "2":
+        if meta.get("schema_version") in ("2", "3"):
             older = _older_daemons(conn)
             if older:
                 raise OlderDaemonsConnected(
                     f"{older} connections of daemons of an earlier version use this "
                     "database: stop them, then start this version on every host"
                 )
+            for statement in VERSION_3_FUNCTIONS:
+                conn.execute(statement)
             meta["schema_version"] = str(SCHEMA_VERSION)
         if meta.get("schema_version") == str(SCHEMA_VERSION):
+            for statement in EXPIRY:
+                conn.execute(statement)
             for statement in FUNCTIONS:
                 conn.execute(statement)
             conn.execute(

@@ -28,6 +28,7 @@
 # when a daemon dies before its reply.
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -43,7 +44,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from sessionstore.wire.canonical import digest_bytes_of_canonical
 from sessionstore.wire.codes import ErrorCode
 
-from ..documents import Document, Entry, Found, KeyRange, session_page
+from ..documents import Document, Entry, Found, KeyRange, expired, session_page
 from ..engine import CompactResult, Problem
 from ..errors import CorruptRecord, FatalStorageError, RestoreRefused
 from ..history import History
@@ -75,11 +76,14 @@ from .schema import (
     NOTIFY_CHANNEL,
     ROWS_BY_KEY,
     SCHEMA_VERSION,
+    SWEEPER_LOCK,
     OlderDaemonsConnected,
     ensure_schema,
     lock_writers,
     schema_exists,
 )
+
+log = logging.getLogger("sessionstored.postgres")
 
 FOLLOW_PAGE = 1000
 RETENTION_EVERY_BATCHES = 500
@@ -173,7 +177,7 @@ class PgReport:
 
 class PgStore:
     blocking_reads = True  # reads are network round trips: the ops run them in threads
-    supports_expiry = False  # its rows carry no expiry: ttl_s is refused
+    supports_expiry = True
     maintenance = None  # no segments, checkpoints or spares to keep: the writer skips them
 
     def __init__(
@@ -212,6 +216,9 @@ class PgStore:
         self._batch_conns = threading.local()  # the writer's threads', one each
         self._opened: list[psycopg.Connection[Any]] = []  # every one, to close
         self._follower: psycopg.Connection[Any] | None = None
+        self._sweep_lock = threading.Lock()
+        self._sweeper: psycopg.Connection[Any] | None = None  # holds SWEEPER_LOCK once taken
+        self._sweeping = False
         self._announce = False  # this daemon committed since the last NOTIFY
         self._announcer_pid = 0  # the backend that sends them: the listener skips its own
         self._trimmed_at_batch = 0
@@ -394,10 +401,10 @@ class PgStore:
             raise DatabaseUnavailable(str(error)) from None
 
     def close(self) -> None:
-        for conn in (self._writer, self._follower, *self._opened):
+        for conn in (self._writer, self._follower, self._sweeper, *self._opened):
             if conn is not None:
                 conn.close()
-        self._writer = self._follower = None
+        self._writer = self._follower = self._sweeper = None
         self._opened = []
         if self._pool is not None:
             self._pool.close()
@@ -438,31 +445,38 @@ class PgStore:
         except SealError as error:
             raise CorruptRecord(f"postgresql {where}", 0, error.reason) from None
 
-    def _entry(self, kind: str, doc_id: str, seq: int, digest: bytes, size: int) -> Entry:
+    def _entry(
+        self, kind: str, doc_id: str, seq: int, digest: bytes, size: int, expires_at_ms: int
+    ) -> Entry:
         where = f"ss_documents ({kind}, {doc_id!r})"
-        return Entry(seq, self._open(digest, b"digest:" + kind.encode(), where), size, 0, 0, 0)
+        plain = self._open(digest, b"digest:" + kind.encode(), where)
+        return Entry(seq, plain, size, 0, 0, 0, expires_at_ms)
 
     # -- reads (any thread; each takes a pooled connection) --------------------------
 
     def head(self, kind: str, doc_id: str) -> Entry | None:
+        """The committed generation's entry, None once it expired."""
         with self._reader() as conn:
-            return self._head_with(conn, kind, doc_id)
+            entry = self._head_with(conn, kind, doc_id)
+        return None if entry is None or expired(entry.expires_at_ms, _now_ms()) else entry
 
     def _head_with(self, conn: psycopg.Connection[Any], kind: str, doc_id: str) -> Entry | None:
         keys = self._keys(kind, doc_id)
         row = conn.execute(
-            "SELECT seq, digest, size FROM ss_documents WHERE kind = %s AND key = ANY(%s)"
-            " ORDER BY key = %s DESC LIMIT 1",
+            "SELECT seq, digest, size, expires_at_ms FROM ss_documents"
+            " WHERE kind = %s AND key = ANY(%s) ORDER BY key = %s DESC LIMIT 1",
             (kind, keys, keys[0]),
         ).fetchone()
         if row is None:
             self._check_missing(conn)
             return None
-        return self._entry(kind, doc_id, row[0], row[1], row[2])
+        return self._entry(kind, doc_id, *row)
 
     def read(self, kind: str, doc_id: str, *, cached: bool = True) -> Document | None:
+        """The committed generation, None once it expired."""
         with self._reader() as conn:
-            return self._read_with(conn, kind, doc_id)
+            doc = self._read_with(conn, kind, doc_id)
+        return None if doc is None or expired(doc.expires_at_ms, _now_ms()) else doc
 
     def cached(self, kind: str, doc_id: str, entry: Entry) -> Document | None:
         return None  # no cache: every read is the database's
@@ -489,13 +503,14 @@ class PgStore:
         named = {key: doc_id for doc_id, _ in found for key in self._keys(kind, doc_id)}
         with self._reader() as conn:
             rows = conn.execute(
-                "SELECT key, seq, digest, body FROM ss_documents WHERE kind = %s AND key = ANY(%s)",
+                "SELECT key, seq, digest, body, expires_at_ms FROM ss_documents"
+                " WHERE kind = %s AND key = ANY(%s)",
                 (kind, list(named)),
             ).fetchall()
         docs = {}
-        for key, seq, digest, body in rows:
+        for key, seq, digest, body, expires_at_ms in rows:
             doc_id = named[bytes(key)]
-            docs[doc_id] = self._document(kind, doc_id, seq, digest, body)
+            docs[doc_id] = self._document(kind, doc_id, seq, digest, body, expires_at_ms)
         missing = next((doc_id for doc_id, _ in found if doc_id not in docs), None)
         if missing is not None:
             raise CorruptRecord(f"postgresql ss_documents ({kind}, {missing!r})", 0, "gone")
@@ -504,8 +519,8 @@ class PgStore:
     def _read_with(self, conn: psycopg.Connection[Any], kind: str, doc_id: str) -> Document | None:
         keys = self._keys(kind, doc_id)
         row = conn.execute(
-            "SELECT seq, digest, body FROM ss_documents WHERE kind = %s AND key = ANY(%s)"
-            " ORDER BY key = %s DESC LIMIT 1",
+            "SELECT seq, digest, body, expires_at_ms FROM ss_documents"
+            " WHERE kind = %s AND key = ANY(%s) ORDER BY key = %s DESC LIMIT 1",
             (kind, keys, keys[0]),
         ).fetchone()
         if row is None:
@@ -513,17 +528,31 @@ class PgStore:
             return None
         return self._document(kind, doc_id, *row)
 
-    def _document(self, kind: str, doc_id: str, seq: int, digest: Any, body: Any) -> Document:
+    def _document(
+        self, kind: str, doc_id: str, seq: int, digest: Any, body: Any, expires_at_ms: int
+    ) -> Document:
         where = f"ss_documents ({kind}, {doc_id!r})"
-        entry = self._entry(kind, doc_id, seq, digest, 0)
+        entry = self._entry(kind, doc_id, seq, digest, 0, expires_at_ms)
         plain = self._open(body, b"body:" + kind.encode(), where)
         if digest_bytes_of_canonical(plain) != entry.digest:
             raise CorruptRecord(f"postgresql {where}", 0, "body digest mismatch")
-        return Document(kind, doc_id, entry.seq, entry.digest, plain)
+        return Document(kind, doc_id, entry.seq, entry.digest, plain, expires_at_ms)
 
     def scan(self, wanted: KeyRange) -> Found:
+        """The range's entries, passing over the generations that expired (a page still
+        holds up to its limit of the others)."""
+        now_ms = _now_ms()
+        found: list[tuple[str, Entry]] = []
         with self._reader() as conn:
-            return self._scan_with(conn, wanted)
+            while True:
+                page, more = self._scan_with(conn, wanted._replace(limit=wanted.limit - len(found)))
+                found += [(i, e) for i, e in page if not expired(e.expires_at_ms, now_ms)]
+                if not more or len(found) == wanted.limit:
+                    return found, more
+                last = page[-1][0]
+                wanted = (
+                    wanted._replace(before=last) if wanted.reverse else wanted._replace(after=last)
+                )
 
     def _scan_with(self, conn: psycopg.Connection[Any], wanted: KeyRange) -> Found:
         if self.sealer.encrypted:
@@ -539,22 +568,24 @@ class PgStore:
             clauses.append(sql.SQL("key < %s"))
             params.append(before.encode())
         query = sql.SQL(
-            "SELECT key, seq, digest, size FROM ss_documents WHERE {} ORDER BY key {} LIMIT %s"
+            "SELECT key, seq, digest, size, expires_at_ms FROM ss_documents WHERE {}"
+            " ORDER BY key {} LIMIT %s"
         ).format(sql.SQL(" AND ").join(clauses), sql.SQL("DESC" if reverse else "ASC"))
         rows = conn.execute(query, [*params, limit + 1]).fetchall()
         found = [
-            (bytes(key).decode(), self._entry(kind, bytes(key).decode(), seq, digest, size))
-            for key, seq, digest, size in rows[:limit]
+            (bytes(key).decode(), self._entry(kind, bytes(key).decode(), *rest))
+            for key, *rest in rows[:limit]
         ]
         return found, len(rows) > limit
 
     def _scan_sealed(self, conn: psycopg.Connection[Any], wanted: KeyRange) -> Found:
         kind, prefix, after, before, limit, reverse = wanted
         rows = conn.execute(
-            "SELECT name, seq, digest, size FROM ss_documents WHERE kind = %s", (kind,)
+            "SELECT name, seq, digest, size, expires_at_ms FROM ss_documents WHERE kind = %s",
+            (kind,),
         ).fetchall()
         named = []
-        for name, seq, digest, size in rows:
+        for name, seq, digest, size, expires_at_ms in rows:
             doc_id = self._open(bytes(name), b"name:" + kind.encode(), "ss_documents").decode()
             key = doc_id.encode()
             if not key.startswith(prefix.encode()):
@@ -563,9 +594,9 @@ class PgStore:
                 before is not None and key >= before.encode()
             ):
                 continue
-            named.append((key, doc_id, seq, digest, size))
+            named.append((key, doc_id, seq, digest, size, expires_at_ms))
         named.sort(reverse=reverse)
-        found = [(i, self._entry(kind, i, s, d, z)) for _, i, s, d, z in named[:limit]]
+        found = [(i, self._entry(kind, i, s, d, z, x)) for _, i, s, d, z, x in named[:limit]]
         return found, len(named) > limit
 
     def list_sessions(
@@ -573,16 +604,55 @@ class PgStore:
     ) -> tuple[list[str], str | None]:
         return session_page(self.scan, prefix, after, limit)
 
-    # -- expiry: documents on PostgreSQL carry none (ops refuse ttl_s here) ------------
+    # -- expiry: one daemon sweeps, the one that holds SWEEPER_LOCK --------------------
 
     def next_expiry_ms(self) -> int | None:
-        return None
+        return None  # other hosts write expiries too: the sweep looks again each round
 
     def due_expirations(self, now_ms: int, limit: int) -> list[Expire]:
-        return []
+        """At most limit documents that expired by now_ms, by the partial index on
+        expires_at_ms; none unless this daemon is the sweeper (it takes the lock when no
+        daemon holds it: the next one takes over once the sweeper's connection ends). A
+        thread's call: the sweep runs it off the event loop."""
+        with self._sweep_lock:
+            try:
+                conn = self._sweeper_connection()
+                if conn is None:
+                    return []
+                rows = conn.execute(
+                    "SELECT kind, name, expires_at_ms FROM ss_documents"
+                    " WHERE expires_at_ms > 0 AND expires_at_ms <= %s"
+                    " ORDER BY expires_at_ms LIMIT %s",
+                    (now_ms, limit),
+                ).fetchall()
+            except (psycopg.Error, DatabaseUnreachable, DatabaseRefused) as error:
+                log.warning("the expiry sweep waits for the database: %s", _first_line(error))
+                self._drop_sweeper()
+                return []
+        due = []
+        for kind, name, expires_at_ms in rows:
+            doc_id = self._open(bytes(name), b"name:" + kind.encode(), "ss_documents").decode()
+            due.append(Expire(kind, doc_id, expires_at_ms))
+        return due
+
+    def _sweeper_connection(self) -> psycopg.Connection[Any] | None:
+        if self._sweeper is None or self._sweeper.closed:
+            self._sweeper = self._connect()
+            self._sweeper.autocommit = True
+            self._sweeping = False
+        if not self._sweeping:
+            row = self._sweeper.execute("SELECT pg_try_advisory_lock(%s)", (SWEEPER_LOCK,))
+            got = row.fetchone()
+            self._sweeping = bool(got and got[0])
+        return self._sweeper if self._sweeping else None
+
+    def _drop_sweeper(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.close()
+        self._sweeper, self._sweeping = None, False
 
     def retry_expiration(self, expire: Expire) -> None:
-        raise AssertionError("nothing expires on PostgreSQL")
+        pass  # the next round's query finds it again
 
     def session_count(self) -> int:
         with self._reader() as conn:
@@ -621,7 +691,8 @@ class PgStore:
         moved = False
         while True:
             rows = conn.execute(
-                "SELECT k.key_epoch, c.seq, c.kind, c.name, c.digest, c.committed_at_ms, c.size"
+                "SELECT k.key_epoch, c.seq, c.kind, c.name, c.digest, c.committed_at_ms, c.size,"
+                " c.expired"
                 " FROM ss_counter k LEFT JOIN LATERAL (SELECT * FROM ss_changes"
                 " WHERE seq > %s ORDER BY seq LIMIT %s) c ON true",
                 (self.seq, FOLLOW_PAGE),
@@ -630,7 +701,7 @@ class PgStore:
             if not rows or rows[0][1] is None:
                 break
             changes = []
-            for _, seq, kind, name, digest, at_ms, size in rows:
+            for _, seq, kind, name, digest, at_ms, size, swept in rows:
                 what = kind.encode()
                 doc_id = self._open(bytes(name), b"name:" + what, "ss_changes").decode()
                 plain = (
@@ -638,7 +709,7 @@ class PgStore:
                     if digest is None
                     else self._open(bytes(digest), b"digest:" + what, "ss_changes")
                 )
-                changes.append(Committed(seq, kind, doc_id, plain, at_ms, size))
+                changes.append(Committed(seq, kind, doc_id, plain, at_ms, size, swept))
             self.history.extend(changes)
             self.seq = rows[-1][1]
             moved = True
@@ -706,7 +777,8 @@ class PgStore:
                 )
             rows: list[tuple[Any, ...]] = []
             for doc in documents:
-                rows.append(self._document_row(doc.kind, doc.id, doc.body, doc.digest, doc.seq))
+                row = self._document_row(doc.kind, doc.id, doc.body, doc.digest, doc.seq)
+                rows.append((*row, doc.expires_at_ms))
                 if len(rows) >= RESTORE_ROWS:
                     written += self._insert_documents(conn, rows)
                     rows = []
@@ -718,7 +790,11 @@ class PgStore:
     @staticmethod
     def _insert_documents(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> int:
         with conn.cursor() as cursor:
-            cursor.executemany("INSERT INTO ss_documents VALUES (%s, %s, %s, %s, %s, %s, %s)", rows)
+            cursor.executemany(
+                "INSERT INTO ss_documents (kind, key, name, body, digest, seq, size, expires_at_ms)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                rows,
+            )
         return len(rows)
 
     def fail(self) -> None:
