@@ -317,3 +317,33 @@ def test_on_postgresql_one_daemon_sweeps_and_another_takes_over(
     finally:
         for host in hosts:
             host.stop()
+
+
+def test_a_read_may_refresh_the_expiry_of_what_it_finds(running: DaemonProcess) -> None:
+    with running.client() as client:
+        client.save(_snapshot("r"), ttl_s=60)
+        client.save(_snapshot("plain"))
+        client.checkpoint_put("kv", "a", {"v": 1}, ttl_s=60)
+        client.checkpoint_put("kv", "b", {"v": 2})
+        lease = client.lease_acquire("someone")  # a refresh changes no content: not fenced
+        before = client.call("head", session_id="r")
+        loaded = client.call("load", session_id="r", refresh_ttl_s=7200)
+        assert loaded["expires_at_ms"] > before["expires_at_ms"] + 3_000_000
+        after = client.call("head", session_id="r")
+        assert after["expires_at_ms"] == loaded["expires_at_ms"]
+        assert after["digest"] == before["digest"] and after["seq"] > before["seq"]
+        plain = client.call("load", session_id="plain", refresh_ttl_s=7200)
+        assert "expires_at_ms" not in plain  # what does not expire is left so
+        got = client.call("checkpoint_get", kind="kv", key="a", refresh_ttl_s=100)
+        assert got["expires_at_ms"] < loaded["expires_at_ms"]  # set, not only extended
+        page = client.call("checkpoint_scan", kind="kv", refresh_ttl_s=7200)["items"]
+        assert [i.get("expires_at_ms", 0) > got["expires_at_ms"] for i in page] == [True, False]
+        assert (
+            client.call("checkpoint_get", kind="kv", key="a")["expires_at_ms"]
+            == page[0]["expires_at_ms"]
+        )
+        for bad in (0, -5, math.nan, "1"):
+            with pytest.raises(SessionStoreError) as refused:
+                client.call("load", session_id="r", refresh_ttl_s=bad)
+            assert refused.value.code == "bad_request"
+        client.lease_release("someone", lease["epoch"])

@@ -91,6 +91,8 @@ async def test_dispatch_refuses_unknown_ops_bad_arguments_and_writes_from_reader
     refused = await harness.call("save", Access.READ_ONLY, snapshot=_snapshot("r"))
     assert refused["error"]["code"] == "unauthorized"
     assert (await harness.call("load", Access.READ_ONLY, session_id="r"))["snapshot"] is None
+    refreshing = await harness.call("load", Access.READ_ONLY, session_id="r", refresh_ttl_s=5)
+    assert refreshing["error"]["code"] == "unauthorized"  # a refresh writes
     assert isinstance(harness.ops.dispatch(parse_request({"op": "ping"})), Reply)
     assert isinstance(harness.ops.dispatch(parse_request({"op": "stats"})), Read)
 

@@ -28,7 +28,9 @@ class Ops(OpContext):
         if op is None:
             message = f"unknown op {request.op!r}"
             return Reply(request, error_response(request, ErrorCode.UNKNOWN_OP, message))
-        if access is Access.READ_ONLY and not op.read_only:
+        if access is Access.READ_ONLY and (
+            not op.read_only or any(name in request.args for name in op.writes_with)
+        ):
             message = f"op {request.op!r} needs write access; this peer may only read"
             return Reply(request, error_response(request, ErrorCode.UNAUTHORIZED, message))
         return self.handled(request, lambda: op.handle(self, request))

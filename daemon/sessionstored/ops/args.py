@@ -52,6 +52,29 @@ def ttl_arg(args: dict[str, Any], supported: bool) -> int | None:
     return expiry_from_ttl(args["ttl_s"], "ttl_s")
 
 
+class Refresh:
+    """A read's refresh_ttl_s: the expiry it gives, taken when the refresh is decided."""
+
+    def __init__(self, ttl_s: Any) -> None:
+        self.ttl_s = ttl_s
+        expiry_from_ttl(ttl_s, "refresh_ttl_s")  # refuses a bad one before the read
+        self.expires_at_ms = 0
+
+    def __call__(self) -> int:
+        self.expires_at_ms = expiry_from_ttl(self.ttl_s, "refresh_ttl_s")
+        return self.expires_at_ms
+
+
+def refresh_arg(args: dict[str, Any], supported: bool) -> Refresh | None:
+    """LangGraph's refresh_on_read: the documents a read finds with an expiry get one
+    refresh_ttl_s from now (those without keep none)."""
+    if args.get("refresh_ttl_s") is None:
+        return None
+    if not supported:
+        raise Refusal(ErrorCode.BAD_REQUEST, NO_EXPIRY_HERE)
+    return Refresh(args["refresh_ttl_s"])
+
+
 def expires_field(expires_at_ms: int) -> dict[str, int]:
     """A reply's expires_at_ms, there only for a generation that expires."""
     return {"expires_at_ms": expires_at_ms} if expires_at_ms else {}

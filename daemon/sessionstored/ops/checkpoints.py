@@ -19,7 +19,15 @@ from ..steps import Prepare, Read, Response, Step
 from ..storage.documents import NEVER, Entry, KeyRange
 from ..storage.mutations import Put, Remove, Txn
 from ..storage.txn import TxnPut
-from .args import checkpoint_kind, expires_field, id_arg, is_int, lease_arg, ttl_arg
+from .args import (
+    checkpoint_kind,
+    expires_field,
+    id_arg,
+    is_int,
+    lease_arg,
+    refresh_arg,
+    ttl_arg,
+)
 from .context import OpContext
 from .registry import Op
 
@@ -48,13 +56,18 @@ def checkpoint_put(ops: OpContext, request: Request) -> Step:
 
 def checkpoint_get(ops: OpContext, request: Request) -> Step:
     kind, _ = checkpoint_kind(request.args)
-    read = ops.read_document(kind, id_arg(request.args, "key"))
+    key = id_arg(request.args, "key")
+    read = ops.read_document(kind, key)
+    refresh = refresh_arg(request.args, ops.store.supports_expiry)
 
     async def produce() -> Response:
         doc = await read()
         if doc is None:
             return ok_response(request, value=None)
-        return ok_response(request, value=RawCBOR(doc.body), **expires_field(doc.expires_at_ms))
+        expires = doc.expires_at_ms
+        if refresh is not None and expires and await ops.refresh_expiry(kind, [key], refresh()):
+            expires = refresh.expires_at_ms
+        return ok_response(request, value=RawCBOR(doc.body), **expires_field(expires))
 
     return Read(request, lambda: ops.guarded_read(request, produce))
 
@@ -88,6 +101,7 @@ def checkpoint_scan(ops: OpContext, request: Request) -> Step:
         message = f"limit must be an integer from 1 to {SCAN_MAX_LIMIT}"
         raise Refusal(ErrorCode.BAD_REQUEST, message)
     reverse, values = _flag(args, "reverse", False), _flag(args, "values", True)
+    refresh = refresh_arg(args, ops.store.supports_expiry)
 
     def read_values(found: list[tuple[str, Entry]]) -> list[dict[str, Any]]:
         docs = ops.store.read_entries(kind, found)
@@ -115,6 +129,12 @@ def checkpoint_scan(ops: OpContext, request: Request) -> Step:
                 items = read_values(found)
         else:
             items = [item_of(key, entry) for key, entry in found]
+        expiring = [item["key"] for item in items if "expires_at_ms" in item]
+        if refresh is not None and expiring:
+            refreshed = await ops.refresh_expiry(kind, expiring, refresh())
+            for item in items:
+                if item["key"] in refreshed:
+                    item["expires_at_ms"] = refresh.expires_at_ms
         cursor = found[-1][0] if more and found else None
         return ok_response(request, items=items, next=cursor)
 
@@ -157,13 +177,20 @@ OPS = (
         documents=frozenset({"value"}),
         prepare=prepare_checkpoint,
     ),
-    Op("checkpoint_get", checkpoint_get, {"kind", "key"}, read_only=True),
+    Op(
+        "checkpoint_get",
+        checkpoint_get,
+        {"kind", "key", "refresh_ttl_s"},
+        read_only=True,
+        writes_with=frozenset({"refresh_ttl_s"}),
+    ),
     Op("checkpoint_delete", checkpoint_delete, {"kind", "key", "lease"}),
     Op(
         "checkpoint_scan",
         checkpoint_scan,
-        {"kind", "prefix", "after", "before", "limit", "reverse", "values"},
+        {"kind", "prefix", "after", "before", "limit", "reverse", "values", "refresh_ttl_s"},
         read_only=True,
+        writes_with=frozenset({"refresh_ttl_s"}),
     ),
     Op("txn", txn, {"require", "ops", "lease"}, documents=frozenset({"ops"}), prepare=prepare_txn),
 )

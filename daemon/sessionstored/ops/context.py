@@ -20,12 +20,16 @@ from ..steps import Reply, Response, Step, Write
 from ..storage.documents import Document, Entry
 from ..storage.engine import Engine
 from ..storage.errors import CorruptRecord
-from ..storage.mutations import Mutation, Outcome
+from ..storage.mutations import Mutation, Outcome, Rewrite
 from ..watch import Broadcaster
 from ..writer import Writer
 
 log = logging.getLogger("sessionstored.ops")
 T = TypeVar("T")
+
+
+def same_body(current: bytes | None, _source: bytes | None) -> bytes | None:
+    return current  # None: nothing there, nothing written
 
 
 class OpContext:
@@ -67,6 +71,28 @@ class OpContext:
         return error_response(request, ErrorCode.INTERNAL, f"internal error: {error}")
 
     # -- what the handlers share ---------------------------------------------------
+
+    async def refresh_expiry(self, kind: str, ids: Sequence[str], expires_at_ms: int) -> set[str]:
+        """A read's refresh_ttl_s: each of these documents that has an expiry gets this
+        one, as a new generation (durable before the read answers); the ids refreshed.
+        Refusal when the writer refused one (a full disk, say)."""
+        jobs = [
+            (doc_id, MutationJob(Rewrite(kind, doc_id, same_body, expires_at_ms=expires_at_ms,
+                                         refresh=True)))
+            for doc_id in ids
+        ]  # fmt: skip
+        for _, job in jobs:
+            await self.writer.enqueue(job)
+        refreshed = set()
+        for doc_id, job in jobs:
+            await job.done.wait()
+            outcome = job.outcome
+            assert outcome is not None
+            if outcome.refused is not None:
+                raise outcome.refused
+            if outcome.changed:
+                refreshed.add(doc_id)
+        return refreshed
 
     def mutation(
         self, request: Request, mutation: Mutation, respond: Callable[[Outcome], Response]

@@ -21,3 +21,4 @@ class Op:
     read_only: bool = False
     documents: frozenset[str] = frozenset()  # arriving as CanonicalItem where the helper runs
     prepare: Preparer | None = None  # the heavy part of its arguments (prepare.py)
+    writes_with: frozenset[str] = frozenset()  # arguments that make a read op write

@@ -27,10 +27,11 @@ from .args import (
     id_arg,
     is_int,
     lease_arg,
+    refresh_arg,
     rewritten_reply,
     ttl_arg,
 )
-from .context import OpContext
+from .context import OpContext, same_body
 from .registry import Op
 
 LIST_DEFAULT_LIMIT = 1000
@@ -54,18 +55,24 @@ def save(ops: OpContext, request: Request) -> Step:
 
 
 def load(ops: OpContext, request: Request) -> Step:
-    read = ops.read_document(SESSION, id_arg(request.args, "session_id"))
+    session_id = id_arg(request.args, "session_id")
+    read = ops.read_document(SESSION, session_id)
+    refresh = refresh_arg(request.args, ops.store.supports_expiry)
 
     async def produce() -> Response:
         doc = await read()
         if doc is None:
             return ok_response(request, snapshot=None, digest=None, seq=None)
+        expires = doc.expires_at_ms
+        if refresh is not None and expires:
+            refreshed = await ops.refresh_expiry(SESSION, [session_id], refresh())
+            expires = refresh.expires_at_ms if refreshed else expires
         return ok_response(
             request,
             snapshot=RawCBOR(doc.body),
             digest=digest_text(doc.digest),
             seq=doc.seq,
-            **expires_field(doc.expires_at_ms),
+            **expires_field(expires),
         )
 
     return Read(request, lambda: ops.guarded_read(request, produce))
@@ -201,9 +208,6 @@ def expire(ops: OpContext, request: Request) -> Step:
         raise Refusal(ErrorCode.BAD_REQUEST, NO_EXPIRY_HERE)
     expires = ttl_arg(args, supported=True) or NEVER
 
-    def same_body(current: bytes | None, _source: bytes | None) -> bytes | None:
-        return current  # None: nothing there, nothing written
-
     rewrite = Rewrite(kind, doc_id, same_body, fence=lease_arg(args), expires_at_ms=expires)
 
     def reply(outcome: Outcome) -> Response:
@@ -222,7 +226,13 @@ OPS = (
         documents=frozenset({"snapshot"}),
         prepare=prepare_snapshot,
     ),
-    Op("load", load, {"session_id"}, read_only=True),
+    Op(
+        "load",
+        load,
+        {"session_id", "refresh_ttl_s"},
+        read_only=True,
+        writes_with=frozenset({"refresh_ttl_s"}),
+    ),
     Op("head", head, {"session_id"}, read_only=True),
     Op("exists", exists, {"session_id"}, read_only=True),
     Op("list", list_sessions, {"prefix", "after", "limit"}, read_only=True),

@@ -122,8 +122,8 @@ def _decide(
     full: the disk has no room for a new generation, only for removals."""
     if isinstance(mutation, Expire):
         return _decide_expire(state, mutation, next_seq)
-    decides_lease = isinstance(mutation, Rewrite) and mutation.decides_lease
-    refusal = None if decides_lease else fence_refusal(state.lease, mutation.fence)
+    unfenced = isinstance(mutation, Rewrite) and (mutation.decides_lease or mutation.refresh)
+    refusal = None if unfenced else fence_refusal(state.lease, mutation.fence)
     if refusal is not None:
         return refusal
     if isinstance(mutation, Put) and mutation.expect is ANY:  # needs no current state
@@ -139,6 +139,12 @@ def _decide(
         if entry is None and not state.damaged(mutation.kind, mutation.id):
             return Outcome(seq=next_seq - 1, existed=False, changed=False)
         return mutation
+    if (
+        isinstance(mutation, Rewrite)
+        and mutation.refresh
+        and (entry is None or not entry.expires_at_ms)
+    ):
+        return Outcome(seq=next_seq - 1, existed=entry is not None, changed=False)
     if full:
         return refused(ErrorCode.NO_SPACE, "disk full: only removals fit")
     if isinstance(mutation, Put):

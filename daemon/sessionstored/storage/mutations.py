@@ -74,6 +74,9 @@ class Rewrite:
     decides_lease: bool = False  # a lease change: its apply() decides against the lease
     exclusive: bool = False  # alone in its batch (lease changes move the fence)
     expires_at_ms: int | None = None  # the new generation's expiry; None keeps the current
+    # a read's refresh of an expiry: nothing unless the document has one, and no fence
+    # (it changes no content)
+    refresh: bool = False
 
 
 @dataclass(frozen=True)
