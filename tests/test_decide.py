@@ -20,6 +20,7 @@ from sessionstored.storage.mutations import (
     Put,
     Remove,
     Rewrite,
+    Sweep,
     Txn,
 )
 from sessionstored.storage.txn import Require, TxnDelete
@@ -161,15 +162,19 @@ def test_an_expired_generation_is_absent_to_every_decision_but_the_sweeps() -> N
 def test_the_sweep_removes_only_the_generation_that_expired() -> None:
     store = open_store(new_fs())
     store.commit([_expiring("a", 1, NOW_MS), _expiring("b", 1, NOW_MS + 5), put("c", 1)])
-    sweep: list[Mutation] = [
+    due = (
         Expire("s", "a", NOW_MS),  # expired: removed
         Expire("s", "b", NOW_MS + 5),  # not yet
         Expire("s", "c", NOW_MS),  # written again without expiry since
         Expire("s", "never", NOW_MS),
-    ]
-    outcomes, accepted, _ = decide_all(
-        _IndexState(store), sweep, store.seq + 1, full=True, now_ms=NOW_MS
+    )
+    _, accepted, results = decide_all(
+        _IndexState(store), [Sweep(due)], store.seq + 1, full=True, now_ms=NOW_MS
     )
     [(position, removal, _)] = accepted
     assert position == 0 and isinstance(removal, Remove) and removal.expired
-    assert all(o is not None and o.ok and not o.changed for o in outcomes[1:])
+    assert results == {0: [{"expired": 1}]}
+    nothing, _, _ = decide_all(
+        _IndexState(store), [Sweep(due[1:])], store.seq + 1, full=False, now_ms=NOW_MS
+    )
+    assert nothing[0] is not None and nothing[0].ok and not nothing[0].changed

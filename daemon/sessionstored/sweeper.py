@@ -1,12 +1,12 @@
 # The expiry sweep: removes the generations whose expiry has passed, as
-# committed mutations (Expire), so that each removal has its seq and watchers
+# committed changes (a Sweep), so that each removal has its seq and watchers
 # see it, with "expired": true. Reads hide an expired generation the moment it
 # expires; the sweep only reclaims it. It wakes at the next expiry the engine
 # knows of (at most every SWEEP_IDLE_S, to learn of new ones), takes at most
-# SWEEP_BATCH due generations, and hands them to the writer as ordinary jobs:
-# they queue behind and among clients' writes, in batches the writer bounds,
-# so a million expiring at once costs the clients a share of the writer, never
-# a stall. An Expire that failed (a full disk) is scheduled again. On
+# SWEEP_BATCH due generations, and hands them to the writer as one job: it
+# queues among clients' writes and commits in one of the writer's batches, so
+# a million expiring at once costs the clients a share of the writer, never a
+# stall. A sweep that failed (a full disk) is scheduled again. On
 # PostgreSQL one daemon at a time sweeps (the one holding the sweeper's lock);
 # the others serve, and take over when its connection ends.
 from __future__ import annotations
@@ -18,6 +18,7 @@ import trio
 
 from .jobs import MutationJob
 from .storage.engine import Engine
+from .storage.mutations import Sweep
 from .writer import Writer
 
 log = logging.getLogger("sessionstored.sweeper")
@@ -48,19 +49,15 @@ class Sweeper:
             if not due:
                 await trio.sleep(self._idle_s())
                 continue
-            jobs = [(expire, MutationJob(expire)) for expire in due]
-            for _, job in jobs:
-                await self.writer.enqueue(job)
-            failed = False
-            for expire, job in jobs:
-                await job.done.wait()
-                outcome = job.outcome
-                if outcome is not None and outcome.ok:
-                    self.expired += int(outcome.changed)
-                else:
-                    failed = True
+            job = MutationJob(Sweep(tuple(due)))
+            await self.writer.enqueue(job)
+            await job.done.wait()
+            outcome = job.outcome
+            if outcome is not None and outcome.ok:
+                self.expired += outcome.results[0]["expired"] if outcome.results else 0
+            else:
+                for expire in due:
                     self.store.retry_expiration(expire)
-            if failed:
                 await trio.sleep(SWEEP_RETRY_S)
 
     def _idle_s(self) -> float:

@@ -25,13 +25,13 @@ from .mutations import (
     SESSION,
     Batch,
     Committed,
-    Expire,
     Fence,
     Mutation,
     Outcome,
     Put,
     Remove,
     Rewrite,
+    Sweep,
     Txn,
     refused,
 )
@@ -104,24 +104,24 @@ def fence_refusal(lease: dict[str, Any] | None, fence: Fence) -> Outcome | None:
     return refused(ErrorCode.FENCED, message, epoch=epoch, holder=holder)
 
 
-def _decide_expire(state: LiveView, mutation: Expire, next_seq: int) -> Remove | Outcome:
-    entry = state.stored(mutation.kind, mutation.id)
-    if (
-        entry is None
-        or entry.expires_at_ms != mutation.expires_at_ms
-        or not expired(entry.expires_at_ms, state.now_ms)
-    ):
-        return Outcome(seq=next_seq - 1, existed=entry is not None, changed=False)
-    return Remove(mutation.kind, mutation.id, expired=True)
+def _decide_sweep(state: LiveView, sweep: Sweep) -> list[Put | Remove]:
+    removals: list[Put | Remove] = []
+    for kind, doc_id, expires_at_ms in sweep.due:
+        entry = state.stored(kind, doc_id)
+        if (
+            entry is not None
+            and entry.expires_at_ms == expires_at_ms
+            and expired(expires_at_ms, state.now_ms)
+        ):
+            removals.append(Remove(kind, doc_id, expired=True))
+    return removals
 
 
 def _decide(
-    state: LiveView, mutation: Put | Remove | Rewrite | Expire, next_seq: int, *, full: bool
+    state: LiveView, mutation: Put | Remove | Rewrite, next_seq: int, *, full: bool
 ) -> Put | Remove | Outcome:
     """The concrete change a mutation makes now, or the outcome that refuses it.
     full: the disk has no room for a new generation, only for removals."""
-    if isinstance(mutation, Expire):
-        return _decide_expire(state, mutation, next_seq)
     unfenced = isinstance(mutation, Rewrite) and (mutation.decides_lease or mutation.refresh)
     refusal = None if unfenced else fence_refusal(state.lease, mutation.fence)
     if refusal is not None:
@@ -204,8 +204,12 @@ def decide_all(
     txn_results: TxnResults = {}
     next_seq = first_seq
     for position, mutation in enumerate(mutations):
-        if isinstance(mutation, Txn):
-            planned = _decide_txn(state, mutation, next_seq, full=full)
+        if isinstance(mutation, Txn | Sweep):
+            if isinstance(mutation, Sweep):  # no fence: expiry is not a client's write
+                removals = _decide_sweep(state, mutation)
+                planned: Any = (removals, [{"expired": len(removals)}])
+            else:
+                planned = _decide_txn(state, mutation, next_seq, full=full)
             if isinstance(planned, Outcome):
                 outcomes[position] = planned
                 continue

@@ -79,14 +79,21 @@ class Rewrite:
     refresh: bool = False
 
 
-@dataclass(frozen=True)
-class Expire:
-    """The sweep's removal of a document whose generation expired at expires_at_ms:
-    nothing when it no longer holds that generation's expiry (written again since)."""
+class Expire(NamedTuple):
+    """A generation the sweep found due: it expired at expires_at_ms."""
 
     kind: str
     id: str
     expires_at_ms: int
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """The sweep's removal of the documents whose generations expired: each one that
+    still holds the generation it was found at (not written again since), and has
+    expired by the batch's clock, is removed; the others are left alone."""
+
+    due: tuple[Expire, ...]
 
 
 @dataclass(frozen=True)
@@ -102,11 +109,13 @@ class Txn:
         return txn_body_bytes(self.ops)
 
 
-Mutation = Put | Remove | Rewrite | Txn | Expire
+Mutation = Put | Remove | Rewrite | Txn | Sweep
 
 
 def mutation_keys(mutation: Mutation) -> frozenset[tuple[str, str]] | None:
     """The documents a mutation reads or writes; None when it must be alone in its batch."""
+    if isinstance(mutation, Sweep):
+        return frozenset((due.kind, due.id) for due in mutation.due)
     if isinstance(mutation, Txn):
         if any(isinstance(op, TxnDeletePrefix) for op in mutation.ops):
             return None  # the keys it removes are known only when it is decided

@@ -3,7 +3,7 @@
 # as batches are published; an entry goes when the sweep takes it. The heap
 # is only a hint: a generation rewritten since (with another expiry, or none)
 # leaves a stale entry behind, which due() drops by checking the index, and
-# the sweep's Expire is decided again in the writer, in commit order.
+# the sweep is decided again in the writer, in commit order.
 from __future__ import annotations
 
 import heapq

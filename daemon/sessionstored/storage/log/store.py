@@ -546,7 +546,7 @@ class Store:
         return self.expiries.due(self.index, now_ms, limit)
 
     def retry_expiration(self, expire: Expire) -> None:
-        """An Expire that failed (a full disk, say): it is due again."""
+        """A due generation whose sweep failed (a full disk, say): it is due again."""
         self.expiries.add(expire.kind, expire.id, expire.expires_at_ms)
 
     def current_lease(self) -> dict[str, Any] | None:

@@ -64,6 +64,7 @@ from ..mutations import (
     Put,
     Remove,
     Rewrite,
+    Sweep,
     Txn,
     mutation_keys,
     needs_whole_store,
@@ -227,6 +228,8 @@ def _wanted(mutations: Sequence[Mutation]) -> tuple[set[tuple[str, str]], set[tu
             bodies.add((mutation.kind, mutation.id))
             if mutation.source is not None:
                 bodies.add(mutation.source)
+        elif isinstance(mutation, Sweep):
+            documents |= {(due.kind, due.id) for due in mutation.due}
         elif not (isinstance(mutation, Put) and mutation.expect is ANY):
             documents.add((mutation.kind, mutation.id))
     return documents | bodies, bodies
