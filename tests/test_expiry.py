@@ -347,3 +347,41 @@ def test_a_read_may_refresh_the_expiry_of_what_it_finds(running: DaemonProcess) 
                 client.call("load", session_id="r", refresh_ttl_s=bad)
             assert refused.value.code == "bad_request"
         client.lease_release("someone", lease["epoch"])
+
+
+def test_on_postgresql_expiry_survives_a_restart_and_a_backup_restored_into_a_log(
+    postgres: PostgresServer, short_tmp: Path
+) -> None:
+    daemon = DaemonProcess(short_tmp, postgres.url(postgres.create_database()))
+    daemon.start()
+    try:
+        with daemon.client() as client:
+            client.save(_snapshot("p"), ttl_s=3600)
+            client.checkpoint_put("kv", "k", {"v": 1}, ttl_s=3600)
+            wanted = client.call("head", session_id="p")["expires_at_ms"]
+        assert daemon.stop() == 0
+        daemon.start()
+        backup = short_tmp / "p.bak"
+        with daemon.client() as client:
+            assert client.call("head", session_id="p")["expires_at_ms"] == wanted
+            command = [sys.executable, "-m", "sessionstore.tools.cli", "--socket",
+                       daemon.socket_path, "backup", str(backup)]  # fmt: skip
+            subprocess.run(command, check=True, capture_output=True, timeout=120)
+    finally:
+        daemon.stop()
+    restored_dir = Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp"))
+    result = subprocess.run(
+        [sys.executable, "-m", "sessionstored", "restore", str(backup),
+         "--state-dir", str(restored_dir / "state")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    restored = DaemonProcess(restored_dir)
+    restored.start()
+    try:
+        with restored.client() as client:
+            assert client.call("head", session_id="p")["expires_at_ms"] == wanted
+            assert client.call("checkpoint_get", kind="kv", key="k")["expires_at_ms"] > 0
+    finally:
+        restored.stop()
+        restored.cleanup()
