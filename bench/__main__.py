@@ -23,7 +23,7 @@ from typing import Any
 
 from sessionstore.client import Client
 
-from . import adapters, anchors, backup, cpu, item_cost, loop_stall, postgres, space
+from . import adapters, anchors, backup, cpu, expiry, item_cost, loop_stall, postgres, space
 from .frontend_cost import frontend_cost
 from .load import Sample, run_clients, run_in_processes
 from .sealing_cost import sealing_cost
@@ -244,6 +244,12 @@ def main() -> None:
         help="rewrite rounds of the space run (default 100; 0 with --quick)",
     )
     parser.add_argument("--space-sessions", type=int, default=10_000)
+    parser.add_argument(
+        "--expiry-documents",
+        type=int,
+        default=None,
+        help="documents expiring at once in the sweep run (1,000,000; 100,000 with --quick)",
+    )
     args = parser.parse_args()
     args.sizes = [4 * KIB] if args.quick else [4 * KIB, 64 * KIB]
     args.clients = [1, 64] if args.quick else [1, 8, 64]
@@ -252,6 +258,8 @@ def main() -> None:
     args.load_clients = 16
     if args.space_rounds is None:
         args.space_rounds = 0 if args.quick else 100
+    if args.expiry_documents is None:
+        args.expiry_documents = 100_000 if args.quick else 1_000_000
     base = Path(tempfile.mkdtemp(prefix="ssbench-", dir=args.dir))
     print(
         f"bench: stores under {base}; {args.seconds:.0f} s per point, median of {args.repeats}",
@@ -370,6 +378,9 @@ def main() -> None:
         backup_figures = backup.run(Daemon, base / "backup", documents)
         for name, figures in backup_figures.items():
             print(f"backup: {name}: {json.dumps(figures)}", flush=True)
+        (base / "expiry").mkdir()
+        sweep = expiry.run(Daemon, base / "expiry", args.expiry_documents)
+        print(f"expiry sweep: {json.dumps(sweep)}", flush=True)
         space_result = None
         if args.space_rounds:
             (base / "space").mkdir()
@@ -398,6 +409,7 @@ def main() -> None:
         "frontend_cpu_us": frontend,
         "loop_stall": stall,
         "backup": backup_figures,
+        "expiry_sweep": sweep,
         "adapters": frameworks,
         "postgresql": on_postgres,
         "cpu_per_request": cpu_per_request,
