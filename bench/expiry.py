@@ -35,7 +35,7 @@ def _fill(socket_path: str, documents: int) -> tuple[int, float]:
                      "ttl_s": 3600} for n in range(first)])  # fmt: skip
         per_txn_s = time.monotonic() - probe
         txns = -(-documents // TXN_OPS)
-        at_ms = _now_ms() + int((per_txn_s * txns * 1.5 + MARGIN_S) * 1000)
+        at_ms = _now_ms() + int((per_txn_s * txns * 3 + MARGIN_S) * 1000)  # later txns are slower
         for start in range(0, documents, TXN_OPS):  # the first again, with the common moment
             puts = [
                 {"op": "put", "kind": "kv", "key": f"x/{n:07}", "value": {"n": n},

@@ -18,12 +18,13 @@ import trio
 
 from .jobs import MutationJob
 from .storage.engine import Engine
-from .storage.mutations import Sweep
+from .storage.mutations import Expire, Sweep
 from .writer import Writer
 
 log = logging.getLogger("sessionstored.sweeper")
 
-SWEEP_BATCH = 1000  # due generations handed to the writer per round
+SWEEP_BATCH = 10_000  # due generations handed to the writer per round
+DUE_PER_PASS = 500  # taken from the log's heap per event-loop pass
 SWEEP_IDLE_S = 1.0  # the longest sleep: new expiries are looked for at least this often
 SWEEP_RETRY_S = 1.0  # after a round in which some removal failed
 
@@ -40,12 +41,7 @@ class Sweeper:
 
     async def run(self) -> None:
         while True:
-            if self.store.blocking_reads:  # a query (PostgreSQL): off the event loop
-                due = await trio.to_thread.run_sync(
-                    self.store.due_expirations, now_ms(), SWEEP_BATCH
-                )
-            else:
-                due = self.store.due_expirations(now_ms(), SWEEP_BATCH)
+            due = await self._due()
             if not due:
                 await trio.sleep(self._idle_s())
                 continue
@@ -59,6 +55,18 @@ class Sweeper:
                 for expire in due:
                     self.store.retry_expiration(expire)
                 await trio.sleep(SWEEP_RETRY_S)
+
+    async def _due(self) -> list[Expire]:
+        if self.store.blocking_reads:  # a query (PostgreSQL): off the event loop
+            return await trio.to_thread.run_sync(self.store.due_expirations, now_ms(), SWEEP_BATCH)
+        due: list[Expire] = []  # from the heap, on the event loop: a slice per pass
+        while len(due) < SWEEP_BATCH:
+            found = self.store.due_expirations(now_ms(), DUE_PER_PASS)
+            due += found
+            if len(found) < DUE_PER_PASS:
+                break
+            await trio.sleep(0)
+        return due
 
     def _idle_s(self) -> float:
         upcoming = self.store.next_expiry_ms()
