@@ -1,6 +1,7 @@
 # The index's prepared apply() of a large batch against put() and remove() one by
-# one: the same entries, the same sorted keys, the same live bytes per segment,
-# and nothing readers see changes until the prepared tables are swapped in. And
+# one: the same entries, the same pages for every range read, the same live bytes
+# per segment, every sorted list whole (dead keys counted), and nothing readers
+# see changes until the batch is applied. And
 # an index checkpoint encoded in pieces reads back as what one dumps would give.
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import cbor2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionstored.storage.documents import Entry
+from sessionstored.storage.documents import Entry, KeyRange
 from sessionstored.storage.log.index import Index
 from sessionstored.storage.log.index_checkpoint import encode_in_pieces
 
@@ -27,35 +28,57 @@ changes = st.lists(
 
 
 def _state(index: Index) -> tuple[object, ...]:
-    kinds = sorted(set(index.kinds()) | set(index._sorted_keys))
+    """What readers see: the tables, every page of every kind's ids, the live bytes."""
+    kinds = ["s", "k"]
+    pages = {}
+    for kind in kinds:
+        for prefix in ("", "a", "é"):
+            for reverse in (False, True):
+                for limit in (1, 2, 100):
+                    wanted = KeyRange(kind, prefix, limit=limit, reverse=reverse)
+                    pages[(kind, prefix, reverse, limit)] = index.scan(wanted)
     return (
-        {kind: dict(index._entries.get(kind, {})) for kind in kinds},
-        {kind: list(index._sorted_keys.get(kind, [])) for kind in kinds},
+        {kind: dict(index._entries.get(kind, {})) for kind in kinds if index.count(kind)},
+        pages,
         {segment: count for segment, count in index.live_bytes.items() if count},
     )
 
 
+def _check_keys(index: Index) -> None:
+    """Each sorted list is sorted, holds every id of its table, and its other keys (the
+    dead ones) are counted."""
+    for kind, keys in index._sorted_keys.items():
+        assert keys == sorted(keys) and len(set(keys)) == len(keys)
+        live = {doc_id.encode() for doc_id in index.table(kind)}
+        assert live <= set(keys)
+        assert index._dead.get(kind, 0) == len(keys) - len(live)
+
+
 @settings(max_examples=300)
-@given(st.lists(st.tuples(st.sampled_from(["s", "k"]), keys, entries), max_size=30), changes)
+@given(
+    st.lists(st.tuples(st.sampled_from(["s", "k"]), keys, entries), max_size=30),
+    st.lists(changes, min_size=1, max_size=4),
+)
 def test_a_prepared_batch_applies_as_its_changes_one_by_one(
-    start: list[tuple[str, str, Entry]], batch: list[tuple[str, str, Entry | None]]
+    start: list[tuple[str, str, Entry]], batches: list[list[tuple[str, str, Entry | None]]]
 ) -> None:
-    bulk, single = Index(), Index()
+    bulk, single = Index(dead_keys_min=2), Index(dead_keys_min=2)  # dead keys dropped soon
     for index in (bulk, single):
         for kind, key, entry in start:
             index.put(kind, key, entry)
-    published = _state(bulk)
-    prepared = bulk.prepare(batch)  # the writer's thread, while readers read the index
-    assert _state(bulk) == published, "prepare() only reads what readers see"
-    bulk.apply(batch, prepared)
-    for kind, key, entry in batch:
-        if entry is None:
-            single.remove(kind, key)
-        else:
-            single.put(kind, key, entry)
-    assert _state(bulk) == _state(single)
-    for kind in bulk._sorted_keys:
-        assert bulk._sorted_keys[kind] == sorted(bulk._sorted_keys[kind])
+    for batch in batches:  # removals leave dead keys, a later batch may drop them
+        published = _state(bulk)
+        prepared = bulk.prepare(batch)  # the writer's thread, while readers read
+        assert _state(bulk) == published, "prepare() only reads what readers see"
+        bulk.apply(batch, prepared)
+        for kind, key, entry in batch:
+            if entry is None:
+                single.remove(kind, key)
+            else:
+                single.put(kind, key, entry)
+        assert _state(bulk) == _state(single)
+        _check_keys(bulk)
+        _check_keys(single)
 
 
 @settings(max_examples=50)
@@ -83,3 +106,19 @@ def test_pieces_cross_every_head_size() -> None:
         pieces: list[bytes] = []
         encode_in_pieces(value, pieces)
         assert b"".join(pieces) == cbor2.dumps(value)
+
+
+def test_dead_keys_of_small_batches_are_dropped_by_the_next_prepared_one() -> None:
+    index = Index(dead_keys_min=2)
+    entry = Entry(1, b"d" * 16, 10, 1, 32, 10)
+    for n in range(12):
+        index.put("s", f"k{n:02}", entry)
+    for n in range(5):  # one by one, as small batches apply: the keys stay, dead
+        index.remove("s", f"k{n:02}")
+    assert len(index._sorted_keys["s"]) == 12 and index._dead["s"] == 5
+    assert index.scan(KeyRange("s", limit=3)) == ([(f"k{n:02}", entry) for n in (5, 6, 7)], True)
+    batch: list[tuple[str, str, Entry | None]] = [("s", "k05", None)]
+    assert index.wants_prepare(batch)  # 5 dead keys of 12: over a quarter
+    index.apply(batch, index.prepare(batch))
+    assert index._sorted_keys["s"] == [f"k{n:02}".encode() for n in range(6, 12)]
+    assert index._dead["s"] == 0 and not index.wants_prepare(batch)

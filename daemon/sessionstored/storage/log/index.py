@@ -19,16 +19,29 @@ BULK_CHANGES = 64  # a batch with more changes edits the sorted key lists once (
 class Prepared(NamedTuple):
     """A large batch's changes, ready to install (Index.prepare)."""
 
-    tables: dict[str, dict[str, Entry]]  # kind -> its new table
-    keys: dict[str, list[bytes]]  # kind -> its new sorted keys
+    final: dict[str, dict[str, Entry | None]]  # kind -> id -> its entry after the batch
+    keys: dict[str, list[bytes]]  # kind -> its new sorted keys, where they were rebuilt
+    dead: dict[str, int]  # kind -> keys of its sorted list no longer in its table
     live_delta: defaultdict[int, int]  # segment -> change in live bytes
     removed: set[tuple[str, str]]  # (kind, id) of the documents it removed
 
 
+DEAD_KEYS_MIN = 4096  # a sorted list keeps this many dead keys, or a quarter of it
+
+
 class Index:
-    def __init__(self) -> None:
+    """Each kind's table (id -> Entry) and its ids sorted as UTF-8 bytes. A removal
+    leaves its key in the sorted list ("dead": readers skip what the table lacks), so
+    that removing costs a dict pop, not a list edit that moves up to n pointers (a
+    million expiring documents swept 10,000 at a time would otherwise cost a pass over
+    the list each time); prepare() drops the dead keys, in the writer's thread, once
+    they are a quarter of the list."""
+
+    def __init__(self, dead_keys_min: int = DEAD_KEYS_MIN) -> None:
+        self.dead_keys_min = dead_keys_min
         self._entries: dict[str, dict[str, Entry]] = {}
         self._sorted_keys: dict[str, list[bytes]] = {}
+        self._dead: dict[str, int] = {}
         self.live_bytes: defaultdict[int, int] = defaultdict(int)
 
     @classmethod
@@ -62,6 +75,7 @@ class Index:
             kind: sorted(doc_id.encode("utf-8") for doc_id in table)
             for kind, table in self._entries.items()
         }
+        self._dead = dict.fromkeys(self._entries, 0)
 
     def get(self, kind: str, doc_id: str) -> Entry | None:
         return self._entries.get(kind, {}).get(doc_id)
@@ -70,27 +84,32 @@ class Index:
         table = self._entries.setdefault(kind, {})
         old = table.get(doc_id)
         if old is None:
-            bisect.insort(self._sorted_keys.setdefault(kind, []), doc_id.encode("utf-8"))
+            keys = self._sorted_keys.setdefault(kind, [])
+            key = doc_id.encode("utf-8")
+            at = bisect.bisect_left(keys, key)
+            if at < len(keys) and keys[at] == key:  # a dead key comes back to life
+                self._dead[kind] -= 1
+            else:
+                keys.insert(at, key)
         else:
             self.live_bytes[old.segment] -= old.length
         table[doc_id] = entry
         self.live_bytes[entry.segment] += entry.length
 
     def remove(self, kind: str, doc_id: str) -> None:
-        table = self._entries.get(kind, {})
-        old = table.pop(doc_id, None)
+        old = self._entries.get(kind, {}).pop(doc_id, None)
         if old is None:
             return
         self.live_bytes[old.segment] -= old.length
-        keys = self._sorted_keys[kind]
-        del keys[bisect.bisect_left(keys, doc_id.encode("utf-8"))]
+        self._dead[kind] = self._dead.get(kind, 0) + 1  # its key stays, dead
 
     def apply(
         self, changes: Sequence[tuple[str, str, Entry | None]], prepared: Prepared | None = None
     ) -> None:
         """A batch's changes (None: removed), as put() and remove() one by one would make
-        them. A large batch is prepare()d first, wherever that stalls no one, and installed
-        here by swapping whole tables; one prepared here otherwise."""
+        them. A large batch is prepare()d first, wherever that stalls no one: here only
+        its table edits remain (a dict operation each) and its rebuilt key lists are
+        swapped in, so no reader sees half a batch."""
         if prepared is None and len(changes) <= BULK_CHANGES:
             for kind, doc_id, entry in changes:
                 if entry is None:
@@ -100,49 +119,70 @@ class Index:
             return
         if prepared is None:
             prepared = self.prepare(changes)
-        self._entries.update(prepared.tables)
+        for kind, final in prepared.final.items():
+            table = self._entries.setdefault(kind, {})
+            for doc_id, entry in final.items():
+                if entry is None:
+                    table.pop(doc_id, None)
+                else:
+                    table[doc_id] = entry
         self._sorted_keys.update(prepared.keys)
+        self._dead.update(prepared.dead)
         for segment, delta in prepared.live_delta.items():
             self.live_bytes[segment] += delta
 
+    def wants_prepare(self, changes: Sequence[tuple[str, str, Entry | None]]) -> bool:
+        """Whether a batch should be prepare()d: a large one, or one of a kind whose sorted
+        list holds enough dead keys to be rebuilt."""
+        if len(changes) > BULK_CHANGES:
+            return True
+        return any(
+            self._dead.get(kind, 0)
+            > max(self.dead_keys_min, len(self._sorted_keys.get(kind, ())) // 4)
+            for kind in {kind for kind, _, _ in changes}
+        )
+
     def prepare(self, changes: Sequence[tuple[str, str, Entry | None]]) -> Prepared:
-        """The tables and sorted key lists of the kinds that changes touch, built beside the
-        published ones, which it only reads: the writer's thread does this while readers go
-        on, and apply() swaps them in at once, so no reader sees half a batch. Each sorted
-        list is edited once, a filter and one merge of two sorted runs: an insort or a
-        delete in a list of n keys moves up to n pointers, so 100,000 removals from 500,000
-        keys cost seconds one by one."""
-        prepared = Prepared({}, {}, defaultdict(int), set())
-        tables = prepared.tables
-        was_present: dict[str, dict[str, bool]] = {}
+        """What apply() needs of a large batch, computed beside the published index, which
+        it only reads (the writer's thread does this while readers go on): each document's
+        final entry, the live bytes, and a new sorted key list for a kind that gains keys
+        (the published list and the new keys, sorted: one merge of two sorted runs) or
+        whose dead keys reached a quarter of its list (filtered out)."""
+        prepared = Prepared({}, {}, {}, defaultdict(int), set())
         for kind, doc_id, entry in changes:
-            table = tables.get(kind)
-            if table is None:
-                if entry is None and kind not in self._entries:
-                    continue  # nothing of that kind to remove
-                table = tables[kind] = dict(self._entries.get(kind, {}))
-            before = was_present.setdefault(kind, {})
-            if doc_id not in before:
-                before[doc_id] = doc_id in table
-            old = table.pop(doc_id, None) if entry is None else table.get(doc_id)
-            if old is not None:
-                prepared.live_delta[old.segment] -= old.length
-            if entry is None:
-                prepared.removed.add((kind, doc_id))
-            else:
-                table[doc_id] = entry
-                prepared.live_delta[entry.segment] += entry.length
-        for kind, before in was_present.items():
-            table = tables[kind]
-            added = [key.encode("utf-8") for key, was in before.items() if not was and key in table]
-            gone = {key.encode("utf-8") for key, was in before.items() if was and key not in table}
+            prepared.final.setdefault(kind, {})[doc_id] = entry
+        for kind, final in prepared.final.items():
+            table = self._entries.get(kind, {})
             keys = self._sorted_keys.get(kind, [])
-            if gone:
-                keys = [key for key in keys if key not in gone]
-            if added:
-                keys = keys + sorted(added)  # a new list: the published one is only read
-                keys.sort()  # two sorted runs: one merge
-            prepared.keys[kind] = keys
+            dead = self._dead.get(kind, 0)
+            added: list[bytes] = []
+            for doc_id, entry in final.items():
+                old = table.get(doc_id)
+                if old is not None:
+                    prepared.live_delta[old.segment] -= old.length
+                if entry is None:
+                    if old is not None:
+                        prepared.removed.add((kind, doc_id))
+                        dead += 1
+                    continue
+                prepared.live_delta[entry.segment] += entry.length
+                if old is None:
+                    key = doc_id.encode("utf-8")
+                    at = bisect.bisect_left(keys, key)
+                    if at < len(keys) and keys[at] == key:
+                        dead -= 1  # a dead key comes back to life
+                    else:
+                        added.append(key)
+            if dead > max(self.dead_keys_min, len(keys) // 4):
+                keys = [key for key in keys if _live_after(key.decode("utf-8"), table, final)]
+                dead = 0
+                if added:
+                    keys += added
+                    keys.sort()  # two sorted runs: one merge
+                prepared.keys[kind] = keys
+            elif added:
+                prepared.keys[kind] = sorted(keys + added)  # a new list: the published is read
+            prepared.dead[kind] = dead
         return prepared
 
     def count(self, kind: str) -> int:
@@ -163,11 +203,9 @@ class Index:
         return [(k, i, e) for k, table in self._entries.items() for i, e in table.items()]
 
     def scan(self, wanted: KeyRange, *, live_at_ms: int | None = None) -> Found:
-        """The range's (id, entry), and whether more lie beyond the last one; with
-        live_at_ms, the generations that expired by then are passed over (the page still
-        holds up to limit of the others)."""
-        if live_at_ms is not None:
-            return self._live_scan(wanted, live_at_ms)
+        """The range's (id, entry) up to its limit, and whether another lies beyond the
+        last one; with live_at_ms, the generations that expired by then are passed over
+        like removed ones."""
         kind, prefix, after, before, limit, reverse = wanted
         keys = self._sorted_keys.get(kind, [])
         table = self._entries.get(kind, {})
@@ -178,27 +216,24 @@ class Index:
             low = max(low, bisect.bisect_right(keys, after.encode("utf-8")))
         if before is not None:
             high = min(high, bisect.bisect_left(keys, before.encode("utf-8")))
-        if high <= low:
-            return [], False
-        if reverse:
-            chosen = keys[max(low, high - limit) : high][::-1]
-        else:
-            chosen = keys[low : min(high, low + limit)]
-        found = []
-        for key in chosen:
-            doc_id = key.decode("utf-8")
-            found.append((doc_id, table[doc_id]))
-        return found, high - low > limit
-
-    def _live_scan(self, wanted: KeyRange, now_ms: int) -> Found:
         found: list[tuple[str, Entry]] = []
-        while True:
-            page, more = self.scan(wanted._replace(limit=wanted.limit - len(found)))
-            found += [(i, e) for i, e in page if not expired(e.expires_at_ms, now_ms)]
-            if not more or len(found) == wanted.limit:
-                return found, more
-            last = page[-1][0]  # every one of the page was looked at: go on after it
-            wanted = wanted._replace(before=last) if wanted.reverse else wanted._replace(after=last)
+        positions = range(high - 1, low - 1, -1) if reverse else range(low, high)
+        for position in positions:
+            doc_id = keys[position].decode("utf-8")
+            entry = table.get(doc_id)
+            if entry is None or (
+                live_at_ms is not None and expired(entry.expires_at_ms, live_at_ms)
+            ):
+                continue  # removed (a dead key), or expired
+            if len(found) == limit:
+                return found, True
+            found.append((doc_id, entry))
+        return found, False
+
+
+def _live_after(doc_id: str, table: dict[str, Entry], final: dict[str, Entry | None]) -> bool:
+    """Whether doc_id is in its table once the batch (final) is applied."""
+    return (final[doc_id] if doc_id in final else table.get(doc_id)) is not None
 
 
 def _prefix_end(prefix: bytes) -> bytes:

@@ -59,7 +59,7 @@ from .check import check
 from .durable import Failpoint, no_failpoint
 from .expiries import Expiries
 from .fs import ENOSPC_ERRNOS, FileSystem
-from .index import BULK_CHANGES, Index, Prepared
+from .index import Index, Prepared
 from .index_checkpoint import Checkpoints, CheckpointState, DamageRow
 from .maintenance import Upkeep
 from .records import Commit, encode_commit, encode_data, encode_removal, read_document
@@ -341,7 +341,7 @@ class Store:
             raise
         batch.outcomes = fold_txn_results(outcomes, txn_results)
         assert len(batch.outcomes) == len(mutations)
-        if len(batch.changes) > BULK_CHANGES:  # publish() then only swaps tables in
+        if self.index.wants_prepare(batch.changes):  # publish() then applies it cheaply
             batch.prepared = self.index.prepare(batch.changes)
         return batch
 
