@@ -342,6 +342,10 @@ def test_a_read_may_refresh_the_expiry_of_what_it_finds(running: DaemonProcess) 
             client.call("checkpoint_get", kind="kv", key="a")["expires_at_ms"]
             == page[0]["expires_at_ms"]
         )
+        through_methods = client.load_with_meta("r", refresh_ttl_s=60)
+        assert through_methods["expires_at_ms"] < loaded["expires_at_ms"]
+        assert client.checkpoint_get("kv", "a", refresh_ttl_s=60) == {"v": 1}
+        assert client.checkpoint_scan("kv", refresh_ttl_s=60)["items"][0]["key"] == "a"
         for bad in (0, -5, math.nan, "1"):
             with pytest.raises(SessionStoreError) as refused:
                 client.call("load", session_id="r", refresh_ttl_s=bad)

@@ -41,8 +41,10 @@ class OpMethods:
         """The snapshot, or None."""
         return self.run(r.load(session_id))
 
-    def load_with_meta(self, session_id: str) -> Any:
-        return self.run(r.load_with_meta(session_id))
+    def load_with_meta(self, session_id: str, *, refresh_ttl_s: Any = UNSET) -> Any:
+        """{snapshot, digest, seq, expires_at_ms?}; refresh_ttl_s: an expiring session gets
+        one that many seconds from now (LangGraph's refresh_on_read)."""
+        return self.run(r.load_with_meta(session_id, refresh_ttl_s))
 
     def head(self, session_id: str) -> Any:
         return self.run(r.head(session_id))
@@ -90,8 +92,8 @@ class OpMethods:
         from now, or removed with None: {found, seq, expires_at_ms?}."""
         return self.run(r.expire(session_id, ttl_s, kind, key, lease))
 
-    def checkpoint_get(self, kind: str, key: str) -> Any:
-        return self.run(r.checkpoint_get(kind, key))
+    def checkpoint_get(self, kind: str, key: str, *, refresh_ttl_s: Any = UNSET) -> Any:
+        return self.run(r.checkpoint_get(kind, key, refresh_ttl_s))
 
     def checkpoint_delete(self, kind: str, key: str, *, lease: Any = UNSET) -> Any:
         return self.run(r.checkpoint_delete(kind, key, lease))
@@ -106,9 +108,12 @@ class OpMethods:
         limit: int | None = None,
         reverse: bool = False,
         values: bool = True,
+        refresh_ttl_s: Any = UNSET,
     ) -> Any:
         """Keyed documents in key order: {"items": [{key, seq, digest, value}], "next"}."""
-        return self.run(r.checkpoint_scan(kind, prefix, after, before, limit, reverse, values))
+        return self.run(
+            r.checkpoint_scan(kind, prefix, after, before, limit, reverse, values, refresh_ttl_s)
+        )
 
     def txn(
         self, ops: Sequence[dict[str, Any]], *, require: Any = UNSET, lease: Any = UNSET

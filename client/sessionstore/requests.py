@@ -67,8 +67,8 @@ def load(session_id: str) -> Call:
     )
 
 
-def load_with_meta(session_id: str) -> Call:
-    return make("load", session_id=session_id)
+def load_with_meta(session_id: str, refresh_ttl_s: Any = UNSET) -> Call:
+    return make("load", session_id=session_id, refresh_ttl_s=refresh_ttl_s)
 
 
 def head(session_id: str) -> Call:
@@ -134,8 +134,8 @@ def expire(
     return make("expire", ttl_s=ttl_s, lease=lease_arg(lease), **target)
 
 
-def checkpoint_get(kind: str, key: str) -> Call:
-    return make("checkpoint_get", _field("value"), kind=kind, key=key)
+def checkpoint_get(kind: str, key: str, refresh_ttl_s: Any = UNSET) -> Call:
+    return make("checkpoint_get", _field("value"), kind=kind, key=key, refresh_ttl_s=refresh_ttl_s)
 
 
 def checkpoint_delete(kind: str, key: str, lease: Any = UNSET) -> Call:
@@ -151,9 +151,11 @@ def checkpoint_scan(
     limit: int | None = None,
     reverse: bool = False,
     values: bool = True,
+    refresh_ttl_s: Any = UNSET,
 ) -> Call:
     return make(
         "checkpoint_scan",
+        refresh_ttl_s=refresh_ttl_s,
         kind=kind,
         prefix=prefix,
         after=UNSET if after is None else after,
