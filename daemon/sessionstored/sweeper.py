@@ -11,7 +11,6 @@
 # the others serve, and take over when its connection ends.
 from __future__ import annotations
 
-import logging
 import time
 
 import trio
@@ -20,8 +19,6 @@ from .jobs import MutationJob
 from .storage.engine import Engine
 from .storage.mutations import Expire, Sweep
 from .writer import Writer
-
-log = logging.getLogger("sessionstored.sweeper")
 
 SWEEP_BATCH = 10_000  # due generations handed to the writer per round
 DUE_PER_PASS = 500  # taken from the log's heap per event-loop pass
