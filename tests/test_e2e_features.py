@@ -47,6 +47,7 @@ def test_hello_reports_capabilities(running: DaemonProcess) -> None:
         "watch": True,
         "keyed_documents": True,
         "txn": True,
+        "expiry": True,
     }
 
 
