@@ -24,7 +24,6 @@ from .storage.mutations import KV_DOCUMENT, LOOP_CHECKPOINT, SESSION, WORKFLOW_C
 from .storage.txn import Require, TxnAppend, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut
 
 MAX_TTL_S = 100 * 365 * 24 * 3600  # a century
-NO_EXPIRY_HERE = "ttl_s: documents on PostgreSQL do not expire"
 MAX_TXN_OPS = 10_000
 OP_DOCUMENTS = frozenset({"value"})  # what an op of a txn may carry as CanonicalItem
 MAX_TXN_REQUIRES = 1_000

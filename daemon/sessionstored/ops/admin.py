@@ -38,7 +38,7 @@ def hello(ops: OpContext, request: Request) -> Step:
                 "watch": True,
                 "keyed_documents": True,  # ours: kind kv and checkpoint_scan
                 "txn": True,  # ours
-                "expiry": ops.store.supports_expiry,  # ours: ttl_s, expire, refresh_ttl_s
+                "expiry": True,  # ours: ttl_s, expire, refresh_ttl_s
             },
             cbor_helper=cbor_bytes.IMPLEMENTATION,  # ours: "compiled" or "python"
             limits={

@@ -10,7 +10,7 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, ok_response
 from sessionstore.wire.shared import Refusal
 
-from ..document_arguments import NO_EXPIRY_HERE, document_kind, expiry_from_ttl, key_text
+from ..document_arguments import document_kind, expiry_from_ttl, key_text
 from ..steps import Response
 from ..storage.mutations import ANY, Expect, Fence, Outcome
 
@@ -43,12 +43,10 @@ def lease_arg(args: dict[str, Any]) -> Fence:
     return (holder, epoch)
 
 
-def ttl_arg(args: dict[str, Any], supported: bool) -> int | None:
+def ttl_arg(args: dict[str, Any]) -> int | None:
     """The expires_at_ms that `ttl_s` gives, or None when it is left out."""
     if args.get("ttl_s") is None:
         return None
-    if not supported:
-        raise Refusal(ErrorCode.BAD_REQUEST, NO_EXPIRY_HERE)
     return expiry_from_ttl(args["ttl_s"], "ttl_s")
 
 
@@ -65,13 +63,11 @@ class Refresh:
         return self.expires_at_ms
 
 
-def refresh_arg(args: dict[str, Any], supported: bool) -> Refresh | None:
+def refresh_arg(args: dict[str, Any]) -> Refresh | None:
     """LangGraph's refresh_on_read: the documents a read finds with an expiry get one
     refresh_ttl_s from now (those without keep none)."""
     if args.get("refresh_ttl_s") is None:
         return None
-    if not supported:
-        raise Refusal(ErrorCode.BAD_REQUEST, NO_EXPIRY_HERE)
     return Refresh(args["refresh_ttl_s"])
 
 

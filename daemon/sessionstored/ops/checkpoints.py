@@ -12,13 +12,12 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import RawCBOR, Request, ok_response
 from sessionstore.wire.shared import CanonicalItem, Refusal
 
-from ..document_arguments import NO_EXPIRY_HERE, prepared_txn
+from ..document_arguments import prepared_txn
 from ..offload import OFFLOAD_ABOVE_BYTES
 from ..prepare import checkpoint_document, prepare_checkpoint, prepare_txn
 from ..steps import Prepare, Read, Response, Step
 from ..storage.documents import NEVER, Entry, KeyRange
 from ..storage.mutations import Put, Remove, Txn
-from ..storage.txn import TxnPut
 from .args import (
     checkpoint_kind,
     expires_field,
@@ -47,7 +46,7 @@ def checkpoint_put(ops: OpContext, request: Request) -> Step:
     document = checkpoint_document(
         args, id_field, key, ops.max_snapshot_bytes, request.canonical_hint
     )
-    expires = ttl_arg(args, ops.store.supports_expiry) or NEVER
+    expires = ttl_arg(args) or NEVER
     put = Put(
         kind, key, document.body, document.digest, fence=lease_arg(args), expires_at_ms=expires
     )
@@ -58,7 +57,7 @@ def checkpoint_get(ops: OpContext, request: Request) -> Step:
     kind, _ = checkpoint_kind(request.args)
     key = id_arg(request.args, "key")
     read = ops.read_document(kind, key)
-    refresh = refresh_arg(request.args, ops.store.supports_expiry)
+    refresh = refresh_arg(request.args)
 
     async def produce() -> Response:
         doc = await read()
@@ -101,7 +100,7 @@ def checkpoint_scan(ops: OpContext, request: Request) -> Step:
         message = f"limit must be an integer from 1 to {SCAN_MAX_LIMIT}"
         raise Refusal(ErrorCode.BAD_REQUEST, message)
     reverse, values = _flag(args, "reverse", False), _flag(args, "values", True)
-    refresh = refresh_arg(args, ops.store.supports_expiry)
+    refresh = refresh_arg(args)
 
     def read_values(found: list[tuple[str, Entry]]) -> list[dict[str, Any]]:
         docs = ops.store.read_entries(kind, found)
@@ -157,10 +156,6 @@ def txn(ops: OpContext, request: Request) -> Step:
 
 def _txn_step(ops: OpContext, request: Request) -> Step:
     prepared = prepared_txn(request.args, ops.max_snapshot_bytes, request.canonical_hint)
-    if not ops.store.supports_expiry and any(
-        isinstance(op, TxnPut) and op.expires_at_ms for op in prepared.ops
-    ):
-        raise Refusal(ErrorCode.BAD_REQUEST, NO_EXPIRY_HERE)
     mutation = Txn(prepared.requires, prepared.ops, fence=lease_arg(request.args))
     return ops.mutation(
         request,

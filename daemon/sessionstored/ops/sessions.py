@@ -7,7 +7,6 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import RawCBOR, Request, ok_response
 from sessionstore.wire.shared import CanonicalItem, Refusal
 
-from ..document_arguments import NO_EXPIRY_HERE
 from ..prepare import (
     Encoded,
     encoded_argument,
@@ -48,7 +47,7 @@ def save(ops: OpContext, request: Request) -> Step:
         document.digest,
         expect_arg(request.args),
         lease_arg(request.args),
-        ttl_arg(request.args, ops.store.supports_expiry) or NEVER,
+        ttl_arg(request.args) or NEVER,
     )
     digest = digest_text(document.digest)
     return ops.mutation(request, put, lambda o: ok_response(request, digest=digest, seq=o.seq))
@@ -57,7 +56,7 @@ def save(ops: OpContext, request: Request) -> Step:
 def load(ops: OpContext, request: Request) -> Step:
     session_id = id_arg(request.args, "session_id")
     read = ops.read_document(SESSION, session_id)
-    refresh = refresh_arg(request.args, ops.store.supports_expiry)
+    refresh = refresh_arg(request.args)
 
     async def produce() -> Response:
         doc = await read()
@@ -156,7 +155,7 @@ def update(ops: OpContext, request: Request) -> Step:
         apply,
         expect_arg(args),
         lease_arg(args),
-        expires_at_ms=ttl_arg(args, ops.store.supports_expiry),  # None keeps the current
+        expires_at_ms=ttl_arg(args),  # None keeps the current
     )
     return ops.mutation(
         request,
@@ -185,7 +184,7 @@ def fork(ops: OpContext, request: Request) -> Step:
         expect=None,
         fence=lease_arg(args),
         source=(SESSION, source_id),
-        expires_at_ms=ttl_arg(args, ops.store.supports_expiry) or NEVER,
+        expires_at_ms=ttl_arg(args) or NEVER,
     )
     return ops.mutation(
         request,
@@ -204,9 +203,7 @@ def expire(ops: OpContext, request: Request) -> Step:
         kind, doc_id = checkpoint_kind(args)[0], id_arg(args, "key")
     if "ttl_s" not in args:
         raise Refusal(ErrorCode.BAD_REQUEST, "ttl_s is missing (null removes the expiry)")
-    if not ops.store.supports_expiry:
-        raise Refusal(ErrorCode.BAD_REQUEST, NO_EXPIRY_HERE)
-    expires = ttl_arg(args, supported=True) or NEVER
+    expires = ttl_arg(args) or NEVER
 
     rewrite = Rewrite(kind, doc_id, same_body, fence=lease_arg(args), expires_at_ms=expires)
 

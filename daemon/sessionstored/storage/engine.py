@@ -108,7 +108,6 @@ class Follower(Protocol):
 
 class Engine(Protocol):
     blocking_reads: bool
-    supports_expiry: bool  # documents may carry expires_at_ms (ttl_s)
     batches_in_flight: int  # commit_durably may run in this many threads at once
     seq: int  # the watch history's: every change up to it is in history
     history: History

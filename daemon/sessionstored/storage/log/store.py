@@ -133,7 +133,6 @@ class StoreOptions(TypedDict, total=False):
 
 class Store:
     blocking_reads = False  # reads come from the in-memory index and the page cache
-    supports_expiry = True
     batches_in_flight = 1  # one append and sync at a time: the log's order is the commit order
     follower = None  # this daemon is the only writer
 

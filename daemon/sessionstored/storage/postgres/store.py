@@ -177,7 +177,6 @@ class PgReport:
 
 class PgStore:
     blocking_reads = True  # reads are network round trips: the ops run them in threads
-    supports_expiry = True
     maintenance = None  # no segments, checkpoints or spares to keep: the writer skips them
 
     def __init__(
