@@ -5,10 +5,11 @@
 # acknowledged generation can no longer be read is `io_error` (CorruptRecord
 # here) and `verify` lists it; where the damage hides which document a record
 # held, `verify` says so. The sweep flips every byte of the last few batches,
-# one at a time, and restarts.
+# one at a time, and restarts; two of their records carry an expiry.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -25,12 +26,19 @@ from .simfs import SimFileSystem
 from .storage_helpers import body_for, new_fs, open_store, open_with_report, put, remove
 
 SEALING_KEY = Key.from_material(b"\x3c" * 32)
+FAR_MS = 4_102_444_800_000  # 2100: generations that expire, but not during the test
+
+
+def _expiring(mutation: Put) -> Put:
+    return dataclasses.replace(mutation, expires_at_ms=FAR_MS)
+
+
 BATCHES: list[list[Any]] = [
     [put("a", "a1"), put("b", "b1"), put("c", "c1"), put("d", "d1")],
     [put("a", "a2"), put("b", "b2")],
     [remove("c"), remove("d")],  # what a delete_prefix of "c".."d" commits
-    [put("a", "a3"), put("e", "e1")],  # e is new
-    [put("b", "b3")],
+    [put("a", "a3"), _expiring(put("e", "e1"))],  # e is new, and its record holds an expiry
+    [_expiring(put("f", "f1")), _expiring(put("b", "b3"))],  # f: named by no other record
 ]
 SWEPT_BATCHES = 3
 
@@ -125,7 +133,9 @@ def _flip(fs: SimFileSystem, path: str, offset: int) -> None:
         (3, "magic", {"a"}),  # an intent header's magic
         (3, "seq", {"a"}),  # its seq
         (3, "id_hash", {"a"}),  # the hash that names its document
-        (4, "commit", {"b"}),  # the last batch's commit: rot, not a torn write
+        (4, "commit", {"b", "f"}),  # the last batch's commit: rot, not a torn write
+        (4, "magic", {"f"}),  # an expiring record's header: its id follows the expiry
+        (4, "id_hash", {"f"}),
     ],
 )
 def test_the_documents_of_a_rotten_record_are_io_error_and_verify_lists_them(

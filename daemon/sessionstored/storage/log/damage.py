@@ -42,6 +42,8 @@ from .records import (
     COMMIT,
     DATA,
     DIGEST_BYTES,
+    EXPIRES,
+    EXPIRY,
     HEADER,
     HEADER_BYTES,
     HEADER_CHECK,
@@ -70,8 +72,8 @@ def raw_header(data: bytes, offset: int) -> Header | None:
 
 
 def _fields(head: bytes | bytearray) -> Header:
-    _, record_type, kind, _, batch, seq, id_hash, length, check = HEADER.unpack(head)
-    return Header(record_type, kind, batch, seq, id_hash, length, check)
+    _, record_type, kind, flags, batch, seq, id_hash, length, check = HEADER.unpack(head)
+    return Header(record_type, kind, batch, seq, id_hash, length, check, flags)
 
 
 def repaired_header(data: bytes, offset: int) -> bytes | None:
@@ -95,11 +97,15 @@ def repaired_header(data: bytes, offset: int) -> bytes | None:
     return None
 
 
-def _ids_in(plain: bytes, record_type: int) -> list[tuple[int, str]]:
-    """(type, id) for each layout the payload could have."""
+def _ids_in(plain: bytes, record_type: int, flags: int = 0) -> list[tuple[int, str]]:
+    """(type, id) for each layout the payload could have: a Data record's id follows its
+    digest, and its expires_at_ms when it has one (the flags say so, if they survived)."""
     out = []
-    for layout in (record_type,) if record_type in (DATA, REMOVAL) else (DATA, REMOVAL):
-        at = DIGEST_BYTES if layout == DATA else 0
+    data_at = [DIGEST_BYTES + EXPIRY.size, DIGEST_BYTES]
+    if not flags & EXPIRES:
+        data_at.reverse()
+    layouts = (record_type,) if record_type in (DATA, REMOVAL) else (DATA, REMOVAL)
+    for layout, at in [(t, a) for t in layouts for a in (data_at if t == DATA else [0])]:
         if at + 2 > len(plain):
             continue
         (length,) = ID_LENGTH.unpack_from(plain, at)
@@ -126,13 +132,13 @@ def _named_by_payload(
         except SealError:
             return None
         kind = KIND_NAMES.get(raw.kind)
-        for _, doc_id in _ids_in(plain, raw.type):
+        for _, doc_id in _ids_in(plain, raw.type, raw.flags):
             if kind is not None:
                 return sealer.id_hash(kind, doc_id), doc_id
         return None
     plain = data[start : start + raw.payload_length] if matches else data[start : start + 4096]
     kinds = [raw.kind] if raw.kind in KIND_NAMES else list(KIND_CODES.values())
-    candidates = _ids_in(plain, raw.type)
+    candidates = _ids_in(plain, raw.type, raw.flags)
     for _, doc_id in candidates:
         for code in kinds:
             if sealer.id_hash(KIND_NAMES[code], doc_id) == raw.id_hash:
