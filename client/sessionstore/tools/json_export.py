@@ -21,7 +21,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -31,7 +31,7 @@ from ..client import Client
 from ..errors import Conflict, SessionStoreError
 from ..wire import jsonform
 from ..wire.canonical import snapshot_digest
-from ..wire.jsonform import from_json_value, to_json_value
+from ..wire.jsonform import containers_deep, from_json_value, to_json_value
 from ..wire.shared import MAX_NESTING_DEPTH
 
 CHECKPOINT_KINDS = ("loop", "workflow", "kv")
@@ -202,23 +202,6 @@ def _read_line(line: bytes) -> tuple[str, str, str, Any, int | None]:
     except UnicodeEncodeError:
         raise _Problem("value: text with a lone surrogate escape is not Unicode") from None
     return kind, doc_id, digest, value, expires_at_ms
-
-
-def containers_deep(value: Any) -> int:
-    """How many maps and arrays nest in value, at most (0 for a scalar); no recursion."""
-    deepest = 0
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping):
-            children: Iterable[Any] = [*item.keys(), *item.values()]
-        elif isinstance(item, (list, tuple)):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
 
 
 def _write(

@@ -30,18 +30,6 @@ def _json_text_is_unicode(value: Any) -> bool:
     return True
 
 
-def _json_depth_ok(value: Any, max_depth: int) -> bool:
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            if depth >= max_depth:
-                return False
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-    return True
-
-
 class JsonLinesReader:
     """Messages out of an Inbox of JSON lines."""
 
@@ -89,7 +77,7 @@ class JsonLinesReader:
                 raise Refusal(
                     ErrorCode.BAD_REQUEST, f"invalid JSON line: {error}", fatal=False
                 ) from None
-            if not _json_depth_ok(value, self.max_depth):
+            if jsonform.containers_deep(value) > self.max_depth:
                 raise Refusal(
                     ErrorCode.BAD_REQUEST,
                     f"nesting deeper than {self.max_depth} levels",

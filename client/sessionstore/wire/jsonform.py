@@ -20,7 +20,7 @@ import base64
 import binascii
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import cbor2
@@ -114,6 +114,23 @@ def from_json_value(value: Any) -> Any:
     if type(value) is int and not CBOR_INT_MIN <= value <= CBOR_INT_MAX:
         raise ValueError(f"integer {value} is outside CBOR's range (tags are refused)")
     return value
+
+
+def containers_deep(value: Any) -> int:
+    """How many maps and arrays nest in value, at most (0 for a scalar); no recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Iterable[Any] = [*item.keys(), *item.values()]
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _refuse_constant(name: str) -> Any:
