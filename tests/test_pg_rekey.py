@@ -322,32 +322,55 @@ def test_a_schema_version_1_database_is_moved_to_the_current_version_at_start(
     _stop(again)
 
 
-def test_a_version_2_database_is_not_moved_while_an_older_daemon_uses_it(
-    url: str, short_tmp: Path, daemons: list[DaemonProcess]
-) -> None:
-    """An older daemon decides under the counter row's lock alone: beside one of this
-    version, both could decide on the same row. The move waits until none is connected."""
+def _moved_once_no_older_daemon_uses_it(
+    url: str,
+    short_tmp: Path,
+    daemons: list[DaemonProcess],
+    version: str,
+    as_made: tuple[str, ...],
+    older_name: str,
+) -> DaemonProcess:
+    """A database of an earlier version (as_made turns the current one into it) is not
+    moved while a daemon named older_name is connected: the start is refused in one line
+    and the version stays. Once it is gone, the move happens and nothing is lost."""
     first = _serve(short_tmp / "a", url)
     daemons.append(first)
     _fill(first, 3)
     before = exported_digests(first)
     assert first.stop() == 0
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("UPDATE ss_meta SET value = '2' WHERE name = 'schema_version'")
-    older = psycopg.connect(url, application_name="sessionstored keys=")  # as version 2 named
+        for statement in (*as_made, "UPDATE ss_meta SET value = %s WHERE name = 'schema_version'"):
+            conn.execute(statement, (version,) if "%s" in statement else None)
+    older = psycopg.connect(url, application_name=older_name)
     try:
         refused = _daemon(short_tmp / "b", url)
         refused.start(wait=False)
         assert refused.wait_exit() == 2
         last = refused.log().strip().splitlines()[-1]
         assert "daemons of an earlier version use this database" in last, refused.log()
-        assert _meta(url)["schema_version"] == "2"
+        assert _meta(url)["schema_version"] == version
     finally:
         older.close()
     again = _serve(short_tmp / "c", url)
     daemons.append(again)
     assert exported_digests(again) == before
     assert _meta(url)["schema_version"] == "4"
+    return again
+
+
+def test_a_version_2_database_is_not_moved_while_an_older_daemon_uses_it(
+    url: str, short_tmp: Path, daemons: list[DaemonProcess]
+) -> None:
+    """An older daemon decides under the counter row's lock alone: beside one of this
+    version, both could decide on the same row. The move waits until none is connected."""
+    _moved_once_no_older_daemon_uses_it(
+        url,
+        short_tmp,
+        daemons,
+        "2",
+        (),
+        "sessionstored keys=",  # as version 2 named itself
+    )
 
 
 def test_a_version_3_database_gains_expiry_once_no_older_daemon_uses_it(
@@ -355,30 +378,14 @@ def test_a_version_3_database_gains_expiry_once_no_older_daemon_uses_it(
 ) -> None:
     """A version-3 daemon knows no expiry: its writes would keep a row's old expiry. The
     move adds the columns, the sweep's index and the new functions once none is connected."""
-    first = _serve(short_tmp / "a", url)
-    daemons.append(first)
-    _fill(first, 3)
-    before = exported_digests(first)
-    assert first.stop() == 0
-    with psycopg.connect(url, autocommit=True) as conn:  # what version 3 made
-        conn.execute("DROP INDEX ss_documents_expiry")
-        conn.execute("ALTER TABLE ss_documents DROP COLUMN expires_at_ms")
-        conn.execute("ALTER TABLE ss_changes DROP COLUMN expired")
-        conn.execute("UPDATE ss_meta SET value = '3' WHERE name = 'schema_version'")
-    older = psycopg.connect(url, application_name="sessionstored keys= schema=3")
-    try:
-        refused = _daemon(short_tmp / "b", url)
-        refused.start(wait=False)
-        assert refused.wait_exit() == 2
-        last = refused.log().strip().splitlines()[-1]
-        assert "daemons of an earlier version use this database" in last, refused.log()
-        assert _meta(url)["schema_version"] == "3"
-    finally:
-        older.close()
-    again = _serve(short_tmp / "c", url)
-    daemons.append(again)
-    assert exported_digests(again) == before
-    assert _meta(url)["schema_version"] == "4"
+    version_3 = (
+        "DROP INDEX ss_documents_expiry",
+        "ALTER TABLE ss_documents DROP COLUMN expires_at_ms",
+        "ALTER TABLE ss_changes DROP COLUMN expired",
+    )
+    again = _moved_once_no_older_daemon_uses_it(
+        url, short_tmp, daemons, "3", version_3, "sessionstored keys= schema=3"
+    )
     with again.client() as client:
         client.save(_snapshot("s/short", 1), ttl_s=3600)
         assert client.call("head", session_id="s/short")["expires_at_ms"] > 0
