@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import IO, Any, BinaryIO, NoReturn
+from typing import IO, Any, NoReturn
 
 import cbor2
 
@@ -400,12 +400,15 @@ def _import_a3s(client: Client, args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK if report.complete else EXIT_ERROR
 
 
-def _opened(stack: contextlib.ExitStack[bool | None], path: str, mode: str) -> IO[str]:
-    """The file at path (- is standard input or output), closed with the stack."""
+def _opened(stack: contextlib.ExitStack[bool | None], path: str, mode: str) -> IO[Any]:
+    """The file at path (- is standard input or output), closed with the stack: text in
+    UTF-8, or bytes with a "b" mode."""
+    binary = "b" in mode
     if path == "-":
-        return sys.stdin if mode == "r" else sys.stdout
+        stream = sys.stdin if mode.startswith("r") else sys.stdout
+        return stream.buffer if binary else stream
     try:
-        return stack.enter_context(open(path, mode, encoding="utf-8"))
+        return stack.enter_context(open(path, mode, encoding=None if binary else "utf-8"))
     except OSError as error:
         raise UsageError(f"{path}: {error.strerror}") from None
 
@@ -442,14 +445,7 @@ def _import(client: Client, args: argparse.Namespace, out: Output) -> int:
     )
     report = json_export.ImportReport()
     with contextlib.ExitStack() as stack:
-        if args.file == "-":
-            source: BinaryIO = sys.stdin.buffer
-        else:
-            try:
-                source = stack.enter_context(open(args.file, "rb"))
-            except OSError as error:
-                raise UsageError(f"{args.file}: {error.strerror}") from None
-        lines = json_export.read_lines(source, max_line_bytes)
+        lines = json_export.read_lines(_opened(stack, args.file, "rb"), max_line_bytes)
         try:
             json_export.import_documents(client, lines, overwrite=args.overwrite, report=report)
         except json_export.LineTooLong as error:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import cbor2
 
@@ -107,7 +107,7 @@ class LineTooLong(ValueError):
         )
 
 
-def read_lines(source: BinaryIO, max_line_bytes: int) -> Iterator[bytes]:
+def read_lines(source: IO[bytes], max_line_bytes: int) -> Iterator[bytes]:
     """Each line of source without its line end; LineTooLong past max_line_bytes."""
     number = 0
     while chunk := source.readline(max_line_bytes + 1):
