@@ -40,6 +40,3 @@ class Expiries:
             if entry is not None and entry.expires_at_ms == expires_at_ms:
                 due.append(Expire(kind, doc_id, expires_at_ms))
         return due
-
-    def __len__(self) -> int:
-        return len(self._heap)
