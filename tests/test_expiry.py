@@ -85,13 +85,16 @@ def test_every_kind_expires_for_every_read_then_the_sweep_removes_it(
         client.call("checkpoint_put", kind="loop", key="run", value={"run_id": "run"}, ttl_s=0.5)
         client.call("checkpoint_put", kind="kv", key="k", value={"v": 1}, ttl_s=0.5)
         client.txn([{"op": "put", "kind": "workflow", "key": "wf", "value": {}, "ttl_s": 0.5}])
+        appended = client.txn([{"op": "append", "kind": "kv", "prefix": "log/", "value": {},
+                                "ttl_s": 0.5}])["results"][0]["key"]  # fmt: skip
         client.call("save", snapshot=_snapshot("kept"))
         head = client.call("head", session_id="s")
         expires = head["expires_at_ms"]
         assert _now_ms() < expires <= _now_ms() + 500
         assert client.call("load", session_id="s")["expires_at_ms"] == expires
-        [item] = client.checkpoint_scan("kv")["items"]
-        assert item["key"] == "k" and item["expires_at_ms"] > 0
+        items = client.checkpoint_scan("kv")["items"]
+        assert [i["key"] for i in items] == ["k", appended]
+        assert all(i["expires_at_ms"] > 0 for i in items)
         assert "expires_at_ms" not in client.call("head", session_id="kept")
         latest = max(
             expires,
@@ -112,14 +115,14 @@ def test_every_kind_expires_for_every_read_then_the_sweep_removes_it(
                 [{"op": "put", "kind": "kv", "key": "other", "value": {}}],
                 require=[{"kind": "kv", "key": "k", "exists": True}],
             )
-        events = _expired_events(client, start, 3)  # the sweep: s was written again
+        events = _expired_events(client, start, 4)  # the sweep: s was written again
     assert {(e["event"], e.get("session_id") or e["key"]) for e in events} == {
-        ("checkpoint", "run"), ("checkpoint", "k"), ("checkpoint", "wf"),
+        ("checkpoint", "run"), ("checkpoint", "k"), ("checkpoint", "wf"), ("checkpoint", appended),
     }  # fmt: skip
     assert all(e.get("deleted") is True for e in events)
     with running.client() as client:
         assert client.load("s") == _snapshot("s", again=True)  # the sweep left it alone
-        assert client.stats()["expirations"] == 3
+        assert client.stats()["expirations"] == 4
 
 
 def test_expire_and_persist_and_update_keep_or_change_the_expiry(running: DaemonProcess) -> None:

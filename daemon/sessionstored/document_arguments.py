@@ -136,9 +136,7 @@ def _op(number: int, item: Any, limit: int, hint: Hint) -> TxnOp:
         if not isinstance(if_absent, bool):
             raise Refusal(ErrorCode.BAD_REQUEST, f"{where}.if_absent must be true or false")
         body, digest = document_body(item["value"], id_field, key, limit, hint)
-        ttl = item.get("ttl_s")
-        expires = NEVER if ttl is None else expiry_from_ttl(ttl, f"{where}.ttl_s")
-        return TxnPut(kind, key, body, digest, if_absent, expires)
+        return TxnPut(kind, key, body, digest, if_absent, _expiry(item, where))
     if name == "delete":
         return TxnDelete(kind, key_text(item.get("key"), f"{where}.key"))
     if name == "delete_prefix":
@@ -152,9 +150,14 @@ def _op(number: int, item: Any, limit: int, hint: Hint) -> TxnOp:
         if "value" not in item:
             raise Refusal(ErrorCode.BAD_REQUEST, f"{where}.value is missing")
         body, digest = document_body(item["value"], None, None, limit, hint)
-        return TxnAppend(kind, prefix, body, digest)
+        return TxnAppend(kind, prefix, body, digest, _expiry(item, where))
     message = f"{where}.op must be 'put', 'delete', 'delete_prefix' or 'append'"
     raise Refusal(ErrorCode.BAD_REQUEST, message)
+
+
+def _expiry(item: dict[str, Any], where: str) -> int:
+    ttl = item.get("ttl_s")
+    return NEVER if ttl is None else expiry_from_ttl(ttl, f"{where}.ttl_s")
 
 
 def expiry_from_ttl(ttl: Any, where: str) -> int:

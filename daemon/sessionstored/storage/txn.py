@@ -60,6 +60,7 @@ class TxnAppend:
     prefix: str
     body: bytes
     digest: bytes
+    expires_at_ms: int = NEVER
 
 
 TxnOp = TxnPut | TxnDelete | TxnDeletePrefix | TxnAppend
@@ -146,6 +147,6 @@ def decide(
             results.append({"deleted": len(found)})
         else:
             key = appended_key(op.prefix, first_seq + len(changes))
-            change(op.kind, key, op.body, op.digest)
+            change(op.kind, key, op.body, op.digest, op.expires_at_ms)
             results.append({"key": key})
     return changes, results
