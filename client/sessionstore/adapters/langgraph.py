@@ -42,7 +42,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -65,18 +65,27 @@ from ..asyncio_client import ClientPerLoop
 from ..client import Client
 from ..errors import Conflict, SessionStoreError
 from ..requests import Call
-from ..wire.canonical import canonical_dumps, digest_bytes_of_canonical, digest_text
+from . import plans
 from .keyparts import key_part
+from .lifetime import (
+    Items,
+    Lifetime,
+    Members,
+    digest_of,
+    every_item,
+    group_gone,
+    in_txns,
+    now_ms,
+    timed,
+)
+from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan
 
 T = TypeVar("T")
-Plan = Generator[list[Call], list[Any], T]
-Items = list[dict[str, Any]]  # range-read items: {key, seq, digest, value}
 RunsByThread = dict[str, list[str]]
+Calls = list[Call]
 
-KIND = "kv"
 PAGE = 100  # checkpoints per range read when listing
-SCAN_PAGE = 1000  # the daemon's largest range read
-TXN_OPS = 10_000  # the daemon's largest txn
+MINUTE_S = 60  # the ttl config counts minutes, as RedisSaver's does
 DELTA_METADATA = "counters_since_delta_snapshot"  # a checkpoint of a DeltaChannel graph
 PUT_ATTEMPTS = 8  # a put whose parent was never stored, while deletions change meanwhile
 
@@ -129,6 +138,10 @@ class _Keys:
     def thread_run(self, thread: str, run_id: str) -> str:
         return f"{self.thread_runs(thread)}{key_part(run_id)}"
 
+    def lifetime(self, thread: str) -> str:
+        """{"horizon": ms}: with a ttl, the thread lives while this does (lifetime.py)."""
+        return f"{self.prefix}l/{key_part(thread)}"
+
     # tombstones: what was deleted, so that a checkpoint built on it is refused while
     # one whose parent was never stored is taken, as every LangGraph saver takes it
     def thread_deleted(self, thread: str) -> str:
@@ -176,11 +189,16 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         prefix: str = "langgraph/",
         serde: SerializerProtocol | None = None,
         timeout: float | None = 60.0,
+        ttl: Mapping[str, Any] | None = None,
     ) -> None:
+        """ttl: {"default_ttl": minutes, "refresh_on_read": bool}, as RedisSaver takes
+        it: a thread is gone that long after its last write (and read, with
+        refresh_on_read), every document of it at once."""
         super().__init__(serde=serde)
         self.socket_path = socket_path
         self.timeout = timeout
         self.keys = _Keys(prefix)
+        self.lifetime = _lifetime(ttl)
         self._client: Client | None = None
         self._client_lock = threading.Lock()
         self._async_clients = ClientPerLoop(socket_path, timeout)
@@ -199,32 +217,10 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         with self._client_lock:
             if self._client is None:
                 self._client = Client(self.socket_path, timeout=self.timeout)
-            client = self._client
-            try:
-                calls = next(plan)
-                while True:
-                    try:
-                        results = client.run_all(calls)
-                    except SessionStoreError as error:
-                        calls = plan.throw(error)
-                        continue
-                    calls = plan.send(results)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+            return plans.run(self._client, plan)
 
     async def _arun(self, plan: Plan[T]) -> T:
-        client = self._async_clients.current()
-        try:
-            calls = next(plan)
-            while True:
-                try:
-                    results = await client.run_all(calls)
-                except SessionStoreError as error:
-                    calls = plan.throw(error)
-                    continue
-                calls = plan.send(results)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+        return await plans.arun(self._async_clients.current(), plan)
 
     # -- the saver's methods -------------------------------------------------------
 
@@ -373,23 +369,92 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         configurable = config["configurable"]
         thread, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config)
+        guard = self._guards([thread])  # with a ttl, read with the thread's documents
         if checkpoint_id:
             key = self.keys.checkpoint(thread, ns, checkpoint_id)
             writes_prefix = self.keys.checkpoint_writes(thread, ns, checkpoint_id)
-            value, writes = yield [r.checkpoint_get(KIND, key), _first_page(writes_prefix)]
-            if value is None:
-                return None
-            return self._tuple(key, value, (yield from _whole(writes_prefix, writes)))
-        newest = (
-            yield [_scan(self.keys.namespace_checkpoints(thread, ns), reverse=True, limit=1)]
-        )[0]["items"]
-        if not newest:
+            # a range from the key, whose first item is the key itself when it is stored
+            *life, found, writes = yield [*guard, _scan(key, limit=1), _first_page(writes_prefix)]
+            items = [item for item in found["items"] if item["key"] == key]
+        else:
+            *life, found = yield [
+                *guard,
+                _scan(self.keys.namespace_checkpoints(thread, ns), reverse=True, limit=1),
+            ]
+            items = found["items"]
+            if items:
+                checkpoint_id = items[0]["value"]["checkpoint_id"]
+                writes_prefix = self.keys.checkpoint_writes(thread, ns, checkpoint_id)
+                (writes,) = yield [_first_page(writes_prefix)]
+        if not items:
             return None
-        item = newest[0]
-        value = item["value"]
-        writes_prefix = self.keys.checkpoint_writes(thread, ns, value["checkpoint_id"])
-        (writes,) = yield [_first_page(writes_prefix)]
-        return self._tuple(item["key"], value, (yield from _whole(writes_prefix, writes)))
+        item_writes = yield from _whole(writes_prefix, writes)
+        if (yield from self._gone_threads({thread: items + item_writes}, life)):
+            return None
+        return self._tuple(items[0]["key"], items[0]["value"], item_writes)
+
+    # -- a thread's lifetime (see lifetime.py) -------------------------------------
+
+    def _guards(self, threads: Sequence[str]) -> Calls:
+        """With a ttl: the reads of the threads' lifetimes, to send with their documents'."""
+        if self.lifetime is None:
+            return []
+        return [self.lifetime.guard(self.keys.lifetime(thread)) for thread in threads]
+
+    def _gone_threads(
+        self, items: dict[str, Items], lives: Sequence[Any] | None = None
+    ) -> Plan[set[str]]:
+        """Of the threads whose documents were just read, those that have expired.
+        lives: their lifetimes as _guards read them, when it was sent."""
+        threads = list(items)
+        if lives is None or not lives:
+            asked = [t for t in threads if self.lifetime is not None or timed(items[t])]
+            if self.lifetime is None:  # a reader without a ttl asks only of expiring threads
+                gone = set()
+                for thread in asked:
+                    if (yield from group_gone(self.keys.lifetime(thread), items[thread])):
+                        gone.add(thread)
+                return gone
+            lives = (yield self._guards(asked)) if asked else []
+            threads = asked
+        assert self.lifetime is not None
+        gone = set()
+        for thread, life in zip(threads, lives, strict=True):
+            if self.lifetime.gone(life, items[thread]):
+                gone.add(thread)
+            else:
+                key = self.keys.lifetime(thread)
+                yield from self.lifetime.after_read(key, life, self._members(thread))
+        return gone
+
+    def _members(self, thread: str) -> Members:
+        """Every document of the thread, values left out: what its lifetime covers."""
+
+        def members() -> Plan[Items]:
+            runs = (yield from self._runs_of([thread]))[thread]
+            prefixes = [
+                self.keys.thread_checkpoints(thread),
+                self.keys.thread_writes(thread),
+                self.keys.thread_runs(thread),
+                *(f"{self.keys.prefix}r/{run}/{key_part(thread)}/" for run in runs),
+            ]
+            found: Items = []
+            for prefix in prefixes:
+                found += yield from every_item(prefix, values=False)
+            return found
+
+        return members
+
+    def _write(self, thread: str, ops: Items, require: Items | None = None) -> Plan[None]:
+        """One thread's ops, in txns under require; with a ttl each renews the thread's
+        lifetime, and its documents expire with the thread."""
+        if self.lifetime is None:
+            yield from in_txns(ops, require)
+            return
+        life_key, members = self.keys.lifetime(thread), self._members(thread)
+        for start in range(0, len(ops), TXN_OPS - 1):  # one op of each is the lifetime's
+            chunk = ops[start : start + TXN_OPS - 1]
+            yield from self.lifetime.commit(life_key, chunk, require or [], members)
 
     def _put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
@@ -421,7 +486,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         require = [] if not parent_id else [_exists(self.keys.checkpoint(thread, ns, parent_id))]
         for _attempt in range(PUT_ATTEMPTS):
             try:
-                yield [r.txn(ops, require)]
+                yield from self._write(thread, ops, require)
                 break
             except Conflict as error:
                 assert parent_id
@@ -463,7 +528,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         return [
             {"kind": KIND, "key": key, "exists": False}
             if value is None
-            else {"kind": KIND, "key": key, "digest": _digest_of(value)}
+            else {"kind": KIND, "key": key, "digest": digest_of(value)}
             for key, value in zip(keys, values, strict=True)
         ]
 
@@ -493,7 +558,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             }
             key = self.keys.write(thread, ns, checkpoint_id, task_id, idx)
             ops.append(_put(key, document, if_absent=idx >= 0))
-        yield from _in_txns(ops)
+        yield from self._write(thread, ops)
 
     def _runs_of(self, threads: Sequence[str]) -> Plan[RunsByThread]:
         """The runs of each thread, as encoded key parts."""
@@ -513,12 +578,13 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         upto = str(uuid6())  # later than every checkpoint id made so far
         for thread in threads:
             ops.append(_put(self.keys.thread_deleted(thread), {"upto": upto}))
+            ops.append(_delete(self.keys.lifetime(thread)))
             ops.append(_delete_prefix(self.keys.thread_checkpoints(thread)))
             ops.append(_delete_prefix(self.keys.thread_writes(thread)))
             ops.append(_delete_prefix(self.keys.thread_runs(thread)))
             for encoded_run in runs[thread]:
                 ops.append(_delete_prefix(f"{self.keys.prefix}r/{encoded_run}/{key_part(thread)}/"))
-        yield from _in_txns(ops)
+        yield from in_txns(ops)
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
         if not run_ids:
@@ -527,7 +593,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         for run_id in run_ids:
             prefix = self.keys.run_checkpoints(run_id)
             threads: set[str] = set()
-            for item in (yield from _every_item(prefix, values=False)):
+            for item in (yield from every_item(prefix, values=False)):
                 thread, ns, checkpoint = item["key"][len(prefix) :].split("/")
                 ops.append(_put(f"{self.keys.prefix}x/{thread}/{ns}/{checkpoint}", {}))
                 ops.append(_delete(f"{self.keys.prefix}c/{thread}/{ns}/{checkpoint}"))
@@ -535,12 +601,12 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                 threads.add(thread)
             ops.append(_delete_prefix(prefix))
             ops += [_delete(f"{self.keys.prefix}t/{t}/{key_part(run_id)}") for t in sorted(threads)]
-        yield from _in_txns(ops)
+        yield from in_txns(ops)
 
     def _copy_thread(self, source: str, target: str) -> Plan[None]:
-        checkpoints = yield from _every_item(self.keys.thread_checkpoints(source))
-        writes = yield from _every_item(self.keys.thread_writes(source))
-        if not checkpoints:
+        checkpoints = yield from every_item(self.keys.thread_checkpoints(source))
+        writes = yield from every_item(self.keys.thread_writes(source))
+        if not checkpoints or (yield from self._gone_threads({source: checkpoints + writes})):
             return
         ops = []  # the writes first: a checkpoint is never seen without its writes
         source_writes = self.keys.thread_writes(source)
@@ -560,7 +626,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             if run_id is not None:
                 ops.append(_put(self.keys.run_marker(run_id, target, ns, checkpoint_id), {}))
             ops.append(_put(self.keys.checkpoint(target, ns, checkpoint_id), value))
-        yield from _in_txns(ops)
+        yield from self._write(target, ops)
 
     def _prune(self, threads: Sequence[str], strategy: str) -> Plan[None]:
         """keep_latest: per namespace, the newest checkpoint stays, as the head of its
@@ -576,7 +642,9 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             raise ValueError(f"unknown prune strategy {strategy!r}: 'keep_latest' or 'delete'")
         stored = {}
         for thread in threads:
-            stored[thread] = yield from _every_item(self.keys.thread_checkpoints(thread))
+            stored[thread] = yield from every_item(self.keys.thread_checkpoints(thread))
+        for thread in (yield from self._gone_threads(stored)):  # expired: nothing to prune
+            del stored[thread]
         for thread, checkpoints in stored.items():
             if any(self._uses_delta(item) for item in checkpoints):
                 raise NotImplementedError(
@@ -594,7 +662,8 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                 ns, checkpoint_id = value["checkpoint_ns"], value["checkpoint_id"]
                 if newest[ns] is item:
                     if value.get("parent_checkpoint_id") is not None:  # now the head
-                        ops.append(_put(item["key"], {**value, "parent_checkpoint_id": None}))
+                        rewrite = _put(item["key"], {**value, "parent_checkpoint_id": None})
+                        ops.append(_keeping_expiry(rewrite, item))
                     continue
                 ops.append(_delete(item["key"]))
                 upto[ns] = checkpoint_id
@@ -609,7 +678,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                 for ns, item in newest.items()
             }
             writes_prefix = self.keys.thread_writes(thread)
-            writes = yield from _every_item(writes_prefix, values=False)
+            writes = yield from every_item(writes_prefix, values=False)
             for write in writes:
                 ns_part, checkpoint_part, _ = write["key"][len(writes_prefix) :].split("/", 2)
                 head = kept.get(ns_part)
@@ -618,7 +687,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                 # (durability="async" sends writes first: uuid6 ids sort by time), stays
                 if head is not None and checkpoint_part < head:
                     ops.append(_delete(write["key"]))
-        yield from _in_txns(ops)  # each thread's checkpoints before their writes
+        yield from in_txns(ops)  # each thread's checkpoints before their writes
 
     def _uses_delta(self, item: dict[str, Any]) -> bool:
         """Whether a stored checkpoint's metadata counts DeltaChannel snapshots."""
@@ -684,9 +753,25 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         )
 
 
-def _digest_of(value: dict[str, Any]) -> str:
-    """The digest the daemon gives a stored kv value (of its canonical CBOR)."""
-    return digest_text(digest_bytes_of_canonical(canonical_dumps(value)))
+def _lifetime(ttl: Mapping[str, Any] | None) -> Lifetime | None:
+    if ttl is None:
+        return None
+    unknown = set(ttl) - {"default_ttl", "refresh_on_read"}
+    if unknown:
+        raise ValueError(f"unknown ttl settings {sorted(unknown)}: default_ttl, refresh_on_read")
+    minutes = ttl.get("default_ttl")
+    if minutes is None:
+        return None  # as RedisSaver: no default_ttl, nothing expires
+    if isinstance(minutes, bool) or not isinstance(minutes, int | float) or not minutes > 0:
+        raise ValueError(f"default_ttl must be a number of minutes above 0, not {minutes!r}")
+    return Lifetime(minutes * MINUTE_S, bool(ttl.get("refresh_on_read", False)))
+
+
+def _keeping_expiry(op: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+    """A put that rewrites the item keeps the expiry the item had."""
+    if "expires_at_ms" not in item:
+        return op
+    return {**op, "ttl_s": max(0.001, (item["expires_at_ms"] - now_ms()) / 1000)}
 
 
 # what the items of each id argument are, in PostgresSaver's words for thread_ids
@@ -721,28 +806,10 @@ def _first_page(prefix: str) -> Call:
     return _scan(prefix, limit=SCAN_PAGE)
 
 
-def _in_txns(ops: list[dict[str, Any]]) -> Plan[None]:
-    """The ops in order, in txns of at most TXN_OPS; nothing for none."""
-    for start in range(0, len(ops), TXN_OPS):
-        yield [r.txn(ops[start : start + TXN_OPS])]
-
-
 def _whole(prefix: str, page: dict[str, Any]) -> Plan[list[dict[str, Any]]]:
     """A range's items: the first page read already, and any pages after it."""
-    rest = [] if page["next"] is None else (yield from _every_item(prefix, page["next"]))
+    rest = [] if page["next"] is None else (yield from every_item(prefix, page["next"]))
     return [*page["items"], *rest]
-
-
-def _every_item(
-    prefix: str, after: str | None = None, *, values: bool = True
-) -> Plan[list[dict[str, Any]]]:
-    items: list[dict[str, Any]] = []
-    while True:
-        (page,) = yield [_scan(prefix, limit=SCAN_PAGE, after=after, values=values)]
-        items += page["items"]
-        after = page["next"]
-        if after is None:
-            return items
 
 
 class _Listing:
@@ -785,7 +852,7 @@ class _Listing:
             self.cursor = page["next"]
             self.done = self.cursor is None
         else:
-            items = yield from _every_item(self.prefix)
+            items = yield from every_item(self.prefix)
             items.sort(key=lambda i: i["value"]["checkpoint_id"], reverse=True)
             self.done = True
         candidates = []
@@ -796,6 +863,12 @@ class _Listing:
             if self.before_id is not None and value["checkpoint_id"] >= self.before_id:
                 continue
             candidates.append(item)
+        by_thread: dict[str, Items] = {}
+        for item in candidates:
+            by_thread.setdefault(item["value"]["thread_id"], []).append(item)
+        if candidates:
+            gone = yield from self.saver._gone_threads(by_thread)
+            candidates = [i for i in candidates if i["value"]["thread_id"] not in gone]
         prefixes = [self.saver.keys.checkpoint_writes(*_address(i["value"])) for i in candidates]
         pages: list[Any] = []
         if candidates:
