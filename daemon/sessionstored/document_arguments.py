@@ -16,14 +16,13 @@ from sessionstore.wire.canonical import (
     parse_digest,
 )
 from sessionstore.wire.codes import ErrorCode
-from sessionstore.wire.shared import CanonicalItem, Refusal
+from sessionstore.wire.shared import MAX_TTL_S, CanonicalItem, Refusal
 
 from .snapshot import id_problem
 from .storage.documents import NEVER
 from .storage.mutations import KV_DOCUMENT, LOOP_CHECKPOINT, SESSION, WORKFLOW_CHECKPOINT
 from .storage.txn import Require, TxnAppend, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut
 
-MAX_TTL_S = 100 * 365 * 24 * 3600  # a century
 MAX_TXN_OPS = 10_000
 OP_DOCUMENTS = frozenset({"value"})  # what an op of a txn may carry as CanonicalItem
 MAX_TXN_REQUIRES = 1_000

@@ -17,6 +17,10 @@
 # txns it acknowledged. A range delete the daemon refuses as too large (over
 # 100,000 items) is split by the next digit of the keys' seqs, oldest first, so
 # a clear cut short leaves the newest items, never a gap.
+#
+# With ttl=SECONDS (as RedisSession takes it), the session's items are gone
+# that long after its last write, all at once: the session has a lifetime
+# document beside its items (lifetime.py), renewed by every write.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -28,16 +32,18 @@ from agents.memory.session_settings import (
     resolve_session_limit,
 )
 
+from .. import requests as r
 from ..asyncio_client import AsyncioClient, ClientPerLoop
 from ..errors import Conflict, TooLarge
+from . import plans
 from .keyparts import key_part
+from .lifetime import Items, Lifetime, every_item, group_gone
+from .plans import KIND, TXN_OPS, Plan
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
 
-KIND = "kv"
 PAGE = 1000  # the daemon's largest range read
-TXN_OPS = 10_000  # the daemon's largest txn
 SEQ_DIGITS = 20  # an appended key is the prefix and the seq of its commit
 
 
@@ -50,6 +56,7 @@ class SessionStoreSession:
         session_settings: SessionSettings | dict[str, Any] | None = None,
         prefix: str = "agents/",
         timeout: float | None = 60.0,
+        ttl: int | None = None,
     ) -> None:
         self.session_id = session_id
         # as the SDK's own backends take it: a dict becomes SessionSettings (TypeError at
@@ -62,6 +69,8 @@ class SessionStoreSession:
         self.socket_path = socket_path
         self.timeout = timeout
         self.items_prefix = f"{prefix}{key_part(session_id)}/"
+        self.life_key = f"{prefix}{key_part(session_id)}"  # beside the items, not among them
+        self.lifetime = None if ttl is None else Lifetime(ttl)
         self._clients = ClientPerLoop(socket_path, timeout)
 
     def _client(self) -> AsyncioClient:
@@ -74,33 +83,55 @@ class SessionStoreSession:
         wanted = resolve_session_limit(limit, self.session_settings)
         if wanted == 0:
             return []
-        client = self._client()
+        return await plans.arun(self._client(), self._read(wanted))
+
+    def _read(self, wanted: int | None) -> Plan[list[TResponseInputItem]]:
+        guard = [] if self.lifetime is None else [self.lifetime.guard(self.life_key)]
+        found: Items = []
         if wanted is None or wanted < 0:  # everything, oldest first
-            items: list[Any] = []
-            after: str | None = None
-            while True:
-                page = await client.checkpoint_scan(
-                    KIND, self.items_prefix, after=after, limit=PAGE
+            *life, page = yield [*guard, _scan(self.items_prefix, limit=PAGE)]
+            found = page["items"]
+            if page["next"] is not None:
+                found += yield from every_item(self.items_prefix, page["next"])
+        else:
+            before: str | None = None
+            while len(found) < wanted:
+                scan = _scan(
+                    self.items_prefix,
+                    before=before,
+                    limit=min(PAGE, wanted - len(found)),
+                    reverse=True,
                 )
-                items += [item["value"]["item"] for item in page["items"]]
-                after = page["next"]
-                if after is None:
-                    return items
-        newest: list[Any] = []
-        before: str | None = None
-        while len(newest) < wanted:
-            page = await client.checkpoint_scan(
-                KIND,
-                self.items_prefix,
-                before=before,
-                limit=min(PAGE, wanted - len(newest)),
-                reverse=True,
-            )
-            newest += [item["value"]["item"] for item in page["items"]]
-            before = page["next"]
-            if before is None:
-                break
-        return newest[::-1]
+                *life, page = yield [*guard, scan]  # the lifetime with the first page
+                guard = []
+                found += page["items"]
+                before = page["next"]
+                if before is None:
+                    break
+            found.reverse()
+        if (yield from self._gone(life, found)):
+            return []
+        return [item["value"]["item"] for item in found]
+
+    def _gone(self, life: list[Any], found: Items) -> Plan[bool]:
+        """Whether the session has expired, from its lifetime as read with its items."""
+        if self.lifetime is None:
+            return (yield from group_gone(self.life_key, found))
+        if self.lifetime.gone(life[0], found):
+            return True
+        yield from self.lifetime.after_read(self.life_key, life[0], self._members)
+        return False
+
+    def _members(self) -> Plan[Items]:
+        return (yield from every_item(self.items_prefix, values=False))
+
+    def _write(self, ops: list[dict[str, Any]], require: Items | None = None) -> Plan[None]:
+        """A txn of ops; with a ttl it renews the session's lifetime, and the items it
+        stores expire with the session."""
+        if self.lifetime is None:
+            yield [r.txn(ops, require or [])]
+        else:
+            yield from self.lifetime.commit(self.life_key, ops, require or [], self._members)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         if not items:
@@ -112,20 +143,24 @@ class SessionStoreSession:
         except (cbor2.CBOREncodeError, TypeError, ValueError) as error:
             # a TypeError, as json.dumps raises for the SDK's own backends
             raise TypeError(f"an item cannot be stored: {error}") from error
-        for start in range(0, len(ops), TXN_OPS):
-            await self._client().txn(ops[start : start + TXN_OPS])
+        per_txn = TXN_OPS - 1  # with a ttl, one op of each txn is the lifetime's
+        for start in range(0, len(ops), per_txn):
+            await plans.arun(self._client(), self._write(ops[start : start + per_txn]))
 
     async def pop_item(self) -> TResponseInputItem | None:
-        client = self._client()
+        return await plans.arun(self._client(), self._pop())
+
+    def _pop(self) -> Plan[TResponseInputItem | None]:
         while True:
-            page = await client.checkpoint_scan(KIND, self.items_prefix, limit=1, reverse=True)
-            if not page["items"]:
+            guard = [] if self.lifetime is None else [r.checkpoint_get(KIND, self.life_key)]
+            *life, page = yield [*guard, _scan(self.items_prefix, limit=1, reverse=True)]
+            if not page["items"] or (yield from self._gone(life, page["items"])):
                 return None
             newest = page["items"][0]
             try:
-                await client.txn(
-                    [{"op": "delete", "kind": KIND, "key": newest["key"]}],
-                    require=[{"kind": KIND, "key": newest["key"], "digest": newest["digest"]}],
+                yield from self._write(
+                    [_delete(newest["key"])],
+                    [{"kind": KIND, "key": newest["key"], "digest": newest["digest"]}],
                 )
             except Conflict:
                 continue  # another caller popped it first: take the next newest
@@ -133,13 +168,29 @@ class SessionStoreSession:
             return item
 
     async def clear_session(self) -> None:
-        await self._delete_range(self.items_prefix)
+        # the lifetime with the first range: a clear cut short leaves an expiring
+        # session already gone
+        await self._delete_range(self.items_prefix, [_delete(self.life_key)])
 
-    async def _delete_range(self, prefix: str) -> None:
+    async def _delete_range(self, prefix: str, also: Items | None = None) -> None:
         try:
-            await self._client().txn([{"op": "delete_prefix", "kind": KIND, "prefix": prefix}])
+            await self._client().txn([*(also or []), _delete_prefix(prefix)])
         except TooLarge:
             if len(prefix) >= len(self.items_prefix) + SEQ_DIGITS:
                 raise
+            if also:
+                await self._client().txn(also)
             for digit in "0123456789":  # the keys' seqs, oldest first
                 await self._delete_range(prefix + digit)
+
+
+def _scan(prefix: str, **options: Any) -> r.Call:
+    return r.checkpoint_scan(KIND, prefix, **options)
+
+
+def _delete(key: str) -> dict[str, Any]:
+    return {"op": "delete", "kind": KIND, "key": key}
+
+
+def _delete_prefix(prefix: str) -> dict[str, Any]:
+    return {"op": "delete_prefix", "kind": KIND, "prefix": prefix}

@@ -37,6 +37,7 @@ from typing import Any
 from .. import requests as r
 from ..errors import Conflict, SessionStoreError
 from ..wire.canonical import canonical_dumps, digest_bytes_of_canonical, digest_text
+from ..wire.shared import MAX_TTL_S
 from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan
 
 HORIZON_TTLS = 3  # a renewal sets H to now + 3 x ttl
@@ -93,8 +94,13 @@ def group_gone(life_key: str, items: Items) -> Plan[bool]:
 
 class Lifetime:
     def __init__(self, ttl_s: float, refresh_on_read: bool = False) -> None:
-        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not ttl_s > 0:
-            raise ValueError(f"a ttl must be a number above 0, not {ttl_s!r}")
+        longest = MAX_TTL_S / HORIZON_TTLS  # the members' expiry is at most the daemon's
+        if (
+            isinstance(ttl_s, bool)
+            or not isinstance(ttl_s, int | float)
+            or not 0 < ttl_s <= longest
+        ):
+            raise ValueError(f"a ttl must be above 0 and at most {longest:.0f} s, not {ttl_s!r}")
         self.ttl_ms = max(1, round(ttl_s * 1000))
         self.refresh_on_read = refresh_on_read
         self.horizon_ms = HORIZON_TTLS * self.ttl_ms

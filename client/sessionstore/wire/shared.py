@@ -11,6 +11,7 @@ from .codes import ErrorCode
 
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MAX_NESTING_DEPTH = 64
+MAX_TTL_S = 100 * 365 * 24 * 3600  # the longest expiry a request may ask for: a century
 
 Received = Literal["request", "response"]  # what the peer sends: how errors name it
 
