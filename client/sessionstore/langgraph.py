@@ -1,6 +1,8 @@
-# LangGraph's checkpointer on sessionstore (pip install 'sessionstore[langgraph]'):
-# SessionStoreSaver, and the errors it raises beside the clients'. The adapter
-# itself is adapters/langgraph.py.
+# LangGraph on sessionstore (pip install 'sessionstore[langgraph]'): the
+# checkpointer SessionStoreSaver, the long-term memory store SessionStoreStore,
+# and the errors they raise beside the clients'. The adapters themselves are
+# adapters/langgraph.py and adapters/langgraph_store.py.
 from .adapters.langgraph import CorruptCheckpoint, DeletedCheckpoint, SessionStoreSaver
+from .adapters.langgraph_store import SessionStoreStore
 
-__all__ = ["CorruptCheckpoint", "DeletedCheckpoint", "SessionStoreSaver"]
+__all__ = ["CorruptCheckpoint", "DeletedCheckpoint", "SessionStoreSaver", "SessionStoreStore"]
