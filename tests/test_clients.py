@@ -129,3 +129,33 @@ def test_each_client_streams_a_backup(running: DaemonProcess) -> None:
     again = asyncio.run(streamed())
     assert again[0]["seq"] == seq and again[-1]["end"] is True
     assert sum(len(m.get("payloads", [])) for m in again) == 1
+
+
+def test_each_client_goes_on_after_a_refusal_that_closed_its_connection(
+    running: DaemonProcess,
+) -> None:
+    """A request the daemon cannot frame (a bignum, CBOR tag 2) gets bad_request with
+    closing: true, and the daemon closes that connection; the same client object then
+    answers the rest of a pipeline with that refusal, and its next call connects anew."""
+    bad = {"op": "put", "kind": "kv", "key": "big", "value": {"v": 2**70}}
+    with Client(running.socket_path) as client:
+        replies = client.send_raw([{"op": "txn", "ops": [bad]}, {"op": "ping"}])
+        assert [r["error"]["code"] for r in replies] == ["bad_request"] * 2
+        assert replies[0]["error"]["closing"] is True
+        assert client.ping() == client.ping()
+        assert client.checkpoint_get("kv", "big") is None
+
+    async def with_asyncio() -> None:
+        async with AsyncioClient(running.socket_path) as client:
+            replies = await client.send_raw([{"op": "txn", "ops": [bad]}, {"op": "ping"}])
+            assert [r["error"].get("closing") for r in replies] == [True, True]
+            await client.ping()
+
+    async def with_trio() -> None:
+        async with AsyncClient(running.socket_path) as client:
+            replies = await client.send_raw([{"op": "txn", "ops": [bad]}, {"op": "ping"}])
+            assert [r["error"].get("closing") for r in replies] == [True, True]
+            await client.ping()
+
+    asyncio.run(with_asyncio())
+    trio.run(with_trio)

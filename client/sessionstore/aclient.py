@@ -85,7 +85,7 @@ class AsyncClient(AsyncCore):
                             raise
                         await self.aclose()
                         return answered
-                    return [await self._read_message() for _ in requests]
+                    return await self._replies(len(requests))
             except trio.TooSlowError as error:
                 await self.aclose()
                 raise ConnectionLost(f"no reply within {self.timeout} s") from error

@@ -16,6 +16,7 @@ from .replies import (
     RESUMABLE,
     WatchResume,
     backup_ended,
+    closes_connection,
     result_of,
     results_of,
     take_response,
@@ -68,6 +69,17 @@ class AsyncCore(OpMethods):
         except Refusal as error:  # a reply we cannot frame: this connection is done
             raise ConnectionLost(f"bad response from the daemon: {error}") from error
         return message
+
+    async def _replies(self, count: int) -> list[dict[str, Any]]:
+        """count replies; after one that closes the connection, it stands for the rest
+        (nothing more comes), and the connection is dropped."""
+        replies: list[dict[str, Any]] = []
+        while len(replies) < count:
+            replies.append(await self._read_message())
+            if closes_connection(replies[-1:]):
+                await self.aclose()
+                return replies + [replies[-1]] * (count - len(replies))
+        return replies
 
     async def run(self, call: Call) -> Any:
         return result_of(call, (await self.send_raw([call.request]))[0])

@@ -11,7 +11,12 @@ from typing import Any
 from .async_core import AsyncCore
 from .errors import ConnectionLost, NoDaemon
 from .paths import checked_socket
-from .replies import DEFAULT_TIMEOUT_S, RECEIVE_BYTES, answers_after_broken_send
+from .replies import (
+    DEFAULT_TIMEOUT_S,
+    RECEIVE_BYTES,
+    answers_after_broken_send,
+    closes_connection,
+)
 from .wire.protocol import Refusal
 
 
@@ -70,6 +75,8 @@ class AsyncioClient(AsyncCore):
         try:
             while len(replies) < len(requests):
                 replies.append(await self._read_message())
+                if closes_connection(replies[-1:]):  # nothing more comes on it
+                    replies += [replies[-1]] * (len(requests) - len(replies))
         except (OSError, Refusal, ConnectionLost):
             answered = answers_after_broken_send(replies, len(requests))
             if answered is None:
@@ -85,13 +92,16 @@ class AsyncioClient(AsyncCore):
         async with self._lock:
             await self.connect()
             try:
-                return await asyncio.wait_for(self._exchange(requests), self.timeout)
+                replies = await asyncio.wait_for(self._exchange(requests), self.timeout)
             except TimeoutError as error:
                 await self.aclose()
                 raise ConnectionLost(f"no reply within {self.timeout} s") from error
             except (OSError, Refusal, ConnectionLost) as error:
                 await self.aclose()
                 raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error
+            if closes_connection(replies):
+                await self.aclose()
+            return replies
 
 
 class ClientPerLoop:

@@ -18,6 +18,7 @@ from .replies import (
     WatchResume,
     answers_after_broken_send,
     backup_ended,
+    closes_connection,
     result_of,
     results_of,
     take_response,
@@ -78,7 +79,13 @@ class Client(OpMethods):
                     raise
                 self.close()
                 return answered
-            return [self._read_message() for _ in requests]
+            replies: list[dict[str, Any]] = []
+            while len(replies) < len(requests):
+                replies.append(self._read_message())
+                if closes_connection(replies[-1:]):  # nothing more comes on it
+                    self.close()
+                    return replies + [replies[-1]] * (len(requests) - len(replies))
+            return replies
         except (OSError, Refusal) as error:
             self.close()
             raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error

@@ -42,6 +42,15 @@ def answers_after_broken_send(replies: list[dict[str, Any]], count: int) -> list
     return replies + [refusals[-1]] * (count - len(replies))
 
 
+def closes_connection(replies: list[dict[str, Any]]) -> bool:
+    """Whether one of the replies is a refusal after which the daemon closes the
+    connection (`closing: true`): the next call needs a new one."""
+    return any(
+        reply.get("ok") is not True and (reply.get("error") or {}).get("closing") is True
+        for reply in replies
+    )
+
+
 def result_of(call: Call, reply: dict[str, Any]) -> Any:
     if reply.get("ok") is True:
         return call.result(reply)

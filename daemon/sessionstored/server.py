@@ -602,7 +602,9 @@ class Server:
 
 
 def _refusal(conn: Connection, refusal: Refusal) -> bytes:
-    return conn.encode(error_response(None, refusal.code, refusal.message, **refusal.details))
+    closing = {"closing": True} if refusal.fatal else {}  # the client drops the connection
+    reply = error_response(None, refusal.code, refusal.message, **refusal.details, **closing)
+    return conn.encode(reply)
 
 
 class _Turn(enum.Enum):

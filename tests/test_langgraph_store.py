@@ -1,0 +1,280 @@
+# SessionStoreStore, LangGraph's BaseStore on a real daemon, on both engines,
+# held to LangGraph's own stores: random batches of puts, deletes, gets,
+# filtered searches and namespace listings give what InMemoryStore gives
+# (hypothesis); updates keep created_at and search orders by updated_at, as
+# PostgresStore does; a batch's puts are one txn; processes share one store;
+# items expire (and a read may refresh them); a graph uses it through
+# LangGraph's runtime; and the store survives kill -9.
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, PutOp, SearchOp
+from langgraph.store.memory import InMemoryStore
+
+from sessionstore.errors import SessionStoreError
+from sessionstore.langgraph import SessionStoreStore
+
+from .conftest import DaemonProcess
+
+REPO = Path(__file__).resolve().parent.parent
+ROOTS = itertools.count()  # each example its own root label: one daemon for all of them
+
+LABELS = ["a", "b", "c/d", "é"]
+KEYS = ["k", "k/2", "ü", "x" * 300]  # the last one longer than a key part holds
+values = st.fixed_dictionaries(
+    {
+        "n": st.integers(0, 4),
+        "s": st.sampled_from(["x", "y"]),
+        "nested": st.fixed_dictionaries({"m": st.integers(0, 2)}),
+        "tags": st.lists(st.sampled_from(["p", "q"]), max_size=2),
+    }
+)
+filters = st.sampled_from(
+    [
+        None,
+        {"s": "x"},
+        {"n": {"$gt": 1}},
+        {"n": {"$gte": 2, "$lt": 4}},
+        {"n": {"$lte": 1}, "s": {"$ne": "x"}},
+        {"nested": {"m": 1}},
+        {"tags": ["p"]},
+        {"s": {"$eq": "y"}},
+    ]
+)
+
+
+def namespaces(min_size: int = 1) -> st.SearchStrategy[tuple[str, ...]]:
+    return st.lists(st.sampled_from(LABELS), min_size=min_size, max_size=3).map(tuple)
+
+
+def _rooted(root: str, namespace: tuple[str, ...]) -> tuple[str, ...]:
+    return (root, *namespace)
+
+
+writes = st.tuples(st.just("put"), namespaces(), st.sampled_from(KEYS), values) | st.tuples(
+    st.just("delete"), namespaces(), st.sampled_from(KEYS), st.none()
+)
+reads = st.one_of(
+    st.tuples(st.just("get"), namespaces(), st.sampled_from(KEYS)),
+    st.tuples(st.just("search"), namespaces(0), filters),
+    st.tuples(
+        st.just("list"),
+        st.lists(st.sampled_from([*LABELS, "*"]), max_size=2).map(tuple),
+        st.lists(st.sampled_from([*LABELS, "*"]), max_size=2).map(tuple),
+        st.none() | st.integers(1, 3),
+    ),
+)
+
+
+def _op(root: str, step: tuple[Any, ...]) -> Any:
+    name = step[0]
+    if name in ("put", "delete"):
+        return PutOp(_rooted(root, step[1]), step[2], step[3])
+    if name == "get":
+        return GetOp(_rooted(root, step[1]), step[2])
+    if name == "search":
+        return SearchOp(_rooted(root, step[1]), step[2], limit=1000)
+    conditions = [MatchCondition("prefix", (root, *step[1]))]
+    if step[2]:
+        conditions.append(MatchCondition("suffix", step[2]))
+    return ListNamespacesOp(tuple(conditions), step[3], limit=1000)
+
+
+def _comparable(result: Any) -> Any:
+    """A result without its timestamps; a search's items as a set (orders differ:
+    InMemoryStore keeps insertion order, PostgresStore and ours updated_at)."""
+    if isinstance(result, list) and result and hasattr(result[0], "key"):
+        return sorted((i.namespace, i.key, repr(sorted(i.value.items()))) for i in result)
+    if hasattr(result, "key"):
+        return (result.namespace, result.key, result.value)
+    return result
+
+
+def _without_empty_namespaces(reference: InMemoryStore) -> None:
+    """InMemoryStore lists a namespace whose items were all deleted (and one a get
+    asked for); PostgresStore and ours list those with items."""
+    for namespace in [ns for ns, items in reference._data.items() if not items]:
+        del reference._data[namespace]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(batches=st.lists(st.lists(writes | reads, min_size=1, max_size=6), min_size=1, max_size=6))
+def test_random_batches_give_what_in_memory_store_gives(
+    running: DaemonProcess, batches: list[list[tuple[Any, ...]]]
+) -> None:
+    root = f"r{next(ROOTS)}"
+    store = SessionStoreStore(running.socket_path)
+    reference = InMemoryStore()
+    try:
+        for batch in batches:
+            ops = [_op(root, step) for step in batch]
+            _without_empty_namespaces(reference)
+            # the listings first: InMemoryStore's gets add the namespaces they ask for
+            listings = {n: reference.batch([op])[0] for n, op in enumerate(ops)
+                        if isinstance(op, ListNamespacesOp)}  # fmt: skip
+            expected = reference.batch(ops)
+            expected = [listings.get(n, result) for n, result in enumerate(expected)]
+            got = store.batch(ops)
+            assert [_comparable(g) for g in got] == [_comparable(e) for e in expected], ops
+    finally:
+        store.close()
+
+
+def test_an_update_keeps_created_at_and_search_orders_by_updated_at(
+    running: DaemonProcess,
+) -> None:
+    store = SessionStoreStore(running.socket_path)
+    for key in ("first", "second", "third"):
+        store.put(("docs",), key, {"v": key})
+    created = store.get(("docs",), "first")
+    assert created is not None and created.created_at == created.updated_at
+    store.put(("docs",), "first", {"v": "again"})
+    updated = store.get(("docs",), "first")
+    assert updated is not None and updated.value == {"v": "again"}
+    assert updated.created_at == created.created_at < updated.updated_at
+    assert [i.key for i in store.search(("docs",))] == ["first", "third", "second"]
+    assert [i.key for i in store.search(("docs",), limit=1, offset=1)] == ["third"]
+    store.delete(("docs",), "first")
+    store.put(("docs",), "first", {"v": "new"})  # a new item: a new created_at
+    again = store.get(("docs",), "first")
+    assert again is not None and again.created_at > created.created_at
+
+
+def test_a_batch_reads_before_it_writes_and_its_puts_are_one_txn(running: DaemonProcess) -> None:
+    store = SessionStoreStore(running.socket_path)
+    store.put(("b",), "old", {"v": 0})
+    results = store.batch(
+        [
+            PutOp(("b",), "new", {"v": 1}),
+            GetOp(("b",), "new"),  # before the batch's puts, as InMemoryStore reads
+            PutOp(("b",), "new", {"v": 2}),  # the last put of a key wins
+            PutOp(("b",), "old", None),
+        ]
+    )
+    assert results[1] is None
+    got = store.get(("b",), "new")
+    assert got is not None and got.value == {"v": 2}
+    assert store.get(("b",), "old") is None
+    with running.client() as client:
+        seq = client.stats()["seq"]
+    with pytest.raises(SessionStoreError):  # one bad put: nothing of the batch is stored
+        store.batch([PutOp(("b",), "fine", {"v": 3}), PutOp(("b",), "bad", {"v": 1 << 70})])
+    assert store.get(("b",), "fine") is None
+    with running.client() as client:
+        assert client.stats()["seq"] == seq
+
+
+def test_processes_share_one_store(running: DaemonProcess) -> None:
+    script = (
+        "import sys\n"
+        "from sessionstore.langgraph import SessionStoreStore\n"
+        "store = SessionStoreStore(sys.argv[1])\n"
+        "for n in range(50):\n"
+        "    store.put(('shared', sys.argv[2]), str(n), {'n': n})\n"
+        "    store.put(('shared',), 'counter', {'last': sys.argv[2]})\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'client'}:{REPO}"}
+    children = [
+        subprocess.Popen([sys.executable, "-c", script, running.socket_path, f"p{n}"], env=env)
+        for n in range(4)
+    ]
+    assert [child.wait(timeout=120) for child in children] == [0] * 4
+    store = SessionStoreStore(running.socket_path)
+    assert store.list_namespaces(prefix=("shared",)) == [
+        ("shared",), *[("shared", f"p{n}") for n in range(4)]
+    ]  # fmt: skip
+    for n in range(4):
+        found = store.search(("shared", f"p{n}"), limit=100)
+        assert sorted(int(i.key) for i in found) == list(range(50))
+    counter = store.get(("shared",), "counter")
+    assert counter is not None and counter.value["last"] in {f"p{n}" for n in range(4)}
+
+
+def test_items_expire_and_a_read_may_refresh_them(running: DaemonProcess) -> None:
+    store = SessionStoreStore(running.socket_path, ttl={"default_ttl": 0.02})  # 1.2 s
+    assert store.supports_ttl
+    store.put(("t",), "default", {"v": 1})  # the config's default_ttl
+    store.put(("t",), "own", {"v": 2}, ttl=0.01)
+    store.put(("t",), "forever", {"v": 3}, ttl=None)
+    store.put(("t",), "refreshed", {"v": 4})
+    started = time.monotonic()
+    while time.monotonic() - started < 2.0:  # past the ttl: reads keep "refreshed" alive
+        assert store.get(("t",), "refreshed") is not None  # refresh_on_read: True
+        assert store.get(("t",), "default", refresh_ttl=False) is not None or (
+            time.monotonic() - started > 1.0
+        )
+        time.sleep(0.1)
+    assert store.get(("t",), "own") is None
+    assert store.get(("t",), "default") is None
+    assert {i.key for i in store.search(("t",))} == {"forever", "refreshed"}
+    store.put(("gone",), "k", {"v": 1}, ttl=0.005)
+    time.sleep(0.5)
+    assert ("gone",) not in store.list_namespaces()
+    for bad in (-1, 0, math.nan, 1e12, "5"):
+        with pytest.raises(SessionStoreError) as refused:
+            store.put(("t",), "bad", {"v": 1}, ttl=bad)
+        assert refused.value.code == "bad_request"
+    with pytest.raises(ValueError, match="default_ttl"):
+        SessionStoreStore(running.socket_path, ttl={"default_ttl": -1})
+
+
+def test_the_async_methods_and_kill_9(running: DaemonProcess) -> None:
+    async def main() -> None:
+        store = SessionStoreStore(running.socket_path)
+        try:
+            await store.aput(("async", "ns"), "k", {"v": [1, 2]})
+            got = await store.aget(("async", "ns"), "k")
+            assert got is not None and got.value == {"v": [1, 2]}
+            assert [i.key for i in await store.asearch(("async",), filter={"v": [1, 2]})] == ["k"]
+            assert await store.alist_namespaces(prefix=("async",)) == [("async", "ns")]
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
+    running.kill9()
+    running.start()
+    got = SessionStoreStore(running.socket_path).get(("async", "ns"), "k")
+    assert got is not None and got.value == {"v": [1, 2]}
+
+
+class _State(TypedDict):
+    user: str
+    remembered: list[str]
+
+
+def test_a_graph_keeps_memories_through_langgraphs_runtime(running: DaemonProcess) -> None:
+    def remember(state: _State, runtime: Runtime[None]) -> dict[str, Any]:
+        assert runtime.store is not None
+        namespace = ("memories", state["user"])
+        count = len(runtime.store.search(namespace))
+        runtime.store.put(namespace, f"m{count}", {"text": f"visit {count}"})
+        return {"remembered": [i.value["text"] for i in runtime.store.search(namespace)]}
+
+    graph = StateGraph(_State)
+    graph.add_node("remember", remember)
+    graph.add_edge(START, "remember")
+    graph.add_edge("remember", END)
+    app = graph.compile(store=SessionStoreStore(running.socket_path))
+    for _ in range(3):
+        result = app.invoke({"user": "ada", "remembered": []})
+    assert sorted(result["remembered"]) == ["visit 0", "visit 1", "visit 2"]
+    fresh = SessionStoreStore(running.socket_path)  # another store object, same daemon
+    assert len(fresh.search(("memories", "ada"))) == 3
