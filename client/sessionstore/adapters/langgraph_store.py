@@ -15,9 +15,7 @@
 # Behaviour is PostgresStore's where the stores differ:
 #   - a batch reads first and writes after, all of its puts (and deletes) in
 #     one txn (several past TXN_OPS), the last put of a key winning;
-#   - an update keeps created_at: a batch reads the items it writes and
-#     requires them unchanged when it commits, and reads again if another
-#     writer got there first;
+#   - an update keeps created_at: a batch reads the items it writes first;
 #   - search without a query orders by updated_at, newest first;
 #   - a filter compares as InMemoryStore does ($eq, $ne, $gt, $gte, $lt, $lte,
 #     nested maps, lists whole), except that an order comparison with a value
@@ -52,16 +50,14 @@ from langgraph.store.base import (
 from .. import requests as r
 from ..asyncio_client import ClientPerLoop
 from ..client import Client
-from ..errors import Conflict, SessionStoreError
 from . import plans
 from .keyparts import key_part
-from .lifetime import digest_of, every_item
-from .plans import KIND, TXN_OPS, Plan
+from .lifetime import every_item, in_txns
+from .plans import KIND, Plan
 
 ITEM_SEPARATOR = "|"  # between a namespace's labels and an item's key: never encoded
 AFTER_NAMESPACE = "}"  # sorts after the separator: an `after` that skips a namespace
 MINUTE_S = 60
-COMMIT_ATTEMPTS = 16  # a batch's puts, while other writers change the same items
 NAMESPACE_PAGE = 256  # keys per range read when listing namespaces
 
 
@@ -168,46 +164,29 @@ class SessionStoreStore(BaseStore):
         return results
 
     def _commit(self, puts: dict[str, PutOp], stored: dict[str, Any]) -> Plan[None]:
-        """The puts and deletes in one txn (TXN_OPS each), each put keeping the
-        created_at of what it replaces, as read and required unchanged."""
-        keys = list(puts)
-        for start in range(0, len(keys), TXN_OPS):
-            chunk = keys[start : start + TXN_OPS]
-            for _attempt in range(COMMIT_ATTEMPTS):
-                ops: list[dict[str, Any]] = []
-                require: list[dict[str, Any]] = []
-                now = _now_us()
-                for key in chunk:
-                    op = puts[key]
-                    if op.value is None:
-                        ops.append({"op": "delete", "kind": KIND, "key": key})
-                        continue
-                    before = stored.get(key)
-                    document: dict[str, Any] = {
-                        "namespace": list(op.namespace),
-                        "key": op.key,
-                        "value": op.value,
-                        "created_at": now if before is None else before["created_at"],
-                        "updated_at": now,
-                    }
-                    put: dict[str, Any] = {"op": "put", "kind": KIND, "key": key, "value": document}
-                    if op.ttl is not None:
-                        document["ttl"] = op.ttl
-                        put["ttl_s"] = op.ttl * MINUTE_S
-                    ops.append(put)
-                    require.append(
-                        {"kind": KIND, "key": key, "exists": False}
-                        if before is None
-                        else {"kind": KIND, "key": key, "digest": digest_of(before)}
-                    )
-                try:
-                    yield [r.txn(ops, require)]
-                    break
-                except Conflict as conflict:  # another writer changed one: read it again
-                    changed = require[conflict.details["failed"]]["key"]
-                    (stored[changed],) = yield [r.checkpoint_get(KIND, changed)]
-            else:
-                raise SessionStoreError("the items kept changing under this batch's puts")
+        """The puts and deletes in one txn (TXN_OPS each). A put keeps the created_at of
+        the item it replaces, as read before: an item's created_at never changes while
+        it exists, so no requirement guards it (two first puts racing keep the later's)."""
+        ops: list[dict[str, Any]] = []
+        now = _now_us()
+        for key, op in puts.items():
+            if op.value is None:
+                ops.append({"op": "delete", "kind": KIND, "key": key})
+                continue
+            before = stored.get(key)
+            document: dict[str, Any] = {
+                "namespace": list(op.namespace),
+                "key": op.key,
+                "value": op.value,
+                "created_at": now if before is None else before["created_at"],
+                "updated_at": now,
+            }
+            put: dict[str, Any] = {"op": "put", "kind": KIND, "key": key, "value": document}
+            if op.ttl is not None:
+                document["ttl"] = op.ttl
+                put["ttl_s"] = op.ttl * MINUTE_S
+            ops.append(put)
+        yield from in_txns(ops)
 
     def _search(self, op: SearchOp, refresh: dict[str, float]) -> Plan[list[SearchItem]]:
         if op.query:
