@@ -115,6 +115,20 @@ class OpMethods:
             r.checkpoint_scan(kind, prefix, after, before, limit, reverse, values, refresh_ttl_s)
         )
 
+    def checkpoint_rank(
+        self,
+        kind: str,
+        prefix: str,
+        query: Any,
+        *,
+        limit: Any = UNSET,
+        field: Any = UNSET,
+    ) -> Any:
+        """The documents under prefix whose value holds vectors at field (default
+        "vectors": float32 byte strings), best cosine similarity to query first:
+        {"items": [{key, score}], "ranked", "scanned"}."""
+        return self.run(r.checkpoint_rank(kind, prefix, query, limit, field))
+
     def txn(
         self, ops: Sequence[dict[str, Any]], *, require: Any = UNSET, lease: Any = UNSET
     ) -> Any:

@@ -166,6 +166,12 @@ def checkpoint_scan(
     )
 
 
+def checkpoint_rank(
+    kind: str, prefix: str, query: Any, limit: Any = UNSET, field: Any = UNSET
+) -> Call:
+    return make("checkpoint_rank", kind=kind, prefix=prefix, query=query, limit=limit, field=field)
+
+
 def txn(ops: list[dict[str, Any]], require: Any = UNSET, lease: Any = UNSET) -> Call:
     return make("txn", ops=ops, require=require, lease=lease_arg(lease))
 

@@ -1,5 +1,5 @@
 # Request -> Step (steps.py). Every op is declared once, in the module of its
-# concern (sessions, checkpoints, leases, admin), with its handler, the
+# concern (sessions, checkpoints, rank, leases, admin, backup), with its handler, the
 # arguments it reads and whether a read-only peer may use it; dispatch() looks
 # it up, checks access, and turns a refusal into its error reply. What the
 # handlers share is OpContext (context.py); Ops is that, with dispatch.
@@ -10,12 +10,14 @@ from sessionstore.wire.protocol import Request, error_response
 
 from ..access import Access
 from ..steps import Reply, Step
-from . import admin, backup, checkpoints, leases, sessions
+from . import admin, backup, checkpoints, leases, rank, sessions
 from .context import OpContext
 from .registry import Op
 
 REGISTRY: dict[str, Op] = {
-    op.name: op for module in (sessions, checkpoints, leases, admin, backup) for op in module.OPS
+    op.name: op
+    for module in (sessions, checkpoints, rank, leases, admin, backup)
+    for op in module.OPS
 }
 ARGUMENTS = {name: frozenset(op.arguments) for name, op in REGISTRY.items()}
 DOCUMENTS = {name: op.documents for name, op in REGISTRY.items() if op.documents}

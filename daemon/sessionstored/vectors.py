@@ -1,0 +1,74 @@
+# Cosine similarity for checkpoint_rank, with numpy: a query vector against the
+# vectors stored in documents' values, a document scoring its best vector (max
+# pooling, as LangGraph's InMemoryStore scores an item with several). Vectors
+# travel and rest as float32, little-endian, one CBOR byte string each.
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import cbor2
+import numpy as np
+import numpy.typing as npt
+
+FLOAT32_BYTES = 4
+MAX_DIMENSIONS = 65_536
+
+Vector = npt.NDArray[np.float32]
+
+
+def query_vector(value: Any) -> Vector | None:
+    """The query as float32, from a byte string or an array of numbers; None when it is
+    neither, or empty, or too long, or holds something that is not a finite number."""
+    if isinstance(value, bytes | bytearray):
+        if not value or len(value) % FLOAT32_BYTES or len(value) > MAX_DIMENSIONS * FLOAT32_BYTES:
+            return None
+        vector = np.frombuffer(value, dtype="<f4").astype(np.float32)
+    elif isinstance(value, list) and 0 < len(value) <= MAX_DIMENSIONS:
+        if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in value):
+            return None
+        vector = np.asarray(value, dtype=np.float32)
+    else:
+        return None
+    return vector if bool(np.isfinite(vector).all()) else None
+
+
+def document_vectors(body: bytes, field: str, dims: int) -> list[bytes]:
+    """The vectors a stored value holds at field: those of the query's length."""
+    value = cbor2.loads(body)
+    held = value.get(field) if isinstance(value, dict) else None
+    if not isinstance(held, list):
+        return []
+    width = dims * FLOAT32_BYTES
+    return [v for v in held if isinstance(v, bytes) and len(v) == width]
+
+
+def scores(
+    query: Vector, keys: Sequence[str], vectors: Sequence[list[bytes]]
+) -> list[tuple[float, str]]:
+    """(score, key) of each document with a vector: its best cosine similarity to the
+    query (0 where a norm is 0)."""
+    owners = [n for n, held in enumerate(vectors) for _ in held]
+    if not owners:
+        return []
+    matrix = np.frombuffer(b"".join(v for held in vectors for v in held), dtype="<f4")
+    matrix = matrix.reshape(len(owners), len(query))
+    norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(query)
+    dots = matrix @ query
+    similarity = np.divide(dots, norms, out=np.zeros_like(dots), where=norms != 0)
+    best: dict[int, float] = {}
+    for owner, score in zip(owners, similarity.tolist(), strict=True):
+        if not math.isfinite(score):  # a stored vector that is not finite: no score
+            continue
+        if owner not in best or score > best[owner]:
+            best[owner] = score
+    return [(score, keys[n]) for n, score in best.items()]
+
+
+def top(
+    found: list[tuple[float, str]], more: list[tuple[float, str]], count: int
+) -> list[tuple[float, str]]:
+    """The count best of both: highest score first, then the smaller key."""
+    return heapq.nsmallest(count, found + more, key=lambda pair: (-pair[0], pair[1]))
