@@ -12,6 +12,18 @@
 # given, the item's value, created_at and updated_at (microseconds since the
 # epoch) and its ttl in minutes, if any.
 #
+# Semantic search (index={"dims", "embed", "fields"}): the caller's embedding
+# function runs here, in the client, on the texts at the fields of each put.
+# The vectors go, as float32 byte strings, into a document beside the item
+# under PREFIX + "v/" (same suffix), in the same txn as the item, with the
+# same expiry. search(query=...) embeds the query and asks the daemon to rank
+# the namespace's vector documents (checkpoint_rank): the cosine similarity of
+# each item's best vector, as InMemoryStore scores, computed in the daemon, so
+# only keys and scores come back; then the ranked items are read. With a
+# filter, the ranking is widened (x4 at a time) until enough ranked items pass
+# it, up to the 10,000 nearest. Items without a vector fill what is left of
+# the page after every ranked one, as InMemoryStore fills it.
+#
 # Behaviour is PostgresStore's where the stores differ:
 #   - a batch reads first and writes after, all of its puts (and deletes) in
 #     one txn (several past TXN_OPS), the last put of a key winning;
@@ -25,6 +37,7 @@
 #     a read with refresh_ttl sets it ttl from now again.
 from __future__ import annotations
 
+import struct
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -35,6 +48,7 @@ from urllib.parse import quote, unquote
 from langgraph.store.base import (
     BaseStore,
     GetOp,
+    IndexConfig,
     Item,
     ListNamespacesOp,
     MatchCondition,
@@ -46,6 +60,7 @@ from langgraph.store.base import (
     TTLConfig,
     validate_op_namespace,
 )
+from langgraph.store.base.embed import ensure_embeddings, get_text_at_path, tokenize_path
 
 from .. import requests as r
 from ..asyncio_client import ClientPerLoop
@@ -59,6 +74,11 @@ ITEM_SEPARATOR = "|"  # between a namespace's labels and an item's key: never en
 AFTER_NAMESPACE = "}"  # sorts after the separator: an `after` that skips a namespace
 MINUTE_S = 60
 NAMESPACE_PAGE = 256  # keys per range read when listing namespaces
+RANK_MAX_LIMIT = 10_000  # the daemon's widest ranking
+RANK_WIDENING = 4  # a filtered semantic search asks for this many times more each round
+
+Vectors = dict[str, list[bytes]]  # document key of an item: its vectors, float32 bytes
+Queries = dict[str, list[float]]  # a search's query text: its vector
 
 
 def _now_us() -> int:
@@ -79,17 +99,25 @@ class SessionStoreStore(BaseStore):
         self,
         socket_path: str | None = None,
         *,
-        index: Any = None,
+        index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
         prefix: str = "store/",
         timeout: float | None = 60.0,
     ) -> None:
-        if index is not None:
-            raise NotImplementedError("SessionStoreStore has no semantic search (index) yet")
+        """index: {"dims": N, "embed": an Embeddings or a function, "fields": paths}, as
+        InMemoryStore and PostgresStore take it (fields default to the whole value);
+        ttl: a TTLConfig (minutes); the daemon sweeps by itself, so
+        sweep_interval_minutes is taken and has nothing to set."""
+        self.index_config = index
+        self.embeddings = None if index is None else ensure_embeddings(index.get("embed"))
+        self.dims = 0 if index is None else _dims(index)
+        fields = (index or {}).get("fields") or ["$"]
+        self._fields = [(p, tokenize_path(p) if p != "$" else p) for p in fields]
         self.socket_path = socket_path
         self.timeout = timeout
         self.ttl_config = _checked_ttl_config(ttl)
         self.items_prefix = f"{prefix}i/"
+        self.vectors_prefix = f"{prefix}v/"
         self._client: Client | None = None
         self._client_lock = threading.Lock()
         self._async_clients = ClientPerLoop(socket_path, timeout)
@@ -103,14 +131,76 @@ class SessionStoreStore(BaseStore):
         await self._async_clients.aclose()
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        plan = self._batch(list(ops))
+        listed = list(ops)
+        puts, texts, queries = self._to_embed(listed)
+        vectors: Vectors = {}
+        found: Queries = {}
+        if self.embeddings is not None and texts:
+            vectors = self._vectors(puts, texts, self.embeddings.embed_documents(_flat(texts)))
+        if self.embeddings is not None and queries:
+            found = {q: self.embeddings.embed_query(q) for q in queries}
+        plan = self._batch(listed, vectors, found)
         with self._client_lock:
             if self._client is None:
                 self._client = Client(self.socket_path, timeout=self.timeout)
             return plans.run(self._client, plan)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        return await plans.arun(self._async_clients.current(), self._batch(list(ops)))
+        listed = list(ops)
+        puts, texts, queries = self._to_embed(listed)
+        vectors: Vectors = {}
+        found: Queries = {}
+        if self.embeddings is not None and texts:
+            embedded = await self.embeddings.aembed_documents(_flat(texts))
+            vectors = self._vectors(puts, texts, embedded)
+        if self.embeddings is not None and queries:
+            found = {q: await self.embeddings.aembed_query(q) for q in queries}
+        plan = self._batch(listed, vectors, found)
+        return await plans.arun(self._async_clients.current(), plan)
+
+    # -- embedding, in the client -----------------------------------------------------
+
+    def _to_embed(self, ops: list[Op]) -> tuple[list[str], list[list[str]], list[str]]:
+        """The document keys of the puts to index (the last put of each key), the texts
+        of each, and the distinct search queries."""
+        if self.embeddings is None:
+            return [], [], []
+        last: dict[str, PutOp] = {}
+        queries: dict[str, None] = {}
+        for op in ops:
+            if isinstance(op, PutOp):
+                last.pop(self._item_key(op.namespace, op.key), None)
+                last[self._item_key(op.namespace, op.key)] = op
+            elif isinstance(op, SearchOp) and op.query:
+                queries[op.query] = None
+        keys, texts = [], []
+        for key, op in last.items():
+            if op.value is None or op.index is False:
+                continue
+            paths = self._fields if op.index is None else [(p, tokenize_path(p)) for p in op.index]
+            found = [text for _, path in paths for text in get_text_at_path(op.value, path)]
+            if found:
+                keys.append(key)
+                texts.append(found)
+        return keys, texts, list(queries)
+
+    def _vectors(
+        self, keys: list[str], texts: list[list[str]], embedded: list[list[float]]
+    ) -> Vectors:
+        if len(embedded) != sum(len(t) for t in texts):
+            raise ValueError(f"the embedding function gave {len(embedded)} vectors "
+                             f"for {sum(len(t) for t in texts)} texts")  # fmt: skip
+        vectors: Vectors = {}
+        position = 0
+        for key, held in zip(keys, texts, strict=True):
+            vectors[key] = [self._float32(v) for v in embedded[position : position + len(held)]]
+            position += len(held)
+        return vectors
+
+    def _float32(self, vector: Sequence[float]) -> bytes:
+        if len(vector) != self.dims:
+            raise ValueError(f"an embedding of {len(vector)} dimensions; the index has {self.dims}")
+        return struct.pack(f"<{len(vector)}f", *vector)
 
     # -- keys -----------------------------------------------------------------------
 
@@ -120,13 +210,19 @@ class SessionStoreStore(BaseStore):
     def _item_key(self, namespace: Sequence[str], key: str) -> str:
         return f"{self._namespace_prefix(namespace)}{ITEM_SEPARATOR}{key_part(key)}"
 
+    def _vector_key(self, item_key: str) -> str:
+        return self.vectors_prefix + item_key[len(self.items_prefix) :]
+
+    def _item_key_of_vector(self, vector_key: str) -> str:
+        return self.items_prefix + vector_key[len(self.vectors_prefix) :]
+
     def _namespace_of(self, document_key: str) -> tuple[str, ...]:
         encoded = document_key[len(self.items_prefix) :].split(ITEM_SEPARATOR, 1)[0]
         return tuple(unquote(label) for label in encoded.split("/")[:-1])
 
     # -- the batch ------------------------------------------------------------------
 
-    def _batch(self, ops: list[Op]) -> Plan[list[Result]]:
+    def _batch(self, ops: list[Op], vectors: Vectors, queries: Queries) -> Plan[list[Result]]:
         for op in ops:
             if not isinstance(op, GetOp | PutOp | SearchOp | ListNamespacesOp):
                 raise ValueError(f"Unknown operation type: {type(op)}")
@@ -153,25 +249,34 @@ class SessionStoreStore(BaseStore):
                 refresh[key] = stored["ttl"] * MINUTE_S
         for n, op in enumerate(ops):
             if isinstance(op, SearchOp):
-                items = yield from self._search(op, refresh)
-                results[n] = items
+                if op.query and op.query in queries:
+                    ranked = yield from self._ranked(op, queries[op.query], refresh)
+                    results[n] = ranked
+                else:
+                    results[n] = yield from self._search(op, refresh)
             elif isinstance(op, ListNamespacesOp):
                 results[n] = yield from self._list_namespaces(op)
         if refresh:
-            yield [r.expire(None, ttl_s, KIND, key) for key, ttl_s in refresh.items()]
+            keys = [*refresh, *(self._vector_key(k) for k in refresh if self.embeddings)]
+            ttls = [*refresh.values(), *(t for t in refresh.values() if self.embeddings)]
+            yield [r.expire(None, ttl_s, KIND, key) for key, ttl_s in zip(keys, ttls, strict=True)]
         if puts:
-            yield from self._commit(puts, read_puts)
+            yield from self._commit(puts, read_puts, vectors)
         return results
 
-    def _commit(self, puts: dict[str, PutOp], stored: dict[str, Any]) -> Plan[None]:
+    def _commit(
+        self, puts: dict[str, PutOp], stored: dict[str, Any], vectors: Vectors
+    ) -> Plan[None]:
         """The puts and deletes in one txn (TXN_OPS each). A put keeps the created_at of
         the item it replaces, as read before: an item's created_at never changes while
         it exists, so no requirement guards it (two first puts racing keep the later's)."""
         ops: list[dict[str, Any]] = []
         now = _now_us()
         for key, op in puts.items():
+            vector_key = self._vector_key(key)
             if op.value is None:
                 ops.append({"op": "delete", "kind": KIND, "key": key})
+                ops.append({"op": "delete", "kind": KIND, "key": vector_key})
                 continue
             before = stored.get(key)
             document: dict[str, Any] = {
@@ -182,10 +287,17 @@ class SessionStoreStore(BaseStore):
                 "updated_at": now,
             }
             put: dict[str, Any] = {"op": "put", "kind": KIND, "key": key, "value": document}
+            held = vectors.get(key)
+            vector_put: dict[str, Any] = {"op": "put", "kind": KIND, "key": vector_key,
+                                          "value": {"vectors": held}}  # fmt: skip
             if op.ttl is not None:
                 document["ttl"] = op.ttl
-                put["ttl_s"] = op.ttl * MINUTE_S
+                put["ttl_s"] = vector_put["ttl_s"] = op.ttl * MINUTE_S
             ops.append(put)
+            if held:
+                ops.append(vector_put)
+            elif self.embeddings is not None:  # not indexed now: no vectors of before
+                ops.append({"op": "delete", "kind": KIND, "key": vector_key})
         yield from in_txns(ops)
 
     def _search(self, op: SearchOp, refresh: dict[str, float]) -> Plan[list[SearchItem]]:
@@ -201,6 +313,46 @@ class SessionStoreStore(BaseStore):
             refresh.update({i["key"]: i["value"]["ttl"] * MINUTE_S
                             for i in kept if "ttl" in i["value"]})  # fmt: skip
         return [_search_item(i["value"]) for i in kept]
+
+    def _ranked(
+        self, op: SearchOp, query: list[float], refresh: dict[str, float]
+    ) -> Plan[list[SearchItem]]:
+        """The items nearest to the query, ranked by the daemon, that pass the filter;
+        then, past every ranked one, items without a vector (InMemoryStore's order)."""
+        prefix = self._namespace_prefix(op.namespace_prefix)
+        vectors_prefix = self._vector_key(prefix)
+        wanted = op.offset + op.limit
+        window = min(max(wanted, 1), RANK_MAX_LIMIT)
+        while True:
+            (ranking,) = yield [
+                r.checkpoint_rank(KIND, vectors_prefix, self._float32(query), window)
+            ]
+            keys = [self._item_key_of_vector(i["key"]) for i in ranking["items"]]
+            stored = (yield [r.checkpoint_get(KIND, key) for key in keys]) if keys else []
+            candidates = [
+                (item["score"], key, value)
+                for item, key, value in zip(ranking["items"], keys, stored, strict=True)
+                if value is not None and _matches(value["value"], op.filter)
+            ]
+            every_ranked = len(ranking["items"]) >= ranking["ranked"]
+            if len(candidates) >= wanted or every_ranked or window >= RANK_MAX_LIMIT:
+                break
+            window = min(window * RANK_WIDENING, RANK_MAX_LIMIT)
+        kept = candidates[op.offset : op.offset + op.limit]
+        results = [_search_item(value, score) for score, _, value in kept]
+        if len(kept) < op.limit and every_ranked:  # then the items without a vector
+            ranked = set(keys)
+            unscored = [
+                i for i in (yield from every_item(prefix))
+                if i["key"] not in ranked and _matches(i["value"]["value"], op.filter)
+            ]  # fmt: skip
+            for item in unscored[: op.limit - len(kept)]:
+                results.append(_search_item(item["value"]))
+                kept.append((0.0, item["key"], item["value"]))
+        if op.refresh_ttl:
+            refresh.update({key: value["ttl"] * MINUTE_S
+                            for _, key, value in kept if "ttl" in value})  # fmt: skip
+        return results
 
     def _list_namespaces(self, op: ListNamespacesOp) -> Plan[list[tuple[str, ...]]]:
         """Every namespace with an item, read a page of keys at a time, skipping the
@@ -231,6 +383,17 @@ class SessionStoreStore(BaseStore):
         if op.max_depth is not None:
             chosen = [ns[: op.max_depth] for ns in chosen]
         return sorted(set(chosen))[op.offset : op.offset + op.limit]
+
+
+def _dims(index: IndexConfig) -> int:
+    dims = index.get("dims")
+    if isinstance(dims, bool) or not isinstance(dims, int) or not 0 < dims <= 65_536:
+        raise ValueError(f"index dims must be an integer from 1 to 65536, not {dims!r}")
+    return dims
+
+
+def _flat(texts: list[list[str]]) -> list[str]:
+    return [text for held in texts for text in held]
 
 
 def _checked_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
