@@ -45,26 +45,42 @@ def document_vectors(body: bytes, field: str, dims: int) -> list[bytes]:
     return [v for v in held if isinstance(v, bytes) and len(v) == width]
 
 
-def scores(
-    query: Vector, keys: Sequence[str], vectors: Sequence[list[bytes]]
-) -> list[tuple[float, str]]:
-    """(score, key) of each document with a vector: its best cosine similarity to the
-    query (0 where a norm is 0)."""
-    owners = [n for n, held in enumerate(vectors) for _ in held]
-    if not owners:
-        return []
-    matrix = np.frombuffer(b"".join(v for held in vectors for v in held), dtype="<f4")
-    matrix = matrix.reshape(len(owners), len(query))
-    norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(query)
-    dots = matrix @ query
-    similarity = np.divide(dots, norms, out=np.zeros_like(dots), where=norms != 0)
-    best: dict[int, float] = {}
-    for owner, score in zip(owners, similarity.tolist(), strict=True):
-        if not math.isfinite(score):  # a stored vector that is not finite: no score
-            continue
-        if owner not in best or score > best[owner]:
-            best[owner] = score
-    return [(score, keys[n]) for n, score in best.items()]
+class Scorer:
+    """Scores pages of documents against one query, into one buffer it keeps: a fresh
+    multi-megabyte array per page costs more in page faults than the arithmetic."""
+
+    def __init__(self, query: Vector) -> None:
+        self.query = query.astype(np.float64)  # float64 arithmetic: no underflow
+        self.query_norm = float(np.linalg.norm(self.query))
+        self.width = len(query) * FLOAT32_BYTES
+        self.buffer = bytearray()
+
+    def scores(
+        self, keys: Sequence[str], vectors: Sequence[list[bytes]]
+    ) -> list[tuple[float, str]]:
+        """(score, key) of each document with a vector: its best cosine similarity to
+        the query (0 where a norm is 0; none where a stored vector is not finite)."""
+        owners = [n for n, held in enumerate(vectors) for _ in held]
+        if not owners:
+            return []
+        size = len(owners) * self.width
+        if size > len(self.buffer):
+            self.buffer = bytearray(size)
+        rows = memoryview(self.buffer)
+        for row, vector in enumerate(v for held in vectors for v in held):
+            rows[row * self.width : (row + 1) * self.width] = vector
+        matrix = np.frombuffer(self.buffer, dtype="<f4", count=size // FLOAT32_BYTES)
+        matrix = matrix.reshape(len(owners), len(self.query))
+        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64)) * self.query_norm
+        dots = matrix @ self.query
+        similarity = np.divide(dots, norms, out=np.zeros_like(dots), where=norms != 0)
+        best: dict[int, float] = {}
+        for owner, score in zip(owners, similarity.tolist(), strict=True):
+            if not math.isfinite(score):
+                continue
+            if owner not in best or score > best[owner]:
+                best[owner] = score
+        return [(score, keys[n]) for n, score in best.items()]
 
 
 def top(

@@ -16,7 +16,7 @@ from sessionstore.wire.shared import Refusal
 
 from ..steps import Read, Response, Step
 from ..storage.documents import Entry, KeyRange
-from ..vectors import FLOAT32_BYTES, MAX_DIMENSIONS, document_vectors, query_vector, scores, top
+from ..vectors import FLOAT32_BYTES, MAX_DIMENSIONS, Scorer, document_vectors, query_vector, top
 from .args import checkpoint_kind, is_int
 from .context import OpContext
 from .registry import Op
@@ -47,10 +47,12 @@ def checkpoint_rank(ops: OpContext, request: Request) -> Step:
         message = f"limit must be an integer from 1 to {RANK_MAX_LIMIT}"
         raise Refusal(ErrorCode.BAD_REQUEST, message)
 
+    scorer = Scorer(query)  # one page at a time, in one worker thread at a time
+
     def score_page(found: list[tuple[str, Entry]]) -> list[tuple[float, str]]:
         docs = ops.store.read_entries(kind, found)
         held = [document_vectors(doc.body, field, len(query)) for doc in docs]
-        return scores(query, [key for key, _ in found], held)
+        return scorer.scores([key for key, _ in found], held)
 
     async def read() -> Response:
         best: list[tuple[float, str]] = []
