@@ -23,7 +23,18 @@ from typing import Any
 
 from sessionstore.client import Client
 
-from . import adapters, anchors, backup, cpu, expiry, item_cost, loop_stall, postgres, space
+from . import (
+    adapters,
+    anchors,
+    backup,
+    cpu,
+    expiry,
+    item_cost,
+    loop_stall,
+    postgres,
+    space,
+    store,
+)
 from .frontend_cost import frontend_cost
 from .load import Sample, run_clients, run_in_processes
 from .sealing_cost import sealing_cost
@@ -250,7 +261,15 @@ def main() -> None:
         default=None,
         help="documents expiring at once in the sweep run (1,000,000; 100,000 with --quick)",
     )
+    parser.add_argument(
+        "--semantic-items",
+        type=int,
+        default=None,
+        help="items of the semantic-search namespace (100,000; 10,000 with --quick)",
+    )
     args = parser.parse_args()
+    if args.semantic_items is None:
+        args.semantic_items = 10_000 if args.quick else 100_000
     args.sizes = [4 * KIB] if args.quick else [4 * KIB, 64 * KIB]
     args.clients = [1, 64] if args.quick else [1, 8, 64]
     args.seconds = args.seconds or (3.0 if args.quick else 5.0)
@@ -365,6 +384,10 @@ def main() -> None:
         frameworks = adapters.main(Daemon, base / "adapters", args.seconds)
         for name, figures in frameworks.items():
             print(f"adapters: {name}: {json.dumps(figures)}", flush=True)
+        (base / "store").mkdir()
+        memory_store = store.run(Daemon, base / "store", args.seconds, args.semantic_items)
+        for name, figures in memory_store.items():
+            print(f"store: {name}: {json.dumps(figures)}", flush=True)
         (base / "postgres").mkdir()
         on_postgres = postgres.run(Daemon, base / "postgres", args.seconds)
         for name, figures in on_postgres.items():
@@ -411,6 +434,7 @@ def main() -> None:
         "backup": backup_figures,
         "expiry_sweep": sweep,
         "adapters": frameworks,
+        "store": memory_store,
         "postgresql": on_postgres,
         "cpu_per_request": cpu_per_request,
         "targets": targets(rows),

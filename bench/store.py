@@ -25,16 +25,18 @@ from .adapters import PROCESSES, SPAWN_SLACK_S, _figures
 
 VALUE = {"text": "x" * 1024, "kind": "note", "rank": 0}
 SEARCH_NAMESPACE_ITEMS = 100
-SEMANTIC_DIMS = 1536
+SEMANTIC_DIMS = 768  # a base-size embedding model's; InMemoryStore holds them as lists
 PUT_BATCH = 500  # items per batch() when filling the semantic namespace
 
 
 def _embed(texts: list[str]) -> list[list[float]]:
     """SEMANTIC_DIMS numbers from each text, the same every run (no model)."""
+    import numpy as np
+
     vectors = []
     for text in texts:
-        rng = random.Random(hashlib.sha256(text.encode()).digest())
-        vectors.append([rng.uniform(-1, 1) for _ in range(SEMANTIC_DIMS)])
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        vectors.append(np.random.default_rng(seed).uniform(-1, 1, SEMANTIC_DIMS).tolist())
     return vectors
 
 
@@ -131,9 +133,9 @@ def puts_in_processes(which: str, where: str, seconds: float) -> dict[str, Any]:
 def semantic(store: Any, items: int, seconds: float) -> dict[str, Any]:
     """Fill a namespace of `items` indexed items (timed), then search it by query."""
     started = time.perf_counter()
-    for first in range(0, items, PUT_BATCH):
-        from langgraph.store.base import PutOp
+    from langgraph.store.base import PutOp
 
+    for first in range(0, items, PUT_BATCH):
         store.batch(
             [PutOp(("semantic",), f"d{n}", {"text": f"document {n}"})
              for n in range(first, min(items, first + PUT_BATCH))]
@@ -155,9 +157,7 @@ def run(daemon_factory: Any, workdir: Path, seconds: float, semantic_items: int)
         out["SqliteStore 1 caller"] = one_caller(_sqlite_store(sqlite_db), "sqlite", seconds)
         out["SessionStoreStore 1 caller"] = one_caller(_ours(daemon.socket), "ours", seconds)
         out["SqliteStore put 8 processes"] = puts_in_processes("sqlite", sqlite_db, seconds)
-        out["SessionStoreStore put 8 processes"] = puts_in_processes(
-            "ours", daemon.socket, seconds
-        )
+        out["SessionStoreStore put 8 processes"] = puts_in_processes("ours", daemon.socket, seconds)
         ours = _ours(daemon.socket, _index())
         out["SessionStoreStore semantic search"] = semantic(ours, semantic_items, seconds)
         out["InMemoryStore semantic search"] = semantic(
@@ -229,11 +229,16 @@ def targets(out: dict[str, Any]) -> dict[str, float]:
     return found
 
 
-def main(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
-    return run(daemon_factory, workdir, seconds, 10_000)
+if __name__ == "__main__":
+    # python -m bench.store [--dir DIR] [--seconds S] [--semantic-items N]: this part alone
+    import argparse
+    import functools
 
-
-if __name__ == "__main__":  # python -m bench.store [--dir DIR] [--seconds S]: this part alone
     from .standalone import run_alone
 
-    run_alone("python -m bench.store", main, 3.0)
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--semantic-items", type=int, default=10_000)
+    known, rest = extra.parse_known_args()
+    sys.argv = [sys.argv[0], *rest]
+    part = functools.partial(run, semantic_items=known.semantic_items)
+    run_alone("python -m bench.store", part, 3.0)
