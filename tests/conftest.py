@@ -206,6 +206,31 @@ class DaemonProcess:
             self._notify_sock.close()
 
 
+def take_backup(daemon: DaemonProcess, path: Path) -> Path:
+    command = [sys.executable, "-m", "sessionstore.tools.cli", "--socket", daemon.socket_path,
+               "backup", str(path)]  # fmt: skip
+    subprocess.run(command, check=True, capture_output=True, timeout=120)
+    return path
+
+
+@contextlib.contextmanager
+def restored_client(backup: Path) -> Iterator[Client]:
+    """A client of a daemon serving the backup restored into a new log store."""
+    workdir = Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp"))
+    command = [sys.executable, "-m", "sessionstored", "restore", str(backup),
+               "--state-dir", str(workdir / "state")]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    restored = DaemonProcess(workdir)
+    restored.start()
+    try:
+        with restored.client() as client:
+            yield client
+    finally:
+        restored.stop()
+        restored.cleanup()
+
+
 @pytest.fixture
 def short_tmp() -> Iterator[Path]:
     # AF_UNIX paths are limited to 107 bytes: pytest's tmp_path can be longer

@@ -13,6 +13,7 @@ import os
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from sessionstore.client import Client
 from sessionstore.langgraph import SessionStoreSaver
 
 from . import graph_child
-from .conftest import DaemonProcess
+from .conftest import DaemonProcess, restored_client, take_backup
 
 TTL_MINUTES = 0.02  # 1.2 s
 PREFIX = "langgraph/"
@@ -208,10 +209,10 @@ def test_reads_racing_the_expiry_see_a_checkpoint_with_all_its_writes_or_nothing
         assert re.fullmatch(r"o+x+", reads), reads
 
 
-def test_a_thread_with_a_ttl_survives_kill_9_and_compaction_then_expires(
-    running: DaemonProcess,
+def test_a_thread_with_a_ttl_survives_kill_9_compaction_and_a_restore_then_expires(
+    running: DaemonProcess, tmp_path: Path
 ) -> None:
-    saver = SessionStoreSaver(running.socket_path, ttl={"default_ttl": 0.05})  # 3 s
+    saver = SessionStoreSaver(running.socket_path, ttl={"default_ttl": 0.2})  # 12 s
     graph_child.build(saver).invoke({"steps": []}, _config("durable"))
     head = saver.get_tuple(_config("durable"))
     assert head is not None
@@ -222,8 +223,14 @@ def test_a_thread_with_a_ttl_survives_kill_9_and_compaction_then_expires(
         client.compact()
         assert saver.get_tuple(_config("durable")) == head
         life = _assert_whole(client, "durable")
+    backup = take_backup(running, tmp_path / "store.bak")
+    with restored_client(backup) as restored:
+        elsewhere = SessionStoreSaver(restored.socket_path, ttl={"default_ttl": 0.2})
+        assert elsewhere.get_tuple(_config("durable")) == head
+        assert _assert_whole(restored, "durable")["expires_at_ms"] == life["expires_at_ms"]
         _until_past(life["expires_at_ms"])
-        assert saver.get_tuple(_config("durable")) is None
+        assert elsewhere.get_tuple(_config("durable")) is None
+    assert saver.get_tuple(_config("durable")) is None
 
 
 @pytest.mark.parametrize("ttl", [0, -1, math.nan, math.inf, "5", True, 1e12])

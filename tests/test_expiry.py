@@ -6,7 +6,6 @@
 # expires_at_ms), never on a guess of how long something takes.
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import subprocess
@@ -14,7 +13,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ import pytest
 from sessionstore.client import Client
 from sessionstore.errors import Conflict, SessionStoreError
 
-from .conftest import DaemonProcess
+from .conftest import DaemonProcess, restored_client, take_backup
 from .postgres_server import PostgresServer
 
 
@@ -39,31 +37,6 @@ def _until_past(expires_at_ms: int) -> None:
     """Return once the wall clock has passed expires_at_ms."""
     while _now_ms() <= expires_at_ms:
         time.sleep(max(0.001, (expires_at_ms - _now_ms() + 1) / 1000))
-
-
-def _backup(daemon: DaemonProcess, path: Path) -> Path:
-    command = [sys.executable, "-m", "sessionstore.tools.cli", "--socket", daemon.socket_path,
-               "backup", str(path)]  # fmt: skip
-    subprocess.run(command, check=True, capture_output=True, timeout=120)
-    return path
-
-
-@contextlib.contextmanager
-def _restored(backup: Path) -> Iterator[Client]:
-    """A client of a daemon serving the backup restored into a new log store."""
-    workdir = Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp"))
-    command = [sys.executable, "-m", "sessionstored", "restore", str(backup),
-               "--state-dir", str(workdir / "state")]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    restored = DaemonProcess(workdir)
-    restored.start()
-    try:
-        with restored.client() as client:
-            yield client
-    finally:
-        restored.stop()
-        restored.cleanup()
 
 
 def _expired_events(client: Client, since: int, count: int) -> list[dict[str, Any]]:
@@ -203,13 +176,13 @@ def test_expiry_survives_kill_9_checkpoints_compaction_and_a_restore(
             for session_id, expires in wanted.items():
                 assert client.call("head", session_id=session_id)["expires_at_ms"] == expires
             assert client.verify()["problems"] == []
-            backup = _backup(daemon, short_tmp / "b.bak")
+            backup = take_backup(daemon, short_tmp / "b.bak")
         assert daemon.stop() == 0
         daemon.start()  # the history of the sweep's removal, from the log and checkpoint
         with daemon.client() as client:
             [replayed] = _expired_events(client, short["seq"], 1)
             assert replayed == event
-        with _restored(backup) as client:
+        with restored_client(backup) as client:
             for session_id, expires in wanted.items():
                 assert client.call("head", session_id=session_id)["expires_at_ms"] == expires
             assert client.call("checkpoint_get", kind="kv", key="k")["expires_at_ms"] > 0
@@ -381,9 +354,9 @@ def test_on_postgresql_expiry_survives_a_restart_and_a_backup_restored_into_a_lo
         daemon.start()
         with daemon.client() as client:
             assert client.call("head", session_id="p")["expires_at_ms"] == wanted
-        backup = _backup(daemon, short_tmp / "p.bak")
+        backup = take_backup(daemon, short_tmp / "p.bak")
     finally:
         daemon.stop()
-    with _restored(backup) as client:
+    with restored_client(backup) as client:
         assert client.call("head", session_id="p")["expires_at_ms"] == wanted
         assert client.call("checkpoint_get", kind="kv", key="k")["expires_at_ms"] > 0
