@@ -48,6 +48,7 @@ def test_hello_reports_capabilities(running: DaemonProcess) -> None:
         "keyed_documents": True,
         "txn": True,
         "expiry": True,
+        "vector_rank": True,
     }
 
 

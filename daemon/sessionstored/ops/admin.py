@@ -39,6 +39,7 @@ def hello(ops: OpContext, request: Request) -> Step:
                 "keyed_documents": True,  # ours: kind kv and checkpoint_scan
                 "txn": True,  # ours
                 "expiry": True,  # ours: ttl_s, expire, refresh_ttl_s
+                "vector_rank": True,  # ours: checkpoint_rank
             },
             cbor_helper=cbor_bytes.IMPLEMENTATION,  # ours: "compiled" or "python"
             limits={
