@@ -152,7 +152,7 @@ def _without_empty_namespaces(reference: InMemoryStore) -> None:
 
 
 @settings(
-    max_examples=60,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -179,7 +179,7 @@ def test_random_batches_give_what_in_memory_store_gives(
 
 
 @settings(
-    max_examples=40,
+    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -71,7 +71,7 @@ def test_every_op_of_the_contract_is_registered_once_with_its_arguments() -> Non
         "fork", "checkpoint_put", "checkpoint_get", "checkpoint_delete", "lease_acquire",
         "lease_get", "lease_release", "watch", "stats", "verify", "compact",
     }  # fmt: skip
-    added = {"checkpoint_scan", "txn", "backup", "expire"}  # ours, in docs/protocol.md
+    added = {"checkpoint_scan", "checkpoint_rank", "txn", "backup", "expire"}  # ours
     assert set(REGISTRY) == contract | added
     assert ARGUMENTS["update"] == {
         "session_id", "component", "value", "expect", "lease", "ttl_s"
@@ -79,7 +79,7 @@ def test_every_op_of_the_contract_is_registered_once_with_its_arguments() -> Non
     read_only = {name for name, op in REGISTRY.items() if op.read_only}
     assert read_only == {
         "hello", "ping", "load", "head", "exists", "list", "checkpoint_get",
-        "lease_get", "watch", "stats", "verify", "checkpoint_scan", "backup",
+        "lease_get", "watch", "stats", "verify", "checkpoint_scan", "checkpoint_rank", "backup",
     }  # fmt: skip
 
 

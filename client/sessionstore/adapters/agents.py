@@ -143,7 +143,7 @@ class SessionStoreSession:
         except (cbor2.CBOREncodeError, TypeError, ValueError) as error:
             # a TypeError, as json.dumps raises for the SDK's own backends
             raise TypeError(f"an item cannot be stored: {error}") from error
-        per_txn = TXN_OPS - 1  # with a ttl, one op of each txn is the lifetime's
+        per_txn = TXN_OPS - (self.lifetime is not None)  # with a ttl, one op is the lifetime's
         for start in range(0, len(ops), per_txn):
             await plans.arun(self._client(), self._write(ops[start : start + per_txn]))
 
