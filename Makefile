@@ -29,8 +29,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# the tests spread over every core (pytest-xdist; TEST_WORKERS=0 runs them in one process)
+TEST_WORKERS ?= auto
 test: lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # boots a Debian VM under qemu (software emulation; root, debootstrap, qemu): see vm/
 test-systemd: $(STAMP)
