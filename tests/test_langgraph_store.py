@@ -23,7 +23,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
-from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, PutOp, SearchOp
+from langgraph.store.base import (
+    GetOp,
+    InvalidNamespaceError,
+    ListNamespacesOp,
+    MatchCondition,
+    PutOp,
+    SearchOp,
+)
 from langgraph.store.memory import InMemoryStore
 
 from sessionstore.errors import SessionStoreError
@@ -227,6 +234,36 @@ def test_an_update_keeps_created_at_and_search_orders_by_updated_at(
     store.put(("docs",), "first", {"v": "new"})  # a new item: a new created_at
     again = store.get(("docs",), "first")
     assert again is not None and again.created_at > created.created_at
+
+
+@pytest.mark.parametrize("namespace", [("foo.bar",), ("foo", ""), (123,)])
+def test_a_bad_namespace_label_is_refused_before_anything_is_sent(
+    running: DaemonProcess, namespace: Any
+) -> None:
+    store = SessionStoreStore(running.socket_path)
+    with running.client() as client:
+        seq = client.stats()["seq"]
+    for op in (GetOp(namespace, "k"), PutOp(namespace, "k", {"v": 1}), SearchOp(namespace)):
+        with pytest.raises(InvalidNamespaceError):
+            store.batch([PutOp(("fine",), "k", {"v": 1}), op])
+    with pytest.raises(InvalidNamespaceError):
+        store.list_namespaces(prefix=namespace)
+    with running.client() as client:
+        assert client.stats()["seq"] == seq  # nothing of those batches was written
+    store.put(("tenant", "a_%", "*"), "k", {"v": 1})  # LIKE and wildcard characters are labels
+    assert [i.key for i in store.search(("tenant", "a_%"))] == ["k"]
+    assert store.list_namespaces(prefix=("tenant", "*")) == [("tenant", "a_%", "*")]
+    assert store.search(("tenant", "a_")) == []
+
+
+def test_a_dotted_filter_key_reaches_into_nested_maps(running: DaemonProcess) -> None:
+    store = SessionStoreStore(running.socket_path)
+    store.put(("dotted",), "nested", {"user": {"access-level": "high", "n": 3}})
+    store.put(("dotted",), "literal", {"user.access-level": "high"})
+    store.put(("dotted",), "other", {"user": {"access-level": "low"}})
+    found = store.search(("dotted",), filter={"user.access-level": "high"})
+    assert sorted(i.key for i in found) == ["literal", "nested"]
+    assert [i.key for i in store.search(("dotted",), filter={"user.n": {"$gt": 2}})] == ["nested"]
 
 
 def test_a_batch_reads_before_it_writes_and_its_puts_are_one_txn(running: DaemonProcess) -> None:

@@ -30,7 +30,7 @@
 #   - an update keeps created_at: a batch reads the items it writes first;
 #   - search without a query orders by updated_at, newest first;
 #   - a filter compares as InMemoryStore does ($eq, $ne, $gt, $gte, $lt, $lte,
-#     nested maps, lists whole), except that an order comparison with a value
+#     nested maps, dotted keys into them, lists whole), except that an order comparison with a value
 #     that is not a number is false, as in PostgreSQL, not an exception;
 #   - ttl: an item expires `ttl` minutes after its put (TTLConfig.default_ttl
 #     when the put gives none), as a document of the daemon, which removes it;
@@ -442,7 +442,20 @@ ORDER_OPERATORS = {
 
 
 def _matches(value: dict[str, Any], filter: dict[str, Any] | None) -> bool:
-    return not filter or all(_compare(value.get(k), wanted) for k, wanted in filter.items())
+    return not filter or all(_compare(_at(value, k), wanted) for k, wanted in filter.items())
+
+
+def _at(value: dict[str, Any], key: str) -> Any:
+    """The value at a filter's key: the key itself, else a dotted path into nested maps
+    ("user.level"), as LangGraph's newer InMemoryStore reads one."""
+    if key in value or "." not in key:
+        return value.get(key)
+    found: Any = value
+    for part in key.split("."):
+        if not isinstance(found, dict):
+            return None
+        found = found.get(part)
+    return found
 
 
 def _compare(value: Any, wanted: Any) -> bool:
