@@ -6,8 +6,10 @@
 from __future__ import annotations
 
 import math
+import os
 import struct
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,3 +113,32 @@ def test_ranking_through_the_daemon(running: DaemonProcess) -> None:
                 client.checkpoint_rank("kv", "r/", [1.0, 0.0], limit=limit)
             assert refused.value.code == "bad_request"
         client.ping()  # the daemon serves on
+
+
+def test_a_daemon_where_numpy_cannot_load_serves_without_checkpoint_rank(
+    short_tmp: Path,
+) -> None:
+    """numpy refuses to load on a CPU below its baseline (qemu's default model): the
+    daemon starts and serves anyway, hello says vector_rank: false, and only
+    checkpoint_rank is refused, saying why. A numpy package that raises as that one
+    does stands in for the CPU, first on the daemon's path."""
+    fake = short_tmp / "fake-numpy" / "numpy"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        'raise RuntimeError("NumPy was built with baseline optimizations this CPU lacks")\n'
+    )
+    daemon = DaemonProcess(short_tmp / "d")
+    daemon.workdir.mkdir()
+    path = os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])
+    daemon.start(env={"PYTHONPATH": path})
+    try:
+        with daemon.client() as client:
+            assert client.hello()["capabilities"]["vector_rank"] is False
+            with pytest.raises(SessionStoreError) as refused:
+                client.checkpoint_rank("kv", "", [1.0])
+            assert refused.value.code == "unknown_op"
+            assert "numpy" in str(refused.value) and "baseline" in str(refused.value)
+            client.checkpoint_put("kv", "k", {"v": 1})  # everything else serves on
+            assert client.checkpoint_get("kv", "k") == {"v": 1}
+    finally:
+        daemon.stop()

@@ -2,26 +2,45 @@
 # vectors stored in documents' values, a document scoring its best vector (max
 # pooling, as LangGraph's InMemoryStore scores an item with several). Vectors
 # travel and rest as float32, little-endian, one CBOR byte string each.
+#
+# numpy is imported when a ranking first needs it, not when the daemon starts:
+# a machine where it cannot load (a CPU below its baseline, as under qemu's
+# default model) still runs the daemon, and only checkpoint_rank is missing.
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cbor2
-import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    Vector = npt.NDArray[np.float32]
 
 FLOAT32_BYTES = 4
 MAX_DIMENSIONS = 65_536
 
-Vector = npt.NDArray[np.float32]
+
+@functools.cache
+def numpy_problem() -> str | None:
+    """Why numpy cannot be used here, or None when it can."""
+    try:
+        import numpy  # noqa: F401
+    except Exception as error:  # ImportError, or RuntimeError for a CPU below its baseline
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def query_vector(value: Any) -> Vector | None:
     """The query as float32, from a byte string or an array of numbers; None when it is
     neither, or empty, or too long, or holds something that is not a finite number."""
+    import numpy as np
+
     if isinstance(value, bytes | bytearray):
         if not value or len(value) % FLOAT32_BYTES or len(value) > MAX_DIMENSIONS * FLOAT32_BYTES:
             return None
@@ -50,6 +69,8 @@ class Scorer:
     multi-megabyte array per page costs more in page faults than the arithmetic."""
 
     def __init__(self, query: Vector) -> None:
+        import numpy as np
+
         self.query = query.astype(np.float64)  # float64 arithmetic: no underflow
         self.query_norm = float(np.linalg.norm(self.query))
         self.width = len(query) * FLOAT32_BYTES
@@ -60,6 +81,8 @@ class Scorer:
     ) -> list[tuple[float, str]]:
         """(score, key) of each document with a vector: its best cosine similarity to
         the query (0 where a norm is 0; none where a stored vector is not finite)."""
+        import numpy as np
+
         owners = [n for n, held in enumerate(vectors) for _ in held]
         if not owners:
             return []

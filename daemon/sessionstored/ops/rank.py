@@ -16,7 +16,15 @@ from sessionstore.wire.shared import Refusal
 
 from ..steps import Read, Response, Step
 from ..storage.documents import Entry, KeyRange
-from ..vectors import FLOAT32_BYTES, MAX_DIMENSIONS, Scorer, document_vectors, query_vector, top
+from ..vectors import (
+    FLOAT32_BYTES,
+    MAX_DIMENSIONS,
+    Scorer,
+    document_vectors,
+    numpy_problem,
+    query_vector,
+    top,
+)
 from .args import checkpoint_kind, is_int
 from .context import OpContext
 from .registry import Op
@@ -30,6 +38,10 @@ DEFAULT_FIELD = "vectors"
 
 def checkpoint_rank(ops: OpContext, request: Request) -> Step:
     args = request.args
+    problem = numpy_problem()
+    if problem is not None:
+        message = f"checkpoint_rank needs numpy, which cannot be loaded here ({problem})"
+        raise Refusal(ErrorCode.UNKNOWN_OP, message)
     kind, _ = checkpoint_kind(args)
     prefix = args.get("prefix") or ""
     field = args.get("field", DEFAULT_FIELD)
