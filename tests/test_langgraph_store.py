@@ -334,8 +334,11 @@ def test_items_expire_and_a_read_may_refresh_them(running: DaemonProcess) -> Non
     assert store.get(("t",), "default") is None
     assert {i.key for i in store.search(("t",))} == {"forever", "refreshed"}
     store.put(("gone",), "k", {"v": 1}, ttl=0.005)
+    sweeper = store.start_ttl_sweeper()  # PostgresStore's calls: the daemon sweeps itself
     time.sleep(0.5)
     assert ("gone",) not in store.list_namespaces()
+    assert store.sweep_ttl() == 0 and not sweeper.done()
+    assert store.stop_ttl_sweeper() and sweeper.done()
     for bad in (-1, 0, math.nan, 1e12, "5"):
         with pytest.raises(SessionStoreError) as refused:
             store.put(("t",), "bad", {"v": 1}, ttl=bad)

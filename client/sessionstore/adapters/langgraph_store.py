@@ -37,6 +37,7 @@
 #     a read with refresh_ttl sets it ttl from now again.
 from __future__ import annotations
 
+import concurrent.futures
 import struct
 import threading
 import time
@@ -120,6 +121,7 @@ class SessionStoreStore(BaseStore):
         self.vectors_prefix = f"{prefix}v/"
         self._client: Client | None = None
         self._client_lock = threading.Lock()
+        self._sweeper: concurrent.futures.Future[None] | None = None
         self._async_clients = ClientPerLoop(socket_path, timeout)
 
     def close(self) -> None:
@@ -129,6 +131,27 @@ class SessionStoreStore(BaseStore):
 
     async def aclose(self) -> None:
         await self._async_clients.aclose()
+
+    # -- PostgresStore's sweeper methods: the daemon sweeps by itself ------------------
+
+    def sweep_ttl(self) -> int:
+        """0: the daemon removes each item the moment it expires (reads never see one
+        after), so nothing is left for a caller to sweep."""
+        return 0
+
+    def start_ttl_sweeper(
+        self, sweep_interval_minutes: int | None = None
+    ) -> concurrent.futures.Future[None]:
+        """What PostgresStore returns: a future that ends when stop_ttl_sweeper is called.
+        Nothing runs meanwhile; the daemon's own sweep does the work."""
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = concurrent.futures.Future()
+        return self._sweeper
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        if self._sweeper is not None and not self._sweeper.done():
+            self._sweeper.set_result(None)
+        return True
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         listed = list(ops)
