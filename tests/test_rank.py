@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionstore.errors import SessionStoreError
-from sessionstored.vectors import Scorer, query_vector
+from sessionstored.vectors import Scorer, query_values
 
 from .conftest import DaemonProcess
 
@@ -61,7 +61,7 @@ finite = st.floats(-100, 100, allow_nan=False, width=32)
 )
 def test_the_scorer_gives_each_document_its_best_cosine(data: Any) -> None:
     query, documents = data
-    vector = query_vector(_f32(query))
+    vector = query_values(_f32(query))
     assert vector is not None
     keys = [f"k{n}" for n in range(len(documents))]
     got = dict((key, score) for score, key in Scorer(vector).scores(
@@ -88,7 +88,7 @@ def test_ranking_through_the_daemon(running: DaemonProcess) -> None:
                 _put("r/short", [_f32([1])]),  # not the query's length
                 _put("r/nan", [_f32([math.nan, 1])]),
                 _put("r/tie", [_f32([2, 0])]),
-                {**_put("r/zzz", [_f32([3, 0])]), "ttl_s": 0.2},
+                {**_put("r/zzz", [_f32([3, 0])]), "ttl_s": 1.0},
                 _put("other", [_f32([1, 0])]),
             ]
         )
@@ -100,7 +100,7 @@ def test_ranking_through_the_daemon(running: DaemonProcess) -> None:
         upward = client.checkpoint_rank("kv", "r/", _f32([0.0, 1.0]), limit=2500)
         assert len(upward["items"]) == 2500
         assert all(i["score"] == pytest.approx(1.0) for i in upward["items"])
-        time.sleep(0.3)  # r/zzz expired: gone from the ranking
+        time.sleep(1.1)  # r/zzz expired: gone from the ranking
         again = client.checkpoint_rank("kv", "r/", [1.0, 0.0], limit=3)
         assert [i["key"] for i in again["items"]] == ["r/00000", "r/tie", "r/00001"]
         assert client.checkpoint_rank("kv", "absent/", [1.0])["items"] == []
@@ -118,10 +118,11 @@ def test_ranking_through_the_daemon(running: DaemonProcess) -> None:
 def test_a_daemon_where_numpy_cannot_load_serves_without_checkpoint_rank(
     short_tmp: Path,
 ) -> None:
-    """numpy refuses to load on a CPU below its baseline (qemu's default model): the
-    daemon starts and serves anyway, hello says vector_rank: false, and only
-    checkpoint_rank is refused, saying why. A numpy package that raises as that one
-    does stands in for the CPU, first on the daemon's path."""
+    """numpy cannot load on a CPU below its baseline (qemu's default model): the daemon
+    starts and serves anyway, never loading it itself before a child process has; only
+    checkpoint_rank is refused, saying why, and hello then says vector_rank: false. A
+    numpy package that raises as that one does stands in for the CPU, first on the
+    daemon's path."""
     fake = short_tmp / "fake-numpy" / "numpy"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text(
@@ -133,11 +134,12 @@ def test_a_daemon_where_numpy_cannot_load_serves_without_checkpoint_rank(
     daemon.start(env={"PYTHONPATH": path})
     try:
         with daemon.client() as client:
-            assert client.hello()["capabilities"]["vector_rank"] is False
+            assert client.hello()["capabilities"]["vector_rank"] is True  # installed
             with pytest.raises(SessionStoreError) as refused:
                 client.checkpoint_rank("kv", "", [1.0])
             assert refused.value.code == "unknown_op"
             assert "numpy" in str(refused.value) and "baseline" in str(refused.value)
+            assert client.hello()["capabilities"]["vector_rank"] is False  # and now known
             client.checkpoint_put("kv", "k", {"v": 1})  # everything else serves on
             assert client.checkpoint_get("kv", "k") == {"v": 1}
     finally:

@@ -74,7 +74,6 @@ from .steps import Exclusive, Prepare, Read, Step, Stream, Write
 from .storage.engine import Engine, Follower, StartReport
 from .storage.errors import FatalStorageError
 from .sweeper import Sweeper
-from .vectors import numpy_problem
 from .watch import Broadcaster, SocketSink
 from .writer import Writer
 
@@ -227,8 +226,6 @@ class Server:
             nursery.start_soon(self.writer.run, watchdog_interval_s())
             sweep_scope = trio.CancelScope()
             nursery.start_soon(_run_in, sweep_scope, self.sweeper.run)
-            # numpy (checkpoint_rank) loads in a thread, so no request waits for it
-            nursery.start_soon(trio.to_thread.run_sync, numpy_problem)
             follow_scope = trio.CancelScope()
             if self.store.follower is not None:
                 nursery.start_soon(self._follow_database, self.store.follower, follow_scope)

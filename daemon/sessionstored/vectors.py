@@ -3,55 +3,80 @@
 # pooling, as LangGraph's InMemoryStore scores an item with several). Vectors
 # travel and rest as float32, little-endian, one CBOR byte string each.
 #
-# numpy is imported when a ranking first needs it, not when the daemon starts:
-# a machine where it cannot load (a CPU below its baseline, as under qemu's
-# default model) still runs the daemon, and only checkpoint_rank is missing.
+# numpy is loaded when a ranking first needs it, and only after a child
+# process has loaded it cleanly: on a CPU below numpy's baseline (qemu's
+# default model) loading it can kill the process, so the daemon never risks
+# itself on it, and never pays for it at start. Where it cannot load, only
+# checkpoint_rank is missing.
 from __future__ import annotations
 
-import functools
 import heapq
+import importlib.util
 import math
+import struct
+import subprocess
+import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import cbor2
 
-if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
-
-    Vector = npt.NDArray[np.float32]
-
 FLOAT32_BYTES = 4
+FLOAT32_MAX = 3.4028234663852886e38
 MAX_DIMENSIONS = 65_536
+PROBE_TIMEOUT_S = 120  # a child loading numpy, under emulation at worst
+
+_checked: dict[str, str | None] = {}  # "numpy": why it cannot be used, or None
 
 
-@functools.cache
+def numpy_installed_and_not_refused() -> bool:
+    """For hello: numpy is installed, and no probe found it unusable (yet)."""
+    return importlib.util.find_spec("numpy") is not None and _checked.get("numpy") is None
+
+
 def numpy_problem() -> str | None:
-    """Why numpy cannot be used here, or None when it can."""
+    """Why numpy cannot be used here, or None when it can (then it is loaded). Blocking:
+    call it in a thread. A child loads it first."""
+    if "numpy" not in _checked:
+        _checked["numpy"] = _probe()
+    return _checked["numpy"]
+
+
+def _probe() -> str | None:
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", "import numpy"],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"a process loading it failed: {error}"
+    if child.returncode != 0:
+        lines = child.stderr.strip().splitlines()
+        return lines[-1] if lines else f"a process loading it ended with {child.returncode}"
     try:
         import numpy  # noqa: F401
-    except Exception as error:  # ImportError, or RuntimeError for a CPU below its baseline
+    except Exception as error:
         return f"{type(error).__name__}: {error}"
     return None
 
 
-def query_vector(value: Any) -> Vector | None:
-    """The query as float32, from a byte string or an array of numbers; None when it is
-    neither, or empty, or too long, or holds something that is not a finite number."""
-    import numpy as np
-
+def query_values(value: Any) -> list[float] | None:
+    """The query's numbers, from a byte string of float32 or an array of numbers; None
+    when it is neither, or empty, or too long, or holds something that is not a finite
+    float32."""
     if isinstance(value, bytes | bytearray):
         if not value or len(value) % FLOAT32_BYTES or len(value) > MAX_DIMENSIONS * FLOAT32_BYTES:
             return None
-        vector = np.frombuffer(value, dtype="<f4").astype(np.float32)
+        numbers = list(struct.unpack(f"<{len(value) // FLOAT32_BYTES}f", value))
     elif isinstance(value, list) and 0 < len(value) <= MAX_DIMENSIONS:
         if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in value):
             return None
-        vector = np.asarray(value, dtype=np.float32)
+        numbers = [float(x) for x in value]
     else:
         return None
-    return vector if bool(np.isfinite(vector).all()) else None
+    return numbers if all(math.isfinite(x) and abs(x) <= FLOAT32_MAX for x in numbers) else None
 
 
 def document_vectors(body: bytes, field: str, dims: int) -> list[bytes]:
@@ -68,10 +93,11 @@ class Scorer:
     """Scores pages of documents against one query, into one buffer it keeps: a fresh
     multi-megabyte array per page costs more in page faults than the arithmetic."""
 
-    def __init__(self, query: Vector) -> None:
+    def __init__(self, query: Sequence[float]) -> None:
         import numpy as np
 
-        self.query = query.astype(np.float64)  # float64 arithmetic: no underflow
+        # as stored (float32), then float64 arithmetic: no underflow
+        self.query = np.asarray(query, dtype=np.float32).astype(np.float64)
         self.query_norm = float(np.linalg.norm(self.query))
         self.width = len(query) * FLOAT32_BYTES
         self.buffer = bytearray()

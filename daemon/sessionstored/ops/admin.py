@@ -12,7 +12,7 @@ from .. import __version__
 from ..jobs import ExclusiveJob
 from ..steps import Exclusive, Read, Reply, Response, Step, Stream
 from ..storage.errors import InjectedFault, NoSpace
-from ..vectors import numpy_problem
+from ..vectors import numpy_installed_and_not_refused
 from ..watch import Sink
 from .args import is_int
 from .context import OpContext
@@ -40,7 +40,7 @@ def hello(ops: OpContext, request: Request) -> Step:
                 "keyed_documents": True,  # ours: kind kv and checkpoint_scan
                 "txn": True,  # ours
                 "expiry": True,  # ours: ttl_s, expire, refresh_ttl_s
-                "vector_rank": numpy_problem() is None,  # ours: checkpoint_rank
+                "vector_rank": numpy_installed_and_not_refused(),  # ours: checkpoint_rank
             },
             cbor_helper=cbor_bytes.IMPLEMENTATION,  # ours: "compiled" or "python"
             limits={

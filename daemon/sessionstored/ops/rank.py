@@ -10,6 +10,8 @@
 # RANK_MAX_DOCUMENTS documents; past that it is `too_large`.
 from __future__ import annotations
 
+import trio
+
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, ok_response
 from sessionstore.wire.shared import Refusal
@@ -22,7 +24,7 @@ from ..vectors import (
     Scorer,
     document_vectors,
     numpy_problem,
-    query_vector,
+    query_values,
     top,
 )
 from .args import checkpoint_kind, is_int
@@ -38,16 +40,12 @@ DEFAULT_FIELD = "vectors"
 
 def checkpoint_rank(ops: OpContext, request: Request) -> Step:
     args = request.args
-    problem = numpy_problem()
-    if problem is not None:
-        message = f"checkpoint_rank needs numpy, which cannot be loaded here ({problem})"
-        raise Refusal(ErrorCode.UNKNOWN_OP, message)
     kind, _ = checkpoint_kind(args)
     prefix = args.get("prefix") or ""
     field = args.get("field", DEFAULT_FIELD)
     if not isinstance(prefix, str) or not isinstance(field, str):
         raise Refusal(ErrorCode.BAD_REQUEST, "prefix and field must be text")
-    query = query_vector(args.get("query"))
+    query = query_values(args.get("query"))
     if query is None:
         message = (
             f"query must be 1 to {MAX_DIMENSIONS} finite numbers: an array, or a byte string "
@@ -59,14 +57,19 @@ def checkpoint_rank(ops: OpContext, request: Request) -> Step:
         message = f"limit must be an integer from 1 to {RANK_MAX_LIMIT}"
         raise Refusal(ErrorCode.BAD_REQUEST, message)
 
-    scorer = Scorer(query)  # one page at a time, in one worker thread at a time
+    scorers: list[Scorer] = []  # one, made once numpy is known to load
 
     def score_page(found: list[tuple[str, Entry]]) -> list[tuple[float, str]]:
         docs = ops.store.read_entries(kind, found)
         held = [document_vectors(doc.body, field, len(query)) for doc in docs]
-        return scorer.scores([key for key, _ in found], held)
+        return scorers[0].scores([key for key, _ in found], held)
 
     async def read() -> Response:
+        problem = await trio.to_thread.run_sync(numpy_problem)
+        if problem is not None:
+            message = f"checkpoint_rank needs numpy, which cannot be loaded here ({problem})"
+            raise Refusal(ErrorCode.UNKNOWN_OP, message)
+        scorers.append(Scorer(query))  # one page at a time, in one worker thread at a time
         best: list[tuple[float, str]] = []
         ranked = scanned = 0
         after: str | None = None
