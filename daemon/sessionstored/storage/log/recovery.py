@@ -352,6 +352,13 @@ def _plan_replay(
     names are removed: a compaction's that no checkpoint adopted."""
     log = store.log
     position = base.position if base else (0, 0)
+    missing = sorted(n for n in (base.segments if base else ()) if n not in roles)
+    if missing:  # a segment is unlinked only after a newer checkpoint no longer names it
+        raise StoreFormatError(
+            f"{log.path(missing[0])}: the newest index checkpoint names this log segment, "
+            f"which is missing ({len(missing)} missing): the state directory is incomplete "
+            "(copied while the daemon ran?); restore it from a backup"
+        )
     if position[0] and roles.get(position[0]) != APPEND:
         raise StoreFormatError(
             f"{log.path(position[0])}: the log segment the index checkpoint continues from is "
