@@ -4,6 +4,9 @@
 # record.
 from __future__ import annotations
 
+import pytest
+
+from sessionstored.storage.errors import StoreFormatError
 from sessionstored.storage.log import compaction
 from sessionstored.storage.log.store import Store
 
@@ -71,3 +74,23 @@ def test_a_document_rewritten_during_the_copy_keeps_its_newer_record() -> None:
     assert store.index.get(kind, doc_id) == newer
     store.write_index_checkpoint()
     assert_clean(store)
+
+
+def test_a_checkpoint_naming_a_segment_that_is_missing_is_refused_in_one_line() -> None:
+    """A state directory copied while the daemon ran can hold the checkpoint that names a
+    compacted segment without the segment: recovery refuses, naming it, instead of serving
+    the documents it held as unreadable."""
+    store = _mostly_dead()
+    work = compaction.plan(store, everything=True)
+    assert work is not None
+    compaction.copy(store, work)
+    compaction.switch(store, work)
+    store.write_index_checkpoint()
+    store.log.close_retired()
+    fs, lost = store.fs, store.log.path(work.number)
+    store.close()
+    fs.unlink(lost)
+    with pytest.raises(StoreFormatError) as refused:
+        open_store(fs)
+    message = str(refused.value)
+    assert message.startswith(f"{lost}: ") and "missing" in message and "\n" not in message
