@@ -18,11 +18,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -334,27 +336,38 @@ def _rekey(daemon_factory: Any, workdir: Path, url: str) -> dict[str, Any]:
     }
 
 
-def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
+@contextlib.contextmanager
+def cluster() -> Iterator[Any]:
+    """A throwaway PostgreSQL cluster (tests/postgres_server.py), stopped after; None
+    when PostgreSQL is not installed."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from tests.postgres_server import start_server
 
     servers = start_server()
-    server = next(servers)
-    if server is None:
-        return {"skipped": "PostgreSQL is not installed (apt install postgresql)"}
-    out: dict[str, Any] = {}
     try:
-        out.update(_saves(daemon_factory, workdir, server, seconds))
-        out.update(_savers(daemon_factory, workdir, server, seconds))
-        out.update(_sessions(daemon_factory, workdir, server, seconds))
-        (workdir / "rekey").mkdir()
-        out["online rekey"] = _rekey(
-            daemon_factory, workdir / "rekey", server.url(server.create_database())
-        )
-        out["targets"] = targets(out)
+        yield next(servers)
     finally:
         for _ in servers:
             pass
+
+
+def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
+    with cluster() as server:
+        if server is None:
+            return {"skipped": "PostgreSQL is not installed (apt install postgresql)"}
+        return _run_on(server, daemon_factory, workdir, seconds)
+
+
+def _run_on(server: Any, daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    out.update(_saves(daemon_factory, workdir, server, seconds))
+    out.update(_savers(daemon_factory, workdir, server, seconds))
+    out.update(_sessions(daemon_factory, workdir, server, seconds))
+    (workdir / "rekey").mkdir()
+    out["online rekey"] = _rekey(
+        daemon_factory, workdir / "rekey", server.url(server.create_database())
+    )
+    out["targets"] = targets(out)
     return out
 
 

@@ -177,15 +177,12 @@ def run(daemon_factory: Any, workdir: Path, seconds: float, semantic_items: int)
 
 
 def _on_postgres(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.postgres_server import start_server
+    from .postgres import cluster
 
-    servers = start_server()
-    server = next(servers)
-    if server is None:
-        return {"PostgresStore": {"skipped": "PostgreSQL is not installed"}}
-    out: dict[str, Any] = {}
-    try:
+    with cluster() as server:
+        if server is None:
+            return {"PostgresStore": {"skipped": "PostgreSQL is not installed"}}
+        out: dict[str, Any] = {}
         url = server.url(server.create_database())
         out["PostgresStore 1 caller"] = one_caller(_postgres_store(url), "postgres", seconds)
         out["PostgresStore put 8 processes"] = puts_in_processes("postgres", url, seconds)
@@ -202,10 +199,7 @@ def _on_postgres(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str
             )
         finally:
             daemon.stop()
-    finally:
-        for _ in servers:
-            pass
-    return out
+        return out
 
 
 def targets(out: dict[str, Any]) -> dict[str, float]:

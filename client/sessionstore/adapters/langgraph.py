@@ -41,7 +41,6 @@
 # them on the blocking client, the async ones on the asyncio client.
 from __future__ import annotations
 
-import threading
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -61,8 +60,6 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import requests as r
-from ..asyncio_client import ClientPerLoop
-from ..client import Client
 from ..errors import Conflict, SessionStoreError
 from ..requests import Call
 from . import plans
@@ -199,28 +196,21 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         self.timeout = timeout
         self.keys = _Keys(prefix)
         self.lifetime = _lifetime(ttl)
-        self._client: Client | None = None
-        self._client_lock = threading.Lock()
-        self._async_clients = ClientPerLoop(socket_path, timeout)
+        self._runner = plans.Runner(socket_path, timeout)
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self._runner.close()
 
     async def aclose(self) -> None:
-        await self._async_clients.aclose()
+        await self._runner.aclose()
 
     # -- running plans ------------------------------------------------------------
 
     def _run(self, plan: Plan[T]) -> T:
-        with self._client_lock:
-            if self._client is None:
-                self._client = Client(self.socket_path, timeout=self.timeout)
-            return plans.run(self._client, plan)
+        return self._runner.run(plan)
 
     async def _arun(self, plan: Plan[T]) -> T:
-        return await plans.arun(self._async_clients.current(), plan)
+        return await self._runner.arun(plan)
 
     # -- the saver's methods -------------------------------------------------------
 

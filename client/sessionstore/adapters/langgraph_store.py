@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import struct
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -64,8 +63,6 @@ from langgraph.store.base import (
 from langgraph.store.base.embed import ensure_embeddings, get_text_at_path, tokenize_path
 
 from .. import requests as r
-from ..asyncio_client import ClientPerLoop
-from ..client import Client
 from . import plans
 from .keyparts import key_part
 from .lifetime import every_item, in_txns
@@ -119,18 +116,14 @@ class SessionStoreStore(BaseStore):
         self.ttl_config = _checked_ttl_config(ttl)
         self.items_prefix = f"{prefix}i/"
         self.vectors_prefix = f"{prefix}v/"
-        self._client: Client | None = None
-        self._client_lock = threading.Lock()
         self._sweeper: concurrent.futures.Future[None] | None = None
-        self._async_clients = ClientPerLoop(socket_path, timeout)
+        self._runner = plans.Runner(socket_path, timeout)
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self._runner.close()
 
     async def aclose(self) -> None:
-        await self._async_clients.aclose()
+        await self._runner.aclose()
 
     # -- PostgresStore's sweeper methods: the daemon sweeps by itself ------------------
 
@@ -163,10 +156,7 @@ class SessionStoreStore(BaseStore):
         if self.embeddings is not None and queries:
             found = {q: self.embeddings.embed_query(q) for q in queries}
         plan = self._batch(listed, vectors, found)
-        with self._client_lock:
-            if self._client is None:
-                self._client = Client(self.socket_path, timeout=self.timeout)
-            return plans.run(self._client, plan)
+        return self._runner.run(plan)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         listed = list(ops)
@@ -179,7 +169,7 @@ class SessionStoreStore(BaseStore):
         if self.embeddings is not None and queries:
             found = {q: await self.embeddings.aembed_query(q) for q in queries}
         plan = self._batch(listed, vectors, found)
-        return await plans.arun(self._async_clients.current(), plan)
+        return await self._runner.arun(plan)
 
     # -- embedding, in the client -----------------------------------------------------
 
@@ -188,16 +178,9 @@ class SessionStoreStore(BaseStore):
         of each, and the distinct search queries."""
         if self.embeddings is None:
             return [], [], []
-        last: dict[str, PutOp] = {}
-        queries: dict[str, None] = {}
-        for op in ops:
-            if isinstance(op, PutOp):
-                last.pop(self._item_key(op.namespace, op.key), None)
-                last[self._item_key(op.namespace, op.key)] = op
-            elif isinstance(op, SearchOp) and op.query:
-                queries[op.query] = None
+        queries = {op.query: None for op in ops if isinstance(op, SearchOp) and op.query}
         keys, texts = [], []
-        for key, op in last.items():
+        for key, op in self._last_puts(ops).items():
             if op.value is None or op.index is False:
                 continue
             paths = self._fields if op.index is None else [(p, tokenize_path(p)) for p in op.index]
@@ -233,6 +216,16 @@ class SessionStoreStore(BaseStore):
     def _item_key(self, namespace: Sequence[str], key: str) -> str:
         return f"{self._namespace_prefix(namespace)}{ITEM_SEPARATOR}{key_part(key)}"
 
+    def _last_puts(self, ops: list[Op]) -> dict[str, PutOp]:
+        """The last put of each document key, in the order of those last puts."""
+        last: dict[str, PutOp] = {}
+        for op in ops:
+            if isinstance(op, PutOp):
+                key = self._item_key(op.namespace, op.key)
+                last.pop(key, None)
+                last[key] = op
+        return last
+
     def _vector_key(self, item_key: str) -> str:
         return self.vectors_prefix + item_key[len(self.items_prefix) :]
 
@@ -251,13 +244,10 @@ class SessionStoreStore(BaseStore):
                 raise ValueError(f"Unknown operation type: {type(op)}")
             validate_op_namespace(op)
         results: list[Result] = [None] * len(ops)
-        puts: dict[str, PutOp] = {}  # the last put of each key wins
         for op in ops:
-            if isinstance(op, PutOp):
-                if op.value is not None and not isinstance(op.value, dict):
-                    raise TypeError(f"a store value must be a dict, not {type(op.value).__name__}")
-                puts.pop(self._item_key(op.namespace, op.key), None)
-                puts[self._item_key(op.namespace, op.key)] = op
+            if isinstance(op, PutOp) and op.value is not None and not isinstance(op.value, dict):
+                raise TypeError(f"a store value must be a dict, not {type(op.value).__name__}")
+        puts = self._last_puts(ops)
         gets = {n: op for n, op in enumerate(ops) if isinstance(op, GetOp)}
         get_keys = [self._item_key(op.namespace, op.key) for op in gets.values()]
         put_keys = [k for k, op in puts.items() if op.value is not None]

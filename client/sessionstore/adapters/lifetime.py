@@ -205,8 +205,7 @@ class Lifetime:
 
     def _extend(self, items: Items, horizon: int) -> Plan[None]:
         """Every member that expires before the horizon (or never) made to expire at it."""
-        short = [i["key"] for i in items if i.get("expires_at_ms", horizon + 1) < horizon
-                 or "expires_at_ms" not in i]  # fmt: skip
+        short = [i["key"] for i in items if i.get("expires_at_ms", 0) < horizon]
         for start in range(0, len(short), EXPIRES_PER_ROUND_TRIP):
             ttl_s = (horizon - now_ms()) / 1000
             keys = short[start : start + EXPIRES_PER_ROUND_TRIP]

@@ -2,13 +2,15 @@
 # calls they need next (sent pipelined, one round trip) and get their results
 # back, or the error of the first that failed thrown in. `run` drives a plan on
 # the blocking client, `arun` on the asyncio client, so the sync and async
-# methods of an adapter share every decision.
+# methods of an adapter share every decision; a Runner holds the clients an
+# adapter with sync and async methods drives them on.
 from __future__ import annotations
 
+import threading
 from collections.abc import Generator
 from typing import Any, TypeVar
 
-from ..asyncio_client import AsyncioClient
+from ..asyncio_client import AsyncioClient, ClientPerLoop
 from ..client import Client
 from ..errors import SessionStoreError
 from ..requests import Call
@@ -47,3 +49,32 @@ async def arun(client: AsyncioClient, plan: Plan[T]) -> T:
             calls = plan.send(results)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+
+
+class Runner:
+    """One blocking client (made at first use, shared by threads one plan at a time)
+    and an asyncio client per event loop."""
+
+    def __init__(self, socket_path: str | None, timeout: float | None) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._client: Client | None = None
+        self._lock = threading.Lock()
+        self._async_clients = ClientPerLoop(socket_path, timeout)
+
+    def run(self, plan: Plan[T]) -> T:
+        with self._lock:
+            if self._client is None:
+                self._client = Client(self.socket_path, timeout=self.timeout)
+            return run(self._client, plan)
+
+    async def arun(self, plan: Plan[T]) -> T:
+        return await arun(self._async_clients.current(), plan)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    async def aclose(self) -> None:
+        await self._async_clients.aclose()
