@@ -235,8 +235,8 @@ def test_compaction_on_a_full_disk_answers_no_space_and_changes_nothing() -> Non
 
 
 def test_compaction_on_a_full_disk_still_drops_wholly_dead_segments() -> None:
-    fs = new_fs()
-    store = open_store(fs, segment_bytes=64 * 1024)
+    fs = new_fs()  # no earlier generations kept: every sealed segment is wholly dead
+    store = open_store(fs, segment_bytes=64 * 1024, keep_generations=0)
     for n in range(60):
         store.commit([put(f"s{n % 3}", "x" * 2000)])
     _disk_full_for_saves(store, fs, room=16 * 1024)

@@ -37,14 +37,36 @@ class OpMethods:
         """ttl_s: the new generation expires that many seconds from now."""
         return self.run(r.save(snapshot, expect, lease, ttl_s))
 
-    def load(self, session_id: str) -> Any:
-        """The snapshot, or None."""
-        return self.run(r.load(session_id))
+    def load(self, session_id: str, *, at: Any = UNSET) -> Any:
+        """The snapshot, or None; at: the generation that was current at that seq
+        (Compacted when it is no longer kept)."""
+        return self.run(r.load(session_id, at))
 
-    def load_with_meta(self, session_id: str, *, refresh_ttl_s: Any = UNSET) -> Any:
+    def load_with_meta(
+        self, session_id: str, *, refresh_ttl_s: Any = UNSET, at: Any = UNSET
+    ) -> Any:
         """{snapshot, digest, seq, expires_at_ms?}; refresh_ttl_s: an expiring session gets
-        one that many seconds from now (LangGraph's refresh_on_read)."""
-        return self.run(r.load_with_meta(session_id, refresh_ttl_s))
+        one that many seconds from now (LangGraph's refresh_on_read); at: as load's, and
+        the reply has committed_at_ms."""
+        return self.run(r.load_with_meta(session_id, refresh_ttl_s, at))
+
+    def history(self, session_id: str, *, limit: Any = UNSET) -> Any:
+        """The session's generations kept, newest first: [{seq, digest, size,
+        committed_at_ms}, ...] ([] when it does not exist)."""
+        return self.run(r.history(session_id, limit))
+
+    def revert(
+        self,
+        session_id: str,
+        at: int,
+        *,
+        expect: Any = UNSET,
+        lease: Any = UNSET,
+        ttl_s: Any = UNSET,
+    ) -> Any:
+        """Write the generation that was current at seq `at` back as a new generation:
+        {digest (its old one), seq (a new one)}."""
+        return self.run(r.revert(session_id, at, expect, lease, ttl_s))
 
     def head(self, session_id: str) -> Any:
         return self.run(r.head(session_id))
@@ -70,9 +92,16 @@ class OpMethods:
         return self.run(r.update(session_id, component, value, expect, lease))
 
     def fork(
-        self, session_id: str, new_session_id: str, workspace: Any, *, lease: Any = UNSET
+        self,
+        session_id: str,
+        new_session_id: str,
+        workspace: Any,
+        *,
+        lease: Any = UNSET,
+        at: Any = UNSET,
     ) -> Any:
-        return self.run(r.fork(session_id, new_session_id, workspace, lease))
+        """at: fork the generation that was current at that seq."""
+        return self.run(r.fork(session_id, new_session_id, workspace, lease, at))
 
     def checkpoint_put(
         self, kind: str, key: str, value: dict[str, Any], *, lease: Any = UNSET, ttl_s: Any = UNSET

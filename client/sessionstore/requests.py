@@ -59,16 +59,29 @@ def save(
     return make("save", snapshot=snapshot, expect=expect, lease=lease_arg(lease), ttl_s=ttl_s)
 
 
-def load(session_id: str) -> Call:
+def load(session_id: str, at: Any = UNSET) -> Call:
     return make(
         "load",
         lambda r: r["snapshot"] if isinstance(r["snapshot"], dict) else None,
         session_id=session_id,
+        at=at,
     )
 
 
-def load_with_meta(session_id: str, refresh_ttl_s: Any = UNSET) -> Call:
-    return make("load", session_id=session_id, refresh_ttl_s=refresh_ttl_s)
+def load_with_meta(session_id: str, refresh_ttl_s: Any = UNSET, at: Any = UNSET) -> Call:
+    return make("load", session_id=session_id, refresh_ttl_s=refresh_ttl_s, at=at)
+
+
+def history(session_id: str, limit: Any = UNSET) -> Call:
+    return make("history", _field("generations"), session_id=session_id, limit=limit)
+
+
+def revert(
+    session_id: str, at: int, expect: Any = UNSET, lease: Any = UNSET, ttl_s: Any = UNSET
+) -> Call:
+    return make(
+        "revert", session_id=session_id, at=at, expect=expect, lease=lease_arg(lease), ttl_s=ttl_s
+    )
 
 
 def head(session_id: str) -> Call:
@@ -105,13 +118,16 @@ def update(
     )
 
 
-def fork(session_id: str, new_session_id: str, workspace: Any, lease: Any = UNSET) -> Call:
+def fork(
+    session_id: str, new_session_id: str, workspace: Any, lease: Any = UNSET, at: Any = UNSET
+) -> Call:
     return make(
         "fork",
         session_id=session_id,
         new_session_id=new_session_id,
         workspace=workspace,
         lease=lease_arg(lease),
+        at=at,
     )
 
 

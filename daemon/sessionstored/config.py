@@ -15,6 +15,7 @@ from sessionstore.wire.protocol import DEFAULT_MAX_REQUEST_BYTES
 from . import __version__
 from .access import AccessPolicy
 from .failpoints import FailpointSpec, parse_failpoints
+from .storage.generations import DEFAULT_KEEP_GENERATIONS, MAX_KEEP_GENERATIONS
 
 SYSTEMD_FIRST_FD = 3
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -36,6 +37,7 @@ class Config:
     failpoints: tuple[FailpointSpec, ...]
     shutdown_grace_s: float
     history_changes: int
+    keep_generations: int
     checkpoint_every: int
     compact_dead_share: float
     segment_bytes: int
@@ -125,6 +127,14 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=100_000,
         help="changes kept for watch --since, across restarts",
+    )
+    parser.add_argument(
+        "--keep-generations",
+        type=int,
+        default=DEFAULT_KEEP_GENERATIONS,
+        metavar="N",
+        help="earlier generations of each session kept, for history, load --at, revert and "
+        f"fork --at ({DEFAULT_KEEP_GENERATIONS}; 0 keeps only the current one)",
     )
     parser.add_argument(
         "--checkpoint-every",
@@ -243,6 +253,8 @@ def build_config(
         raise ConfigError("--request-timeout-seconds must be positive")
     if not 0.05 <= args.compact_dead_share <= 0.95:
         raise ConfigError("--compact-dead-share must be between 0.05 and 0.95")
+    if not 0 <= args.keep_generations <= MAX_KEEP_GENERATIONS:
+        raise ConfigError(f"--keep-generations must be from 0 to {MAX_KEEP_GENERATIONS}")
     if not 1 <= args.segment_mib <= 1024:
         raise ConfigError("--segment-mib must be from 1 to 1024")
     if not 1 <= args.batches_in_flight <= 16:
@@ -278,6 +290,7 @@ def build_config(
         failpoints=failpoints,
         shutdown_grace_s=args.shutdown_grace_seconds,
         history_changes=args.history_changes,
+        keep_generations=args.keep_generations,
         checkpoint_every=args.checkpoint_every,
         compact_dead_share=args.compact_dead_share,
         segment_bytes=args.segment_mib * 1024 * 1024,

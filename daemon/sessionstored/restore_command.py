@@ -17,7 +17,7 @@ from sessionstore.tools.helpformat import DefaultsShown
 
 from . import backup_payload
 from .keyfile import read_key_file
-from .storage.documents import Document
+from .storage.documents import SESSION, Document
 from .storage.errors import RestoreRefused, StoreFormatError, StoreLocked
 from .storage.sealing import Key, KeyFileError, Sealer
 
@@ -49,16 +49,17 @@ def _fail(message: str, code: int) -> int:
 def _documents(backup: Backup, sealer: Sealer) -> Iterator[Document]:
     """Each document, opened and checked; DamagedBackup names the payload's offset."""
     backup_id = backup.header["backup_id"]
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, int]] = set()  # a session's generations differ in seq
     for position, (offset, payload) in enumerate(backup.payloads()):
         try:
             doc = backup_payload.decode(sealer, backup_id, position, payload)
         except backup_payload.BadPayload as error:
             raise DamagedBackup(backup.path, offset, str(error)) from None
-        if (doc.kind, doc.id) in seen or doc.seq > backup.trailer.seq:
+        named = (doc.kind, doc.id, doc.seq if doc.kind == SESSION else 0)
+        if named in seen or doc.seq > backup.trailer.seq:
             reason = "a document twice, or after the backup's seq"
             raise DamagedBackup(backup.path, offset, reason)
-        seen.add((doc.kind, doc.id))
+        seen.add(named)
         yield doc
 
 

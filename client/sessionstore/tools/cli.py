@@ -44,7 +44,11 @@ EXIT_CODES = (
     (EXIT_ERROR, "any other failure (io_error, no_space, unauthorized, internal, ...)"),
     (EXIT_USAGE, "usage: a bad option or argument, input that is not JSON, bad_request, "
      "invalid_snapshot, too_large"),
-    (EXIT_NOT_FOUND, "not found: get, head, exists, checkpoint get of something absent"),
+    (
+        EXIT_NOT_FOUND,
+        "not found: get, head, exists, history, checkpoint get of something absent; "
+        "a generation no longer kept (get --at, revert, fork --at)",
+    ),
     (EXIT_PROBLEMS, "verify found problems"),
     (EXIT_CONFLICT, "conflict: --expect or --create-only not met, fork onto an existing id"),
     (EXIT_FENCED, "fenced: a lease is held and --lease was missing or stale"),
@@ -55,6 +59,7 @@ EXIT_CODES = (
 
 EXIT_OF_CODE = {
     ErrorCode.NOT_FOUND: EXIT_NOT_FOUND,
+    ErrorCode.COMPACTED: EXIT_NOT_FOUND,  # a generation no longer kept
     ErrorCode.CONFLICT: EXIT_CONFLICT,
     ErrorCode.FENCED: EXIT_FENCED,
     ErrorCode.BAD_REQUEST: EXIT_USAGE,
@@ -170,7 +175,8 @@ Handler = Callable[[Client, argparse.Namespace, Output], int]
 
 
 def _get(client: Client, args: argparse.Namespace, out: Output) -> int:
-    result = client.load_with_meta(args.session_id)
+    at = UNSET if args.at is None else args.at
+    result = client.load_with_meta(args.session_id, at=at)
     if result["snapshot"] is None:
         print(f"sessionstore: no session {args.session_id!r}", file=sys.stderr)
         return EXIT_NOT_FOUND
@@ -289,8 +295,26 @@ def _update(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def _fork(client: Client, args: argparse.Namespace, out: Output) -> int:
-    lease = _lease_option(args)
-    out.emit(client.fork(args.session_id, args.new_session_id, args.workspace, lease=lease))
+    lease, at = _lease_option(args), UNSET if args.at is None else args.at
+    out.emit(client.fork(args.session_id, args.new_session_id, args.workspace, lease=lease, at=at))
+    return EXIT_OK
+
+
+def _history(client: Client, args: argparse.Namespace, out: Output) -> int:
+    generations = client.history(args.session_id)
+    if not generations:
+        print(f"sessionstore: no session {args.session_id!r}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    for generation in generations:
+        print(json.dumps(generation, sort_keys=True))
+    return EXIT_OK
+
+
+def _revert(client: Client, args: argparse.Namespace, out: Output) -> int:
+    reverted = client.revert(
+        args.session_id, args.seq, expect=_expect(args), lease=_lease_option(args)
+    )
+    out.emit(reverted)
     return EXIT_OK
 
 
@@ -716,6 +740,25 @@ def _parser() -> argparse.ArgumentParser:
     get.add_argument(
         "--meta", action="store_true", help="print the snapshot with its digest and seq"
     )
+    get.add_argument(
+        "--at",
+        type=_seq,
+        metavar="SEQ",
+        help="the generation that was current at this seq (exit 3 when it is no longer kept)",
+    )
+    history = command(
+        "history",
+        _history,
+        "a session's generations kept, newest first: one JSON line each (exit 3 when absent)",
+    )
+    history.add_argument("session_id")
+    revert = command(
+        "revert", _revert, "write back the generation that was current at SEQ, as a new one"
+    )
+    revert.add_argument("session_id")
+    revert.add_argument("seq", type=_seq, help="exit 3 when that generation is no longer kept")
+    expect_options(revert)
+    lease_option(revert)
     head = command("head", _head, "digest, seq and size of a session (exit 3 when absent)")
     head.add_argument("session_id")
     exists = command("exists", _exists, "whether a session exists (exit 3 when absent)")
@@ -749,6 +792,9 @@ def _parser() -> argparse.ArgumentParser:
     fork.add_argument("session_id")
     fork.add_argument("new_session_id", help="must not exist yet (exit 5 when it does)")
     fork.add_argument("workspace", help="the copy's session.config.workspace")
+    fork.add_argument(
+        "--at", type=_seq, metavar="SEQ", help="copy the generation that was current at SEQ"
+    )
     lease_option(fork)
     checkpoint = command("checkpoint", _checkpoint, "checkpoints: put, get, rm")
     checkpoint.add_argument("action", choices=("put", "get", "rm"))

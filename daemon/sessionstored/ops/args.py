@@ -43,6 +43,16 @@ def lease_arg(args: dict[str, Any]) -> Fence:
     return (holder, epoch)
 
 
+def at_arg(args: dict[str, Any]) -> int | None:
+    """`at`: a seq, for a read or a write of the generation that was current then."""
+    at = args.get("at")
+    if at is None:
+        return None
+    if not is_int(at) or at < 0:
+        raise Refusal(ErrorCode.BAD_REQUEST, "at must be a seq (an integer, 0 or more)")
+    return at
+
+
 def ttl_arg(args: dict[str, Any]) -> int | None:
     """The expires_at_ms that `ttl_s` gives, or None when it is left out."""
     if args.get("ttl_s") is None:

@@ -20,6 +20,7 @@ from ..steps import Reply, Response, Step, Write
 from ..storage.documents import Document, Entry
 from ..storage.engine import Engine
 from ..storage.errors import CorruptRecord
+from ..storage.generations import generation_at
 from ..storage.mutations import Mutation, Outcome, Rewrite
 from ..watch import Broadcaster
 from ..writer import Writer
@@ -128,6 +129,21 @@ class OpContext:
             return doc
 
         return read
+
+    async def read_at(self, kind: str, doc_id: str, at: int) -> Document | None:
+        """The generation that was current at seq `at` (generations.py), None when the
+        session does not exist; Refusal compacted when it is no longer kept."""
+        store = self.store
+        if store.blocking_reads:
+            entries = await trio.to_thread.run_sync(store.generations, kind, doc_id)
+        else:
+            entries = store.generations(kind, doc_id)
+        entry = generation_at(entries, at, doc_id)
+        if entry is None:
+            return None
+        if store.blocking_reads:
+            return await trio.to_thread.run_sync(store.read_generation, kind, doc_id, entry)
+        return await self.read_off_loop([entry], store.read_generation, kind, doc_id, entry)
 
     async def read_off_loop(self, entries: Sequence[Entry], fn: Callable[..., T], *args: Any) -> T:
         """fn(*args) in a thread, reading these entries: their files stay alive meanwhile,

@@ -18,8 +18,10 @@ from ..prepare import (
 from ..snapshot import UPDATABLE
 from ..steps import Read, Response, Step
 from ..storage.documents import NEVER
+from ..storage.generations import MAX_KEEP_GENERATIONS
 from ..storage.mutations import SESSION, Outcome, Put, Remove, Rewrite
 from .args import (
+    at_arg,
     checkpoint_kind,
     expect_arg,
     expires_field,
@@ -35,6 +37,7 @@ from .registry import Op
 
 LIST_DEFAULT_LIMIT = 1000
 LIST_MAX_LIMIT = 10000
+HISTORY_MAX_LIMIT = MAX_KEEP_GENERATIONS + 1  # the current generation and every earlier one
 
 
 def save(ops: OpContext, request: Request) -> Step:
@@ -55,6 +58,9 @@ def save(ops: OpContext, request: Request) -> Step:
 
 def load(ops: OpContext, request: Request) -> Step:
     session_id = id_arg(request.args, "session_id")
+    at = at_arg(request.args)
+    if at is not None:
+        return _load_at(ops, request, session_id, at)
     read = ops.read_document(SESSION, session_id)
     refresh = refresh_arg(request.args)
 
@@ -75,6 +81,53 @@ def load(ops: OpContext, request: Request) -> Step:
         )
 
     return Read(request, lambda: ops.guarded_read(request, produce))
+
+
+def _load_at(ops: OpContext, request: Request, session_id: str, at: int) -> Step:
+    if request.args.get("refresh_ttl_s") is not None:
+        raise Refusal(ErrorCode.BAD_REQUEST, "refresh_ttl_s does not go with at")
+
+    async def produce() -> Response:
+        doc = await ops.read_at(SESSION, session_id, at)
+        if doc is None:
+            return ok_response(request, snapshot=None, digest=None, seq=None)
+        return ok_response(
+            request,
+            snapshot=RawCBOR(doc.body),
+            digest=digest_text(doc.digest),
+            seq=doc.seq,
+            committed_at_ms=doc.committed_at_ms or None,
+        )
+
+    return Read(request, lambda: ops.guarded_read(request, produce))
+
+
+def history(ops: OpContext, request: Request) -> Step:
+    """A session's generations kept, newest first (the current one, then the earlier
+    ones --keep-generations keeps)."""
+    session_id = id_arg(request.args, "session_id")
+    limit = request.args.get("limit", HISTORY_MAX_LIMIT)
+    if not is_int(limit) or not 1 <= limit <= HISTORY_MAX_LIMIT:
+        raise Refusal(
+            ErrorCode.BAD_REQUEST, f"limit must be an integer from 1 to {HISTORY_MAX_LIMIT}"
+        )
+
+    async def read() -> Response:
+        entries = await ops.query(ops.store.generations, SESSION, session_id)
+        return ok_response(
+            request,
+            generations=[
+                {
+                    "seq": entry.seq,
+                    "digest": digest_text(entry.digest),
+                    "size": entry.size,
+                    "committed_at_ms": entry.committed_at_ms or None,
+                }
+                for entry in entries[:limit]
+            ],
+        )
+
+    return Read(request, lambda: ops.guarded_read(request, read))
 
 
 def head(ops: OpContext, request: Request) -> Step:
@@ -164,6 +217,33 @@ def update(ops: OpContext, request: Request) -> Step:
     )
 
 
+def revert(ops: OpContext, request: Request) -> Step:
+    """The generation that was current at `at`, written back as a new generation (a
+    new seq, its old digest), under `expect` and the lease fence like `save`."""
+    args = request.args
+    session_id = id_arg(args, "session_id")
+    at = at_arg(args)
+    if at is None:
+        raise Refusal(ErrorCode.BAD_REQUEST, "at is missing")
+
+    def apply(_current: bytes | None, earlier: bytes | None) -> bytes:
+        if earlier is None:
+            raise Refusal(ErrorCode.NOT_FOUND, f"no session {session_id!r}")
+        return earlier
+
+    rewrite = Rewrite(
+        SESSION,
+        session_id,
+        apply,
+        expect_arg(args),
+        lease_arg(args),
+        source=(SESSION, session_id),
+        source_at=at,
+        expires_at_ms=ttl_arg(args),  # None keeps the current
+    )
+    return ops.mutation(request, rewrite, rewritten_reply(request))
+
+
 def fork(ops: OpContext, request: Request) -> Step:
     args = request.args
     source_id = id_arg(args, "session_id")
@@ -171,6 +251,7 @@ def fork(ops: OpContext, request: Request) -> Step:
     if "workspace" not in args:
         raise Refusal(ErrorCode.BAD_REQUEST, "workspace is missing")
     workspace = args["workspace"]
+    at = at_arg(args)
 
     def apply(_current: bytes | None, source: bytes | None) -> bytes:
         if source is None:
@@ -184,6 +265,7 @@ def fork(ops: OpContext, request: Request) -> Step:
         expect=None,
         fence=lease_arg(args),
         source=(SESSION, source_id),
+        source_at=at,
         expires_at_ms=ttl_arg(args) or NEVER,
     )
     return ops.mutation(
@@ -226,11 +308,13 @@ OPS = (
     Op(
         "load",
         load,
-        {"session_id", "refresh_ttl_s"},
+        {"session_id", "refresh_ttl_s", "at"},
         read_only=True,
         writes_with=frozenset({"refresh_ttl_s"}),
     ),
     Op("head", head, {"session_id"}, read_only=True),
+    Op("history", history, {"session_id", "limit"}, read_only=True),
+    Op("revert", revert, {"session_id", "at", "expect", "lease", "ttl_s"}),
     Op("exists", exists, {"session_id"}, read_only=True),
     Op("list", list_sessions, {"prefix", "after", "limit"}, read_only=True),
     Op("delete", delete, {"session_id", "expect", "lease"}),
@@ -245,7 +329,7 @@ OPS = (
     Op(
         "fork",
         fork,
-        {"session_id", "new_session_id", "workspace", "lease", "ttl_s"},
+        {"session_id", "new_session_id", "workspace", "lease", "ttl_s", "at"},
         prepare=encoded_argument("workspace"),
     ),
 )

@@ -47,6 +47,8 @@ class CommittedState(RangeReader, Protocol):
 
     def damaged(self, kind: str, doc_id: str) -> bool: ...
     def body(self, kind: str, doc_id: str) -> bytes | None: ...
+    # the body of the generation current at seq `at` (generations.py); None: no session
+    def body_at(self, kind: str, doc_id: str, at: int) -> bytes | None: ...
 
 
 class LiveView:
@@ -75,10 +77,21 @@ class LiveView:
     def body(self, kind: str, doc_id: str) -> bytes | None:
         return self.state.body(kind, doc_id) if self.get(kind, doc_id) else None
 
+    def source_body(self, mutation: Rewrite) -> bytes | None:
+        if mutation.source is None:
+            return None
+        if mutation.source_at is None or not self.get(*mutation.source):
+            return self.body(*mutation.source)
+        return self.state.body_at(*mutation.source, mutation.source_at)
+
 
 def conflict_message(mutation: Put | Remove | Rewrite, current: bytes | None) -> str:
     what = "session" if mutation.kind == SESSION else "document"
-    if isinstance(mutation, Rewrite) and mutation.source is not None:
+    forked = isinstance(mutation, Rewrite) and mutation.source not in (
+        None,
+        (mutation.kind, mutation.id),
+    )
+    if forked:
         return f"cannot fork onto {mutation.id!r}: a {what} with that id exists"
     if mutation.expect is None:
         return f"{what} {mutation.id!r} already exists (create-only)"
@@ -150,7 +163,7 @@ def _decide(
     if isinstance(mutation, Put):
         return mutation
     try:
-        source = state.body(*mutation.source) if mutation.source else None
+        source = state.source_body(mutation)
         body = mutation.apply(state.body(mutation.kind, mutation.id), source)
     except Refusal as refusal:
         return Outcome(refused=refusal)

@@ -4,7 +4,9 @@
 # itself read back (Document), and which keys a page of `list` or
 # `checkpoint_scan` covers (KeyRange, Found). A generation may carry an expiry
 # (expires_at_ms, wall-clock ms since the epoch; 0 for none): from that moment
-# on it is gone for every read, before any sweep removes it.
+# on it is gone for every read, before any sweep removes it. A session's
+# generation also says when it was committed (committed_at_ms; 0 where that is
+# not known, and for the other kinds, whose history nobody reads).
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -29,6 +31,7 @@ class Entry(NamedTuple):
     offset: int
     length: int
     expires_at_ms: int = NEVER
+    committed_at_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class Document:
     digest: bytes
     body: bytes
     expires_at_ms: int = NEVER
+    committed_at_ms: int = 0
 
 
 class KeyRange(NamedTuple):

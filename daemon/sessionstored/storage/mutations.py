@@ -71,6 +71,9 @@ class Rewrite:
     expect: Expect = ANY
     fence: Fence = ANY
     source: tuple[str, str] | None = None
+    # the source's generation that was current at this seq, not its current one (a
+    # revert's source is its own target)
+    source_at: int | None = None
     decides_lease: bool = False  # a lease change: its apply() decides against the lease
     exclusive: bool = False  # alone in its batch (lease changes move the fence)
     expires_at_ms: int | None = None  # the new generation's expiry; None keeps the current
@@ -133,10 +136,10 @@ def mutation_keys(mutation: Mutation) -> frozenset[tuple[str, str]] | None:
 def needs_whole_store(mutation: Mutation) -> bool:
     """Decided with no other batch in flight: a lease change (it moves the fence), a
     delete_prefix (its keys are known only when it is decided), an append (its key is
-    its seq)."""
+    its seq), a write of an earlier generation (PostgreSQL reads it under the lock)."""
     if mutation_keys(mutation) is None:
         return True
-    if isinstance(mutation, Rewrite) and mutation.decides_lease:
+    if isinstance(mutation, Rewrite) and (mutation.decides_lease or mutation.source_at):
         return True
     return isinstance(mutation, Txn) and any(isinstance(op, TxnAppend) for op in mutation.ops)
 

@@ -2,12 +2,14 @@
 # on the readers' thread, where every batch is published, so they are the state
 # at exactly one seq; the segments they point into are pinned, so compaction can
 # go on meanwhile without unlinking them; the records are then read back and
-# checked in a thread, a chunk at a time.
+# checked in a thread, a chunk at a time. The earlier generations of sessions
+# the store keeps go too, each as a document of its own with its lower seq.
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
-from ..documents import Document, Entry
+from ..documents import SESSION, Document, Entry
 from ..errors import CorruptRecord
 from .store_parts import StoreParts
 
@@ -26,6 +28,7 @@ class LogBackup:
         self.store = store
         self._seq = store.seq
         rows = store.index.rows()
+        rows += [(SESSION, doc_id, entry) for doc_id, entry in store.index.earlier_rows()]
         self._rows = rows
         self._pinned: list[Entry] = list({e.segment: e for _, _, e in rows}.values())
         store.pin(self._pinned)
@@ -42,7 +45,10 @@ class LogBackup:
         self._rows.sort(key=lambda row: (row[2].segment, row[2].offset))  # in file order
         for start in range(0, len(self._rows), CHUNK_DOCUMENTS):
             yield [
-                self.store.read_entry(kind, doc_id, entry)
+                dataclasses.replace(
+                    self.store.read_entry(kind, doc_id, entry),
+                    committed_at_ms=entry.committed_at_ms,
+                )
                 for kind, doc_id, entry in self._rows[start : start + CHUNK_DOCUMENTS]
             ]
 

@@ -1,10 +1,11 @@
 # The consistency checker behind `verify`, also run at the end of storage tests:
-# every indexed document is read back whole and must match the index (record
-# checksum, id, seq, digest); every damaged record recovery found is listed;
-# every segment file must be one the store knows; tmp/ may hold only the spare
-# segment between batches.
+# every indexed document, and every earlier generation of a session kept, is
+# read back whole and must match the index (record checksum, id, seq, digest);
+# every damaged record recovery found is listed; every segment file must be
+# one the store knows; tmp/ may hold only the spare segment between batches.
 from __future__ import annotations
 
+from ..documents import SESSION
 from ..engine import Problem
 from ..errors import CorruptRecord
 from .segments import SEGMENT_SUFFIX, segment_number
@@ -13,16 +14,16 @@ from .store_parts import StoreParts
 
 def check(store: StoreParts) -> tuple[int, list[Problem]]:
     problems: list[Problem] = []
-    checked = 0
-    for kind in store.index.kinds():
-        for doc_id, entry in store.index.items(kind):
-            checked += 1
-            try:
-                store.read_entry(kind, doc_id, entry)
-            except (CorruptRecord, OSError) as error:
-                file = getattr(error, "path", store.log.path(entry.segment))
-                offset = getattr(error, "offset", entry.offset)
-                problems.append(Problem("unreadable", str(error), file, offset, id=doc_id))
+    rows = [(k, i, e) for k in store.index.kinds() for i, e in store.index.items(k)]
+    checked = len(rows)  # documents; their earlier generations are read, not counted
+    rows += [(SESSION, doc_id, entry) for doc_id, entry in store.index.earlier_rows()]
+    for kind, doc_id, entry in rows:
+        try:
+            store.read_entry(kind, doc_id, entry)
+        except (CorruptRecord, OSError) as error:
+            file = getattr(error, "path", store.log.path(entry.segment))
+            offset = getattr(error, "offset", entry.offset)
+            problems.append(Problem("unreadable", str(error), file, offset, id=doc_id))
     for id_hash, seq, path, offset, reason, damaged_id in store.damaged.values():
         if id_hash < 0:  # no id hash survived (damage.py)
             outcome = "which document it held is unknown, and that one may show an older state"

@@ -3,13 +3,15 @@
 #
 #   1. plan (the writer, between batches): pick the victims (segments other
 #      than the active one whose share of dead bytes passed the threshold) and
-#      note every index entry that points into them;
+#      note every index entry that points into them, the earlier generations
+#      of sessions kept among them;
 #   2. copy (any thread, while batches go on): those records, byte for byte
 #      (or resealed, for a key rotation), into tmp/, fsynced; then renamed into
 #      log/ and the directory fsynced [before-rename, after-rename];
 #   3. switch (the readers' thread, between batches): each entry that still
 #      points where it pointed at plan time now points into the new segment; a
-#      document rewritten meanwhile keeps its newer record;
+#      document rewritten meanwhile keeps its newer record (and an earlier
+#      generation dropped meanwhile stays dropped);
 #   4. an index checkpoint that names the new segment and not the victims;
 #      only then are the victims unlinked (their read handles closed first).
 # A crash before the checkpoint leaves the victims named by the checkpoint on
@@ -22,7 +24,7 @@ import errno
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..documents import Entry
+from ..documents import SESSION, Entry
 from ..engine import CompactResult
 from ..errors import InjectedFault, NoSpace
 from . import reserve
@@ -35,12 +37,13 @@ from .store_parts import StoreParts
 COPY_CHUNK_BYTES = 4 * 1024 * 1024
 MAX_LIVE_BYTES_PER_RUN = 256 * 1024 * 1024
 MIN_DEAD_SEGMENTS = 2
+EARLIER = ""  # a move's kind for an earlier generation of a session (index.earlier)
 
 
 @dataclass
 class Plan:
     victims: list[int]
-    moves: list[tuple[str, str, Entry]]
+    moves: list[tuple[str, str, Entry]]  # kind "" for an earlier generation of a session
     number: int = 0  # of the new segment; 0 when nothing is live in the victims
     offsets: list[int] = field(default_factory=list)
     resealed: list[Entry] = field(default_factory=list)
@@ -108,6 +111,7 @@ def plan(
         return None
     chosen = set(victims)
     moves = [(k, i, e) for k, i, e in store.index.rows() if e.segment in chosen]
+    moves += [(EARLIER, i, e) for i, e in store.index.earlier_rows() if e.segment in chosen]
     moves.sort(key=lambda move: (move[2].segment, move[2].offset))
     result = Plan(sorted(victims), moves)
     if moves:
@@ -130,7 +134,7 @@ def copy(
     offset = SEGMENT_HEADER_BYTES
     for kind, doc_id, entry in work.moves:
         if reseal:
-            doc = store.read_entry(kind, doc_id, entry)
+            doc = store.read_entry(kind or SESSION, doc_id, entry)
             record = encode_data(store.sealer, 0, doc)
             work.resealed.append(entry._replace(length=len(record)))
         else:
@@ -159,8 +163,11 @@ def switch(store: StoreParts, work: Plan) -> int:
     moved = 0
     entries = work.resealed or [move[2] for move in work.moves]
     for (kind, doc_id, old), new, offset in zip(work.moves, entries, work.offsets, strict=True):
-        if store.index.get(kind, doc_id) == old:
-            store.index.put(kind, doc_id, new._replace(segment=work.number, offset=offset))
+        moved_to = new._replace(segment=work.number, offset=offset)
+        if kind == EARLIER:
+            moved += store.index.repoint_earlier(doc_id, old, moved_to)
+        elif store.index.get(kind, doc_id) == old:
+            store.index.put(kind, doc_id, moved_to)
             moved += 1
     store.log.replace(work.victims, work.number, sum(e.length for e in entries))
     store.retire(work.victims)

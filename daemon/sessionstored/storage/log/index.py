@@ -4,6 +4,12 @@
 # `checkpoint_scan`, and the bytes of live records per segment, which is what
 # compaction decides by. Rebuilt at every start from the newest index
 # checkpoint and the log after it.
+#
+# It also keeps each session's earlier generations (--keep-generations N):
+# where the records of the last N generations before the current one lie.
+# They count as live bytes, so compaction copies them like current records,
+# and go with their session when it is removed. Keeping one costs a list
+# append (and a pop from the front of at most N) when a save replaces it.
 from __future__ import annotations
 
 import bisect
@@ -11,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ..documents import Entry, Found, KeyRange, expired
+from ..documents import SESSION, Entry, Found, KeyRange, expired
 
 BULK_CHANGES = 64  # a batch with more changes edits the sorted key lists once (apply())
 
@@ -43,19 +49,29 @@ class Index:
         self._sorted_keys: dict[str, list[bytes]] = {}
         self._dead: dict[str, int] = {}
         self.live_bytes: defaultdict[int, int] = defaultdict(int)
+        # session id -> the entries of its earlier generations kept, oldest first
+        self.earlier: dict[str, list[Entry]] = {}
 
     @classmethod
     def from_entries(cls, rows: list[tuple[str, str, Entry]]) -> Index:
-        """Bulk build: one sort at the end instead of one insertion per id."""
+        """Bulk build: one sort at the end instead of one insertion per id. A session
+        named more than once (a backup carries its earlier generations) keeps its highest
+        seq as the current generation and the others as earlier ones."""
         index = cls()
+        earlier: dict[str, list[Entry]] = {}
         for kind, doc_id, entry in rows:
             table = index._entries.setdefault(kind, {})
             old = table.get(doc_id)
+            if old is not None and old.seq > entry.seq:
+                old, entry = entry, old
             if old is not None:
                 index.live_bytes[old.segment] -= old.length
+                if kind == SESSION:
+                    earlier.setdefault(doc_id, []).append(old)
             table[doc_id] = entry
             index.live_bytes[entry.segment] += entry.length
         index._sort_all()
+        index.load_earlier({i: sorted(e, key=lambda e: e.seq) for i, e in earlier.items()})
         return index
 
     @classmethod
@@ -69,6 +85,66 @@ class Index:
                 live[entry.segment] += entry.length
         index._sort_all()
         return index
+
+    # -- earlier generations of sessions -------------------------------------------------
+
+    def load_earlier(self, earlier: dict[str, list[Entry]]) -> None:
+        for doc_id, entries in earlier.items():
+            self.earlier[doc_id] = entries
+            for entry in entries:
+                self.live_bytes[entry.segment] += entry.length
+
+    def retain(self, doc_id: str, old: Entry | None, removed: bool, keep: int) -> None:
+        """A session's change, once applied: old was its current generation before it.
+        A removal takes its earlier generations with it; a new generation moves old
+        among them, and the oldest beyond keep goes."""
+        if removed:
+            for entry in self.earlier.pop(doc_id, ()):
+                self.live_bytes[entry.segment] -= entry.length
+            return
+        if old is None or keep <= 0:
+            return
+        kept = self.earlier.get(doc_id)
+        if kept is None:
+            kept = self.earlier[doc_id] = []
+        kept.append(old)
+        self.live_bytes[old.segment] += old.length
+        if len(kept) > keep:
+            gone = kept.pop(0)
+            self.live_bytes[gone.segment] -= gone.length
+
+    def trim_earlier(self, keep: int) -> None:
+        """At most keep earlier generations per session (a smaller --keep-generations)."""
+        for doc_id, kept in list(self.earlier.items()):
+            excess = max(0, len(kept) - keep)
+            for entry in kept[:excess]:
+                self.live_bytes[entry.segment] -= entry.length
+            if excess == len(kept):
+                del self.earlier[doc_id]
+            elif excess:
+                del kept[:excess]
+
+    def generations(self, doc_id: str) -> list[Entry]:
+        """A session's generations, newest first: the current one (if any) and the
+        earlier ones kept."""
+        current = self._entries.get(SESSION, {}).get(doc_id)
+        if current is None:
+            return []
+        return [current, *reversed(self.earlier.get(doc_id, ()))]
+
+    def earlier_rows(self) -> list[tuple[str, Entry]]:
+        return [(doc_id, entry) for doc_id, kept in self.earlier.items() for entry in kept]
+
+    def repoint_earlier(self, doc_id: str, old: Entry, new: Entry) -> bool:
+        """Compaction moved an earlier generation's record: it now lies at new."""
+        kept = self.earlier.get(doc_id, [])
+        for position, entry in enumerate(kept):
+            if entry == old:
+                kept[position] = new
+                self.live_bytes[old.segment] -= old.length
+                self.live_bytes[new.segment] += new.length
+                return True
+        return False
 
     def _sort_all(self) -> None:
         self._sorted_keys = {

@@ -5,7 +5,10 @@
 #     payload: CBOR {generation, seq, batch, position: [segment, offset],
 #              next_segment, segments: [[number, record bytes], ...],
 #              entries: {kind: [ids, seqs, digests, sizes, segments, offsets, lengths]},
-#              (an eighth column, expires_at_ms, 0 for none),
+#              (an eighth column, expires_at_ms, 0 for none, and a ninth,
+#              committed_at_ms, 0 where unknown),
+#              earlier: [ids, counts, then the entry columns of the earlier
+#                        generations kept, each session's oldest first],
 #              history: [seqs, kinds (one text, a character each), ids, digests|null,
 #                        committed_at_ms, sizes, expired (booleans)],
 #              damaged: [[id hash, seq, file, offset, reason, id or null], ...]}
@@ -92,6 +95,25 @@ def _entry_columns(table: dict[str, Entry]) -> list[list[Any]]:
     return columns
 
 
+def _earlier_columns(earlier: dict[str, list[Entry]]) -> list[list[Any]]:
+    entries = [entry for kept in earlier.values() for entry in kept]
+    columns: list[list[Any]] = [list(earlier), [len(kept) for kept in earlier.values()]]
+    for field_number in range(len(Entry._fields)):
+        columns.append([entry[field_number] for entry in entries])
+    return columns
+
+
+def _earlier(columns: list[Any]) -> dict[str, list[Entry]]:
+    ids, counts, *fields = columns
+    entries = list(map(Entry, *fields)) if fields else []
+    earlier: dict[str, list[Entry]] = {}
+    start = 0
+    for doc_id, count in zip(ids, counts, strict=True):
+        earlier[doc_id] = entries[start : start + count]
+        start += count
+    return earlier
+
+
 def _history_columns(rows: list[HistoryRow]) -> list[Any]:
     columns: list[Any] = [[row[n] for row in rows] for n in range(HISTORY_COLUMNS)]
     columns[1] = "".join(columns[1])
@@ -152,6 +174,7 @@ def encode_checkpoint(state: CheckpointState, sealer: Sealer) -> bytes:
             for kind in state.index.kinds()
             if state.index.count(kind)
         },
+        "earlier": _earlier_columns(state.index.earlier),
         "history": _history_columns(state.history),
         "damaged": state.damaged,
     }
@@ -182,6 +205,7 @@ def decode_checkpoint(path: str, data: bytes, sealer: Sealer) -> CheckpointState
                 for kind, (ids, *columns) in fields["entries"].items()
             }
         )
+        index.load_earlier(_earlier(fields.get("earlier", [[], []])))
         return CheckpointState(
             generation=fields["generation"],
             seq=fields["seq"],

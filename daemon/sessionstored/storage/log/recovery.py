@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
-from ..documents import Entry
+from ..documents import SESSION, Entry
 from ..errors import CorruptRecord, StoreFormatError, StoreLocked
 from ..mutations import Committed
 from ..sealing import Sealer
@@ -307,7 +307,7 @@ def recover(store: Store) -> RecoveryReport:
     )
     history = _shared_history(base) if base else []
     damaged = {row.id_hash: row for row in base.damaged} if base else {}
-    _replay(store.sealer, result, index, history, damaged)
+    _replay(store.sealer, result, index, history, damaged, store.keep_generations)
     report.records_replayed = result.records
     report.batches_replayed = len(result.batches)
     report.rolled_back = result.rolled_back
@@ -379,17 +379,23 @@ def _replay(
     index: Index,
     history: list[Committed],
     damaged: dict[int, DamageRow],
+    keep_generations: int,
 ) -> None:
-    """The committed batches the scan found, into the index, the watch history and the
-    damage table (a rewritten document is no longer damaged)."""
+    """The committed batches the scan found, into the index (with the earlier
+    generations of sessions it keeps), the watch history and the damage table (a
+    rewritten document is no longer damaged)."""
     for batch in result.batches:
         for intent in batch.intents:
             kind, doc_id, seq, digest, size, segment, offset, length, expires, expired = intent
+            old = index.get(kind, doc_id) if kind == SESSION else None
             if digest is None:
                 index.remove(kind, doc_id)
             else:
-                entry = Entry(seq, digest, size, segment, offset, length, expires)
+                at_ms = batch.committed_at_ms if kind == SESSION else 0
+                entry = Entry(seq, digest, size, segment, offset, length, expires, at_ms)
                 index.put(kind, doc_id, entry)
+            if kind == SESSION:
+                index.retain(doc_id, old, digest is None, keep_generations)
             if damaged:
                 for id_hash in sealer.id_hashes(kind, doc_id):
                     damaged.pop(id_hash, None)

@@ -2,7 +2,8 @@
 # migrate_v1.py builds one: the documents go into compacted segments (each temp,
 # fsync, rename, fsync the directory), and an index checkpoint at the backup's
 # seq names them, so the store opens at that seq and a resuming watcher's seq
-# never goes back. Each document keeps its own seq.
+# never goes back. Each document keeps its own seq; a session's earlier
+# generations (a session named more than once) are kept as earlier generations.
 #
 # The store is built beside the target, in DIR.restoring, and renamed to DIR
 # only once it is whole and opens clean: a restore that crashes leaves no state
@@ -57,7 +58,8 @@ def restore_log(
     for doc in documents:
         record = encode_data(sealer, 0, doc)
         rows.append((doc.kind, doc.id, Entry(doc.seq, doc.digest, len(doc.body), number, offset,
-                                             len(record), doc.expires_at_ms)))  # fmt: skip
+                                             len(record), doc.expires_at_ms,
+                                             doc.committed_at_ms)))  # fmt: skip
         chunks.append(record)
         offset += len(record)
         if offset >= SEGMENT_TARGET_BYTES:

@@ -21,6 +21,7 @@
 # failed sync, the page cache can no longer be trusted to hold what we wrote).
 from __future__ import annotations
 
+import dataclasses
 import errno
 import time
 from collections.abc import Sequence
@@ -36,6 +37,7 @@ from ..decide import Accepted, decide_all, fold_txn_results, record_applied
 from ..documents import NEVER, Document, Entry, Found, KeyRange, expired, session_page
 from ..engine import CompactResult, Problem
 from ..errors import CorruptRecord, FatalStorageError, InjectedFault, NoSpace
+from ..generations import DEFAULT_KEEP_GENERATIONS, generation_at
 from ..history import History
 from ..mutations import (
     LEASE,
@@ -104,6 +106,10 @@ class _IndexState:
         doc = self.store.read(kind, doc_id, cached=False)  # the writer's thread: no cache
         return doc.body if doc is not None else None
 
+    def body_at(self, kind: str, doc_id: str, at: int) -> bytes | None:
+        entry = generation_at(self.store.generations(kind, doc_id), at, doc_id)
+        return None if entry is None else self.store.read_entry(kind, doc_id, entry).body
+
     def scan(self, wanted: KeyRange) -> Found:
         return self.store.index.scan(wanted)
 
@@ -127,6 +133,7 @@ class StoreOptions(TypedDict, total=False):
     compact_dead_share: float
     read_cache_bytes: int
     segment_bytes: int
+    keep_generations: int
     failpoint: Failpoint
     key: Key | None
 
@@ -148,6 +155,7 @@ class Store:
         compact_dead_share: float = DEFAULT_COMPACT_DEAD_SHARE,
         read_cache_bytes: int = DEFAULT_CAPACITY_BYTES,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        keep_generations: int = DEFAULT_KEEP_GENERATIONS,
         failpoint: Failpoint = no_failpoint,
         key: Key | None = None,
     ) -> None:
@@ -158,6 +166,7 @@ class Store:
         self.checkpoint_every = checkpoint_every
         self.checkpoint_every_bytes = checkpoint_every_bytes
         self.compact_dead_share = compact_dead_share
+        self.keep_generations = keep_generations
         self.failpoint = failpoint
         self.key = key
         self.sealer = Sealer(key)
@@ -190,6 +199,7 @@ class Store:
 
     def adopt(self, recovered: Recovered) -> None:
         self.index = recovered.index
+        self.index.trim_earlier(self.keep_generations)
         self.expiries.rebuild(self.index)
         self.history.clear()
         self.history.extend(recovered.history)
@@ -224,6 +234,18 @@ class Store:
         if entry is not None and expired(entry.expires_at_ms, _now_ms()):
             return None
         return entry
+
+    def generations(self, kind: str, doc_id: str) -> list[Entry]:
+        """A session's current generation and the earlier ones kept, newest first; none
+        once it expired."""
+        if kind != SESSION or self.head(kind, doc_id) is None:
+            return []
+        return self.index.generations(doc_id)
+
+    def read_generation(self, kind: str, doc_id: str, entry: Entry) -> Document:
+        return dataclasses.replace(
+            self.read_entry(kind, doc_id, entry), committed_at_ms=entry.committed_at_ms
+        )
 
     @property
     def acknowledged_seq(self) -> int:
@@ -410,6 +432,7 @@ class Store:
                     offset,
                     len(record),
                     change.expires_at_ms,
+                    committed_at_ms if change.kind == SESSION else 0,
                 )
             batch.changes.append((change.kind, change.id, entry))
             record_applied(batch, outcomes, position, change, seq, committed_at_ms)
@@ -439,7 +462,10 @@ class Store:
     def publish(self, batch: Batch) -> None:
         """Make a durable batch visible to readers (the event loop's thread in the daemon)."""
         prepared = batch.prepared if isinstance(batch, LogBatch) else None
+        replaced = self._replaced_sessions(batch.changes)
         self.index.apply(batch.changes, prepared)
+        for doc_id, old, removed in replaced:
+            self.index.retain(doc_id, old, removed, self.keep_generations)
         if prepared is not None:
             self.cache.discard_all(prepared.removed)
         else:
@@ -457,6 +483,23 @@ class Store:
         if batch.lease_body is not None:
             self.lease = cbor2.loads(batch.lease_body)
         self.seq = batch.last_seq
+
+    def _replaced_sessions(
+        self, changes: Sequence[tuple[str, str, Entry | None]]
+    ) -> list[tuple[str, Entry | None, bool]]:
+        """Each session change's id, the generation it replaced, and whether it removed
+        the session: what the earlier generations kept need (none kept: nothing)."""
+        if not self.keep_generations and not self.index.earlier:
+            return []
+        replaced: list[tuple[str, Entry | None, bool]] = []
+        latest: dict[str, Entry | None] = {}
+        for kind, doc_id, entry in changes:
+            if kind != SESSION:
+                continue
+            old = latest[doc_id] if doc_id in latest else self.index.get(SESSION, doc_id)
+            replaced.append((doc_id, old, entry is None))
+            latest[doc_id] = entry
+        return replaced
 
     # -- checkpoints (the writer's thread, between batches) ------------------------------
 
