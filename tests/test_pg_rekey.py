@@ -73,10 +73,10 @@ def _finish(process: subprocess.Popen[str]) -> tuple[int, str]:
 
 
 def _sealed_with(url: str) -> dict[str, int]:
-    """How many rows of ss_documents and ss_changes each key id seals."""
+    """How many rows of ss_documents, ss_generations and ss_changes each key id seals."""
     counts: dict[str, int] = {}
     with psycopg.connect(url) as conn:
-        for table in ("ss_documents", "ss_changes"):
+        for table in ("ss_documents", "ss_generations", "ss_changes"):
             rows = conn.execute(
                 f"SELECT substring(name from {KEY_ID_AT + 1} for {KEY_ID_BYTES}), count(*)"
                 f" FROM {table} GROUP BY 1"
@@ -84,6 +84,18 @@ def _sealed_with(url: str) -> dict[str, int]:
             for key_id, count in rows:
                 counts[bytes(key_id).hex()] = counts.get(bytes(key_id).hex(), 0) + count
     return counts
+
+
+def _earlier_generations_read(daemon: DaemonProcess) -> int:
+    """Every generation each session keeps, read back whole; how many earlier ones."""
+    earlier = 0
+    with daemon.client() as client:
+        for session_id in client.list(limit=10_000)["ids"]:
+            for generation in client.history(session_id):
+                read = client.load_with_meta(session_id, at=generation["seq"])
+                assert read["digest"] == generation["digest"]
+            earlier += len(client.history(session_id)) - 1
+    return earlier
 
 
 def _meta(url: str) -> dict[str, str]:
@@ -164,6 +176,7 @@ def test_a_rekey_under_load_leaves_every_document_under_the_new_key_only(
     after = _serve(short_tmp / "d", url, "--key-file", new)
     daemons.append(after)
     assert exported_digests(after) == wanted  # it started: it followed the resealed history too
+    assert _earlier_generations_read(after) > 0  # kept ones, resealed, read with the new key
     _stop(after)
     stale = _daemon(short_tmp / "e", url)
     daemons.append(stale)
@@ -316,7 +329,7 @@ def test_a_schema_version_1_database_is_moved_to_the_current_version_at_start(
     assert exported_digests(again) == before
     with again.client() as client:
         client.save(_snapshot("s/new", 1))
-    assert _meta(url)["schema_version"] == "4"
+    assert _meta(url)["schema_version"] == "5"
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT key_epoch FROM ss_counter").fetchone() == (0,)
     _stop(again)
@@ -354,7 +367,7 @@ def _moved_once_no_older_daemon_uses_it(
     again = _serve(short_tmp / "c", url)
     daemons.append(again)
     assert exported_digests(again) == before
-    assert _meta(url)["schema_version"] == "4"
+    assert _meta(url)["schema_version"] == "5"
     return again
 
 
@@ -394,4 +407,26 @@ def test_a_version_3_database_gains_expiry_once_no_older_daemon_uses_it(
             "SELECT count(*) FROM pg_proc WHERE proname IN ('ss_stage', 'ss_take_seqs')"
         ).fetchone()
         assert functions == (2,)  # version 3's overloads are gone
+    _stop(again)
+
+
+def test_a_version_4_database_gains_earlier_generations_once_no_older_daemon_uses_it(
+    url: str, short_tmp: Path, daemons: list[DaemonProcess]
+) -> None:
+    """A version-4 daemon keeps no earlier generations: its saves would drop a session's
+    row without keeping it. The move adds the table and the commit times (those of the
+    changes still kept) once none is connected."""
+    version_4 = (
+        "DROP TABLE ss_generations",
+        "ALTER TABLE ss_documents DROP COLUMN committed_at_ms",
+    )
+    again = _moved_once_no_older_daemon_uses_it(
+        url, short_tmp, daemons, "4", version_4, "sessionstored keys= schema=4"
+    )
+    with again.client() as client:
+        ids = client.list()["ids"]
+        assert ids and all(client.history(i)[0]["committed_at_ms"] > 0 for i in ids)
+        first = client.save(_snapshot("s/kept", 1))
+        client.save(_snapshot("s/kept", 2))
+        assert client.load("s/kept", at=first["seq"]) == _snapshot("s/kept", 1)
     _stop(again)

@@ -139,7 +139,7 @@ def needs_whole_store(mutation: Mutation) -> bool:
     its seq), a write of an earlier generation (PostgreSQL reads it under the lock)."""
     if mutation_keys(mutation) is None:
         return True
-    if isinstance(mutation, Rewrite) and (mutation.decides_lease or mutation.source_at):
+    if isinstance(mutation, Rewrite) and (mutation.decides_lease or mutation.source_at is not None):
         return True
     return isinstance(mutation, Txn) and any(isinstance(op, TxnAppend) for op in mutation.ops)
 

@@ -3,7 +3,7 @@
 # the same snapshot, the counter's seq included, while the other daemons and
 # this one's readers and writer go on (MVCC: nobody waits for it). Rows come
 # through a server-side cursor a chunk at a time, opened and checked as a read
-# checks them.
+# checks them: the documents, then the earlier generations of sessions kept.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -13,7 +13,7 @@ import psycopg
 
 from sessionstore.wire.canonical import digest_bytes_of_canonical
 
-from ..documents import Document
+from ..documents import SESSION, Document
 from ..errors import CorruptRecord
 
 CHUNK_ROWS = 256
@@ -43,13 +43,24 @@ class PgBackup:
         return self._documents
 
     def chunks(self) -> Iterator[list[Document]]:
-        with self._conn.cursor(name="ss_backup") as cursor:
-            cursor.execute("SELECT kind, name, seq, digest, body, expires_at_ms FROM ss_documents")
-            while rows := cursor.fetchmany(CHUNK_ROWS):
-                yield [self._document(*row) for row in rows]
+        for table in ("ss_documents", "ss_generations"):
+            with self._conn.cursor(name="ss_backup") as cursor:
+                cursor.execute(
+                    "SELECT kind, name, seq, digest, body, expires_at_ms, committed_at_ms"
+                    f" FROM {table}"
+                )
+                while rows := cursor.fetchmany(CHUNK_ROWS):
+                    yield [self._document(*row) for row in rows]
 
     def _document(
-        self, kind: str, name: Any, seq: int, digest: Any, body: Any, expires_at_ms: int
+        self,
+        kind: str,
+        name: Any,
+        seq: int,
+        digest: Any,
+        body: Any,
+        expires_at_ms: int,
+        committed_at_ms: int,
     ) -> Document:
         what = kind.encode()
         doc_id = self._open(bytes(name), b"name:" + what, "ss_documents").decode()
@@ -58,7 +69,8 @@ class PgBackup:
         plain = self._open(bytes(body), b"body:" + what, where)
         if digest_bytes_of_canonical(plain) != stored:
             raise CorruptRecord(f"postgresql {where}", 0, "body digest mismatch")
-        return Document(kind, doc_id, seq, stored, plain, expires_at_ms)
+        at_ms = committed_at_ms if kind == SESSION else 0
+        return Document(kind, doc_id, seq, stored, plain, expires_at_ms, at_ms)
 
     def close(self) -> None:
         if not self._conn.closed:

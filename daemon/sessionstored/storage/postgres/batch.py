@@ -52,12 +52,14 @@ import psycopg
 from sessionstore.wire.canonical import digest_bytes_of_canonical
 
 from ..decide import decide_all, fold_txn_results, record_applied
-from ..documents import Entry, Found, KeyRange
+from ..documents import Document, Entry, Found, KeyRange
 from ..errors import CorruptRecord
+from ..generations import generation_at
 from ..mutations import (
     ANY,
     LEASE,
     LEASE_ID,
+    SESSION,
     Batch,
     Mutation,
     Outcome,
@@ -85,7 +87,7 @@ Row = tuple[str, bytes]  # (kind, key column)
 _STAGE_CALL = (
     "ss_stage(%b::boolean, %b::bigint, %b::bigint[], %b::text[], %b::bytea[], %b::bigint[],"
     " %b::text[], %b::bytea[], %b::text[], %b::bytea[], %b::bytea[], %b::bytea[],"
-    " %b::bytea[], %b::int[], %b::bigint[])"
+    " %b::bytea[], %b::int[], %b::bigint[], %b::int, %b::bytea[], %b::bytea[])"
 )
 _TAKE_SEQS_ARGS = (
     "%b::bigint, %b::text[], %b::bytea[], %b::bigint[],"
@@ -158,6 +160,7 @@ class Sealing(Protocol):
     """What a batch needs of the store: its key columns and sealing, its keying."""
 
     max_document_bytes: int
+    keep_generations: int
 
     def _keys(self, kind: str, doc_id: str) -> list[bytes]: ...
     def _seal(self, data: bytes, what: bytes) -> bytes: ...
@@ -167,6 +170,12 @@ class Sealing(Protocol):
     def _open(self, data: bytes, what: bytes, where: str) -> bytes: ...
     def _scan_with(self, conn: psycopg.Connection[Any], wanted: KeyRange) -> Found: ...
     def _check_keying(self, conn: psycopg.Connection[Any], epoch: int) -> None: ...
+    def _generations_with(
+        self, conn: psycopg.Connection[Any], kind: str, doc_id: str
+    ) -> list[Entry]: ...
+    def _read_generation_with(
+        self, conn: psycopg.Connection[Any], kind: str, doc_id: str, entry: Entry
+    ) -> Document: ...
     @property
     def key_epoch(self) -> int: ...
 
@@ -278,6 +287,15 @@ class _State:
     def damaged(self, kind: str, doc_id: str) -> bool:
         return False
 
+    def body_at(self, kind: str, doc_id: str, at: int) -> bytes | None:
+        """Only an exclusive batch reads an earlier generation: under the writers' lock."""
+        assert self.scan_conn is not None, "an earlier generation is read only exclusive"
+        entries = self.store._generations_with(self.scan_conn, kind, doc_id)
+        entry = generation_at(entries, at, doc_id)
+        if entry is None:
+            return None
+        return self.store._read_generation_with(self.scan_conn, kind, doc_id, entry).body
+
     def scan(self, wanted: KeyRange) -> Found:
         """Only an exclusive batch scans (delete_prefix): under the writers' lock."""
         assert self.scan_conn is not None, "a range is read only by an exclusive batch"
@@ -294,6 +312,8 @@ class _Plan:
     puts: list[list[Any]] = field(default_factory=lambda: [[], [], [], [], [], [], [], []])
     # ordinal, kind, name, digest, size, expired
     changes: list[list[Any]] = field(default_factory=lambda: [[], [], [], [], [], []])
+    # a put session's keys its row may lie under, and the key it is written under
+    kept: tuple[list[bytes], list[bytes]] = field(default_factory=lambda: ([], []))
     learned: dict[Row, tuple[int, Known]] = field(default_factory=dict)  # row -> (ordinal, seen)
     locks: set[int] = field(default_factory=set)
 
@@ -475,6 +495,9 @@ class BatchCommitter:
                 plan.learned[(kind, key)] = (ordinal, ABSENT)
             if row is not None and isinstance(change, Put):
                 _, key, name, body, digest, _, size = row
+                if kind == SESSION:
+                    plan.kept[0].extend(keys)
+                    plan.kept[1].extend([key] * len(keys))
                 expires = change.expires_at_ms
                 for column, value in zip(
                     plan.puts, (kind, key, name, body, digest, size, ordinal, expires), strict=True
@@ -513,6 +536,8 @@ class BatchCommitter:
             *plan.deletes,
             *plan.puts[:6],
             plan.puts[7],
+            self.store.keep_generations,
+            *plan.kept,
         )
         take_args = (
             len(plan.changes[0]),

@@ -29,7 +29,7 @@ from ..sealing import Key, Sealer
 SEALED_WITH = "sealed_with"
 REKEY_TO = "rekey_to"
 DAEMON_APPLICATION = "sessionstored keys="  # + the key ids a daemon holds, comma-separated
-SCHEMA_MARK = " schema=4"  # then this: the daemon commits the way schema.py's version 4 says
+SCHEMA_MARK = " schema=5"  # then this: the daemon commits the way schema.py's version 5 says
 
 
 class KeyingRefused(Exception):

@@ -14,7 +14,8 @@
 #    then written in one transaction that holds the writers' lock, so no batch
 #    is deciding meanwhile, and only where a row is still the one read (its
 #    sealed name, with its random nonce, unchanged): a row a batch rewrote
-#    since is already under the new key. Then ss_changes, which only grows,
+#    since is already under the new key. The earlier generations of sessions
+#    (ss_generations) go the same way. Then ss_changes, which only grows,
 #    page by page without the lock.
 # 3. End. Under both locks again, with no row left under the old key,
 #    sealed_with = the new key id, rekey_to goes, key_epoch moves.
@@ -38,6 +39,7 @@ KEY_ID_AT = len(SEAL_MAGIC) + 1  # where an envelope's key id starts (SQL substr
 NOT_UNDER = f"substring(name from {KEY_ID_AT} for {KEY_ID_BYTES}) <> %s"
 
 Progress = Callable[[int, int], None]  # (rows resealed, rows to reseal)
+RESEALED_TABLES = ("ss_documents", "ss_generations", "ss_changes")
 
 
 class RekeyRefused(Exception):
@@ -65,7 +67,8 @@ def rekey_database(
         return result
     rotation = _Rotation(conn, old, new, rows_per_transaction, progress)
     while True:
-        result.documents += rotation.reseal_documents()
+        result.documents += rotation.reseal_documents("ss_documents")
+        result.documents += rotation.reseal_documents("ss_generations")
         result.changes += rotation.reseal_changes()
         if _end(conn, new):
             return result
@@ -121,7 +124,7 @@ def _begin(conn: psycopg.Connection[Any], old: Key, new: Key, result: RekeyResul
 def _end(conn: psycopg.Connection[Any], new: Key) -> bool:
     with conn.transaction():
         _lock(conn)
-        for table in ("ss_documents", "ss_changes"):
+        for table in RESEALED_TABLES:
             left = conn.execute(
                 f"SELECT 1 FROM {table} WHERE {NOT_UNDER} LIMIT 1", (new.key_id,)
             ).fetchone()
@@ -149,7 +152,7 @@ class _Rotation:
         self.progress = progress
         self.done = 0
         self.total = 0
-        for table in ("ss_documents", "ss_changes"):
+        for table in RESEALED_TABLES:
             counted = conn.execute(
                 f"SELECT count(*) FROM {table} WHERE {NOT_UNDER}", (new.key_id,)
             ).fetchone()
@@ -170,34 +173,38 @@ class _Rotation:
         if self.progress is not None:
             self.progress(self.done, max(self.total, self.done))
 
-    def reseal_documents(self) -> int:
+    def reseal_documents(self, table: str) -> int:
+        """ss_documents' rows, or ss_generations' (a session's seq tells them apart)."""
         resealed = 0
-        after: tuple[str, bytes] = ("", b"")
+        after: tuple[str, bytes, int] = ("", b"", 0)
         while True:
             rows = self.conn.execute(
-                "SELECT kind, key, name, body, digest FROM ss_documents"
-                f" WHERE (kind, key) > (%s, %s) AND {NOT_UNDER} ORDER BY kind, key LIMIT %s",
+                f"SELECT kind, key, seq, name, body, digest FROM {table}"
+                f" WHERE (kind, key, seq) > (%s, %s, %s) AND {NOT_UNDER}"
+                " ORDER BY kind, key, seq LIMIT %s",
                 (*after, self.new.key_id, self.rows),
             ).fetchall()
             self.conn.commit()
             if not rows:
                 return resealed
-            updates = [self._document(*row) for row in rows]
+            updates = [self._document(table, *row) for row in rows]
             with self.conn.transaction():
                 lock_writers(self.conn)
                 with self.conn.cursor() as cursor:
                     cursor.executemany(
-                        "UPDATE ss_documents SET key = %s, name = %s, body = %s, digest = %s"
-                        " WHERE kind = %s AND key = %s AND name = %s",
+                        f"UPDATE {table} SET key = %s, name = %s, body = %s, digest = %s"
+                        " WHERE kind = %s AND key = %s AND seq = %s AND name = %s",
                         updates,
                     )
             resealed += len(rows)
             self._advance(len(rows))
-            after = (rows[-1][0], bytes(rows[-1][1]))
+            after = (rows[-1][0], bytes(rows[-1][1]), rows[-1][2])
 
-    def _document(self, kind: str, key: Any, name: Any, body: Any, digest: Any) -> tuple[Any, ...]:
+    def _document(
+        self, table: str, kind: str, key: Any, seq: int, name: Any, body: Any, digest: Any
+    ) -> tuple[Any, ...]:
         what = kind.encode()
-        where = f"ss_documents ({kind}, key {bytes(key).hex()})"
+        where = f"{table} ({kind}, key {bytes(key).hex()}, seq {seq})"
         doc_id = self._open(bytes(name), b"name:" + what, where)
         try:
             new_key = row_key(self.new, kind, doc_id.decode())
@@ -210,6 +217,7 @@ class _Rotation:
             self._reseal(bytes(digest), b"digest:" + what, where),
             kind,
             bytes(key),
+            seq,
             bytes(name),
         )
 

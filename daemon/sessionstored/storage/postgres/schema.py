@@ -10,8 +10,9 @@ import psycopg
 
 from .keying import DAEMON_APPLICATION, SCHEMA_MARK, SEALED_WITH
 
-# 2: ss_counter.key_epoch (online rekey); 3: batches overlap (ss_stage); 4: expiry
-SCHEMA_VERSION = 4
+# 2: ss_counter.key_epoch (online rekey); 3: batches overlap (ss_stage); 4: expiry;
+# 5: earlier generations of sessions (ss_generations)
+SCHEMA_VERSION = 5
 NOTIFY_CHANNEL = "sessionstore_changes"
 SCHEMA_LOCK = 0x5E55_1057  # pg_advisory_xact_lock key: one daemon creates the schema
 # Every batch holds this advisory lock shared, from before it checks what it decided
@@ -33,6 +34,20 @@ TABLES = (
     " name bytea NOT NULL, digest bytea, committed_at_ms bigint NOT NULL, size int NOT NULL,"
     " expired boolean NOT NULL DEFAULT false)",
 )
+# version 5: each session's earlier generations kept (--keep-generations), their rows as
+# ss_documents' were, under the session's key; and when each generation was committed
+GENERATIONS = (
+    "ALTER TABLE ss_documents ADD COLUMN IF NOT EXISTS committed_at_ms bigint NOT NULL DEFAULT 0",
+    "CREATE TABLE IF NOT EXISTS ss_generations (kind text NOT NULL, key bytea NOT NULL,"
+    " seq bigint NOT NULL, name bytea NOT NULL, body bytea NOT NULL, digest bytea NOT NULL,"
+    " size int NOT NULL, expires_at_ms bigint NOT NULL DEFAULT 0,"
+    " committed_at_ms bigint NOT NULL DEFAULT 0, PRIMARY KEY (kind, key, seq))",
+)
+# a version-4 store's rows get their commit time from the changes still kept
+FILL_COMMITTED_AT = (
+    "UPDATE ss_documents d SET committed_at_ms = c.committed_at_ms FROM ss_changes c"
+    " WHERE c.seq = d.seq AND d.committed_at_ms = 0"
+)
 # version 4: a document may expire (0: never), the sweep finds the due ones by this
 # index, and a change records whether the sweep made it
 EXPIRY = (
@@ -49,6 +64,11 @@ VERSION_3_FUNCTIONS = (
     " text[], bytea[], bytea[], int[], bigint)",
     "DROP FUNCTION IF EXISTS ss_hold_writers(text[], bytea[], boolean[])",
 )
+# version 4's, replaced by the one that keeps earlier generations
+VERSION_4_FUNCTIONS = (
+    "DROP FUNCTION IF EXISTS ss_stage(boolean, bigint, bigint[], text[], bytea[], bigint[],"
+    " text[], bytea[], text[], bytea[], bytea[], bytea[], bytea[], int[], bigint[])",
+)
 # the one daemon that sweeps expired documents holds this session advisory lock
 SWEEPER_LOCK = 0x5E55_1059
 
@@ -64,6 +84,11 @@ ROWS_BY_KEY = ("enable_seqscan", "enable_hashjoin", "enable_mergejoin")  # each 
 # committed before it (READ COMMITTED, a volatile function), it checks that the key
 # epoch and every row the batch decided on are as the daemon believed (seq, 0 for
 # no row), and only then deletes and writes the batch's rows, their seq still 0.
+# A session's row that a put replaces is first kept in ss_generations (under
+# the session's key: p_kept_from names each key its row may lie under, during
+# an online rekey the old one too, p_kept_to the key it is written under),
+# then the session's generations beyond the newest p_keep go; a removed
+# session's go with it.
 # 0: staged; -1: a row moved (decide again); -2: the key epoch moved.
 STAGE = f"""
 CREATE OR REPLACE FUNCTION ss_stage(
@@ -71,7 +96,8 @@ CREATE OR REPLACE FUNCTION ss_stage(
     p_read_kinds text[], p_read_keys bytea[], p_read_seqs bigint[],
     p_del_kinds text[], p_del_keys bytea[],
     p_put_kinds text[], p_put_keys bytea[], p_put_names bytea[], p_put_bodies bytea[],
-    p_put_digests bytea[], p_put_sizes int[], p_put_expires bigint[]
+    p_put_digests bytea[], p_put_sizes int[], p_put_expires bigint[],
+    p_keep int, p_kept_from bytea[], p_kept_to bytea[]
 ) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     epoch bigint;
@@ -94,7 +120,30 @@ BEGIN
     IF moved THEN
         RETURN -1;
     END IF;
+    IF cardinality(p_kept_to) > 0 THEN
+        UPDATE ss_generations g SET key = k.to_key
+            FROM unnest(p_kept_from, p_kept_to) AS k(from_key, to_key)
+            WHERE k.from_key <> k.to_key AND g.kind = 's' AND g.key = k.from_key;
+        IF p_keep > 0 THEN
+            INSERT INTO ss_generations (kind, key, seq, name, body, digest, size, expires_at_ms,
+                                        committed_at_ms)
+                SELECT 's', k.to_key, d.seq, d.name, d.body, d.digest, d.size, d.expires_at_ms,
+                       d.committed_at_ms
+                FROM unnest(p_kept_from, p_kept_to) AS k(from_key, to_key)
+                JOIN ss_documents d ON d.kind = 's' AND d.key = k.from_key
+                ON CONFLICT DO NOTHING;
+        END IF;
+        DELETE FROM ss_generations g USING (
+            SELECT t.key, t.seq
+            FROM (SELECT DISTINCT u.to_key FROM unnest(p_kept_to) AS u(to_key)) k
+            CROSS JOIN LATERAL (SELECT x.key, x.seq FROM ss_generations x
+                                WHERE x.kind = 's' AND x.key = k.to_key
+                                ORDER BY x.seq DESC OFFSET p_keep) t
+        ) old WHERE g.kind = 's' AND g.key = old.key AND g.seq = old.seq;
+    END IF;
     IF cardinality(p_del_keys) > 0 THEN
+        DELETE FROM ss_generations g USING unnest(p_del_kinds, p_del_keys) AS r(kind, key)
+            WHERE r.kind = 's' AND g.kind = 's' AND g.key = r.key;
         DELETE FROM ss_documents d USING unnest(p_del_kinds, p_del_keys) AS r(kind, key)
             WHERE d.kind = r.kind AND d.key = r.key;
     END IF;
@@ -140,7 +189,7 @@ BEGIN
         UPDATE ss_counter SET seq = seq + p_count WHERE one = 1
         RETURNING seq - p_count AS first, clock_timestamp() AS at
     ), stamped AS (
-        UPDATE ss_documents d SET seq = counter.first + u.ord
+        UPDATE ss_documents d SET seq = counter.first + u.ord, committed_at_ms = p_at_ms
         FROM counter, unnest(p_put_kinds, p_put_keys, p_put_ords) AS u(kind, key, ord)
         WHERE d.kind = u.kind AND d.key = u.key
     ), appended AS (
@@ -203,7 +252,8 @@ def schema_exists(conn: psycopg.Connection[Any]) -> bool:
 def _older_daemons(conn: psycopg.Connection[Any]) -> int:
     """Connected daemons of an earlier version: a version-2 one commits under the counter
     row's lock alone (a batch of theirs and one of ours could both decide on the same
-    row), a version-3 one knows no expiry (its writes would keep a row's old one)."""
+    row), a version-3 one knows no expiry (its writes would keep a row's old one), a
+    version-4 one keeps no earlier generations (its saves would drop them)."""
     row = conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
         " AND starts_with(application_name, %s) AND strpos(application_name, %s) = 0",
@@ -218,6 +268,7 @@ def ensure_schema(
     """Creates the tables (a new database is sealed_with that key id, "" for plaintext),
     or moves them to this version; returns ss_meta, whether it created them, and the key
     epoch."""
+    fill_committed_at = False
     with conn.transaction():
         lock_schema(conn)
         created = not schema_exists(conn)
@@ -231,19 +282,22 @@ def ensure_schema(
         if meta.get("schema_version") == "1":
             conn.execute(MIGRATE_FROM_1)
             meta["schema_version"] = "2"
-        if meta.get("schema_version") in ("2", "3"):
+        if meta.get("schema_version") in ("2", "3", "4"):
             older = _older_daemons(conn)
             if older:
                 raise OlderDaemonsConnected(
                     f"{older} connections of daemons of an earlier version use this "
                     "database: stop them, then start this version on every host"
                 )
-            for statement in VERSION_3_FUNCTIONS:
+            for statement in VERSION_3_FUNCTIONS + VERSION_4_FUNCTIONS:
                 conn.execute(statement)
+            fill_committed_at = True
             meta["schema_version"] = str(SCHEMA_VERSION)
         if meta.get("schema_version") == str(SCHEMA_VERSION):
-            for statement in EXPIRY:
+            for statement in EXPIRY + GENERATIONS:
                 conn.execute(statement)
+            if fill_committed_at:
+                conn.execute(FILL_COMMITTED_AT)
             for statement in FUNCTIONS:
                 conn.execute(statement)
             conn.execute(

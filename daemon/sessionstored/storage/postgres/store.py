@@ -28,6 +28,7 @@
 # when a daemon dies before its reply.
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -43,10 +44,12 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from sessionstore.wire.canonical import digest_bytes_of_canonical
 from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.shared import Refusal
 
 from ..documents import Document, Entry, Found, KeyRange, expired, session_page
 from ..engine import CompactResult, Problem
 from ..errors import CorruptRecord, FatalStorageError, RestoreRefused
+from ..generations import DEFAULT_KEEP_GENERATIONS
 from ..history import History
 from ..mutations import (
     LEASE,
@@ -149,6 +152,14 @@ def redacted(url: str) -> str:
     return f"postgresql://{user}@{host}:{port}/{name}"
 
 
+# a restore's sessions, all in ss_generations: the newest of each becomes its row
+PROMOTE_NEWEST_GENERATIONS = (
+    "INSERT INTO ss_documents (kind, key, name, body, digest, seq, size, expires_at_ms,"
+    " committed_at_ms) SELECT DISTINCT ON (kind, key) kind, key, name, body, digest, seq, size,"
+    " expires_at_ms, committed_at_ms FROM ss_generations ORDER BY kind, key, seq DESC"
+)
+
+
 @dataclass
 class PgReport:
     """What a start found, in the shape of the log engine's recovery report."""
@@ -187,10 +198,12 @@ class PgStore:
         previous_key: Key | None = None,
         password: str | None = None,
         history_changes: int = 100_000,
+        keep_generations: int = DEFAULT_KEEP_GENERATIONS,
         max_document_bytes: int = 256 * 1024 * 1024,
         failpoint: Callable[[str], None] | None = None,
         batches_in_flight: int = 1,
     ) -> None:
+        self.keep_generations = keep_generations
         self.batches_in_flight = batches_in_flight  # each on a connection of its own
         self.url = url
         self.password = password
@@ -471,6 +484,59 @@ class PgStore:
             return None
         return self._entry(kind, doc_id, *row)
 
+    def generations(self, kind: str, doc_id: str) -> list[Entry]:
+        """A session's row and its earlier generations kept (ss_generations), newest first:
+        at most keep_generations of those, though a session not saved since the setting
+        shrank holds more until its next save trims them."""
+        if kind != SESSION:
+            return []
+        with self._reader() as conn:
+            return self._generations_with(conn, kind, doc_id)
+
+    def _generations_with(
+        self, conn: psycopg.Connection[Any], kind: str, doc_id: str
+    ) -> list[Entry]:
+        keys = self._keys(kind, doc_id)
+        rows = conn.execute(
+            "(SELECT seq, digest, size, expires_at_ms, committed_at_ms, true FROM ss_documents"
+            "  WHERE kind = %s AND key = ANY(%s))"
+            " UNION ALL (SELECT seq, digest, size, expires_at_ms, committed_at_ms, false"
+            "  FROM ss_generations WHERE kind = %s AND key = ANY(%s) ORDER BY seq DESC LIMIT %s)"
+            " ORDER BY 6 DESC, 1 DESC",
+            (kind, keys, kind, keys, self.keep_generations),
+        ).fetchall()
+        if not rows or not rows[0][5] or expired(rows[0][3], _now_ms()):
+            return []  # no session (its leftovers, if any, go with its next removal or save)
+        where = f"ss_documents ({kind}, {doc_id!r})"
+        return [
+            Entry(seq, self._open(digest, b"digest:" + kind.encode(), where), size, 0, 0, 0,
+                  expires_at_ms, committed_at_ms)
+            for seq, digest, size, expires_at_ms, committed_at_ms, _ in rows
+        ]  # fmt: skip
+
+    def read_generation(self, kind: str, doc_id: str, entry: Entry) -> Document:
+        with self._reader() as conn:
+            return self._read_generation_with(conn, kind, doc_id, entry)
+
+    def _read_generation_with(
+        self, conn: psycopg.Connection[Any], kind: str, doc_id: str, entry: Entry
+    ) -> Document:
+        keys = self._keys(kind, doc_id)
+        row = conn.execute(
+            "SELECT seq, digest, body, expires_at_ms FROM ss_documents"
+            " WHERE kind = %s AND key = ANY(%s) AND seq = %s"
+            " UNION ALL SELECT seq, digest, body, expires_at_ms FROM ss_generations"
+            " WHERE kind = %s AND key = ANY(%s) AND seq = %s LIMIT 1",
+            (kind, keys, entry.seq, kind, keys, entry.seq),
+        ).fetchone()
+        if row is None:  # a save trimmed it since it was listed
+            raise Refusal(
+                ErrorCode.COMPACTED,
+                f"session {doc_id!r}: the generation at seq {entry.seq} is no longer kept",
+            )
+        doc = self._document(kind, doc_id, *row)
+        return dataclasses.replace(doc, committed_at_ms=entry.committed_at_ms)
+
     def read(self, kind: str, doc_id: str, *, cached: bool = True) -> Document | None:
         """The committed generation, None once it expired."""
         with self._reader() as conn:
@@ -731,7 +797,9 @@ class PgStore:
             conn.isolation_level = IsolationLevel.REPEATABLE_READ
             conn.read_only = True
             row = conn.execute("SELECT seq FROM ss_counter").fetchone()
-            counted = conn.execute("SELECT count(*) FROM ss_documents").fetchone()
+            counted = conn.execute(
+                "SELECT (SELECT count(*) FROM ss_documents) + (SELECT count(*) FROM ss_generations)"
+            ).fetchone()
         except psycopg.Error as error:
             conn.close()
             raise DatabaseUnavailable(f"{redacted(self.url)}: {_first_line(error)}") from error
@@ -762,7 +830,9 @@ class PgStore:
     def restore(self, documents: Iterable[Document], seq: int) -> int:
         """A backup's documents into this (empty) database, each at its own seq, the
         counter at the backup's: one transaction, so a restore that fails leaves the
-        database as it was. Returns how many documents it wrote."""
+        database as it was. Returns how many documents it wrote. Sessions go into
+        ss_generations first, where the newest generation of each is then moved to
+        ss_documents: the others are its earlier generations."""
         conn = self._writer_conn()
         written = 0
         with conn.transaction():
@@ -777,22 +847,32 @@ class PgStore:
             rows: list[tuple[Any, ...]] = []
             for doc in documents:
                 row = self._document_row(doc.kind, doc.id, doc.body, doc.digest, doc.seq)
-                rows.append((*row, doc.expires_at_ms))
+                rows.append((*row, doc.expires_at_ms, doc.committed_at_ms))
                 if len(rows) >= RESTORE_ROWS:
                     written += self._insert_documents(conn, rows)
                     rows = []
             written += self._insert_documents(conn, rows)
+            conn.execute(PROMOTE_NEWEST_GENERATIONS)
+            conn.execute(
+                "DELETE FROM ss_generations g USING ss_documents d"
+                " WHERE g.kind = d.kind AND g.key = d.key AND g.seq = d.seq"
+            )
             conn.execute("UPDATE ss_counter SET seq = %s WHERE one = 1", (seq,))
         self.seq = self._acknowledged = seq
         return written
 
     @staticmethod
     def _insert_documents(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> int:
+        columns = "(kind, key, name, body, digest, seq, size, expires_at_ms, committed_at_ms)"
+        values = "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
         with conn.cursor() as cursor:
             cursor.executemany(
-                "INSERT INTO ss_documents (kind, key, name, body, digest, seq, size, expires_at_ms)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                rows,
+                f"INSERT INTO ss_documents {columns} {values}",
+                [row for row in rows if row[0] != SESSION],
+            )
+            cursor.executemany(
+                f"INSERT INTO ss_generations {columns} {values}",
+                [row for row in rows if row[0] == SESSION],
             )
         return len(rows)
 
