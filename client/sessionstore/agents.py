@@ -1,5 +1,6 @@
 # The OpenAI Agents SDK's session on sessionstore (pip install 'sessionstore[agents]').
-# The adapter itself is adapters/agents.py.
+# The adapters themselves are adapters/agents.py and adapters/agents_advanced.py.
 from .adapters.agents import SessionStoreSession
+from .adapters.agents_advanced import AdvancedSessionStoreSession
 
-__all__ = ["SessionStoreSession"]
+__all__ = ["AdvancedSessionStoreSession", "SessionStoreSession"]
