@@ -60,7 +60,14 @@ def test_a_copy_of_a_live_state_directory_recovers_or_refuses_in_one_line(
         time.sleep(0.5)
         for _ in range(COPIES):
             copy = Path(tempfile.mkdtemp(prefix="ss-copy-", dir="/tmp"))
-            subprocess.run(["cp", "-a", str(source.state_dir), str(copy / "state")], check=True)
+            for _attempt in range(5):  # cp gives up on a file the daemon unlinks mid-copy
+                copied = subprocess.run(
+                    ["cp", "-a", str(source.state_dir), str(copy / "state")], capture_output=True
+                )
+                if copied.returncode == 0:
+                    break
+                shutil.rmtree(copy / "state", ignore_errors=True)
+            assert copied.returncode == 0, copied.stderr
             copies.append(copy)
             time.sleep(0.1)
     finally:

@@ -161,6 +161,16 @@ def test_swapped_and_plaintext_records_are_io_errors_never_served(daemon: Daemon
         assert sorted(p["id"] for p in problems) == ["a", "b", "c"]
         for session_id in ("a", "b", "c"):
             client.save(snapshot(session_id, n="fresh"))  # new generations replace them
+            assert client.load(session_id) == snapshot(session_id, n="fresh")
+        kept = client.verify()["problems"]  # kept as earlier generations, still damaged
+        assert sorted((p["id"], p["seq"]) for p in kept) == sorted(
+            (i, g["seq"]) for i in ("a", "b", "c") for g in client.history(i)[1:]
+        )
+        with pytest.raises(IOFailure):
+            client.load("a", at=client.history("a")[1]["seq"])
+    assert daemon.stop() == 0
+    daemon.start("--key-file", str(key_a), "--keep-generations", "0")  # no earlier ones
+    with daemon.client() as client:
         assert client.verify()["problems"] == []
 
 

@@ -71,7 +71,7 @@ def test_every_op_of_the_contract_is_registered_once_with_its_arguments() -> Non
         "fork", "checkpoint_put", "checkpoint_get", "checkpoint_delete", "lease_acquire",
         "lease_get", "lease_release", "watch", "stats", "verify", "compact",
     }  # fmt: skip
-    added = {"checkpoint_scan", "checkpoint_rank", "txn", "backup", "expire"}  # ours
+    added = {"checkpoint_scan", "checkpoint_rank", "txn", "backup", "expire", "history", "revert"}
     assert set(REGISTRY) == contract | added
     assert ARGUMENTS["update"] == {
         "session_id", "component", "value", "expect", "lease", "ttl_s"
@@ -80,6 +80,7 @@ def test_every_op_of_the_contract_is_registered_once_with_its_arguments() -> Non
     assert read_only == {
         "hello", "ping", "load", "head", "exists", "list", "checkpoint_get",
         "lease_get", "watch", "stats", "verify", "checkpoint_scan", "checkpoint_rank", "backup",
+        "history",
     }  # fmt: skip
 
 

@@ -127,7 +127,7 @@ def rekey_main(argv: Sequence[str]) -> int:
         try:
             if pending is None:
                 with _progress_bar() as progress:
-                    done = f"resealed {begin_rekey(store, new, progress).resealed} documents"
+                    done = f"resealed {begin_rekey(store, new, progress).describe()}"
             else:
                 done = f"finished the rotation ({report.rekey_finished})"
         finally:
@@ -170,7 +170,7 @@ def _rekey_database(url: str, old: Key, new: Key, rows_per_transaction: int) -> 
         return 0
     resumed = " (resumed an unfinished rotation)" if result.resumed else ""
     print(
-        f"sessionstored rekey: {where}: resealed {result.documents} documents and "
-        f"{result.changes} changes{resumed}"
+        f"sessionstored rekey: {where}: resealed {result.documents} documents, "
+        f"{result.generations} earlier generations and {result.changes} changes{resumed}"
     )
     return 0

@@ -14,16 +14,17 @@ from .store_parts import StoreParts
 
 def check(store: StoreParts) -> tuple[int, list[Problem]]:
     problems: list[Problem] = []
-    rows = [(k, i, e) for k in store.index.kinds() for i, e in store.index.items(k)]
+    rows = [(k, i, e, False) for k in store.index.kinds() for i, e in store.index.items(k)]
     checked = len(rows)  # documents; their earlier generations are read, not counted
-    rows += [(SESSION, doc_id, entry) for doc_id, entry in store.index.earlier_rows()]
-    for kind, doc_id, entry in rows:
+    rows += [(SESSION, doc_id, entry, True) for doc_id, entry in store.index.earlier_rows()]
+    for kind, doc_id, entry, earlier in rows:
         try:
             store.read_entry(kind, doc_id, entry)
         except (CorruptRecord, OSError) as error:
             file = getattr(error, "path", store.log.path(entry.segment))
             offset = getattr(error, "offset", entry.offset)
-            problems.append(Problem("unreadable", str(error), file, offset, id=doc_id))
+            seq = entry.seq if earlier else None  # an earlier generation names its seq
+            problems.append(Problem("unreadable", str(error), file, offset, seq, id=doc_id))
     for id_hash, seq, path, offset, reason, damaged_id in store.damaged.values():
         if id_hash < 0:  # no id hash survived (damage.py)
             outcome = "which document it held is unknown, and that one may show an older state"

@@ -47,6 +47,7 @@ class Plan:
     number: int = 0  # of the new segment; 0 when nothing is live in the victims
     offsets: list[int] = field(default_factory=list)
     resealed: list[Entry] = field(default_factory=list)
+    earlier_moved: int = 0  # of the records switch() repointed, earlier generations
 
 
 def dead_bytes(store: StoreParts) -> tuple[int, int]:
@@ -165,7 +166,9 @@ def switch(store: StoreParts, work: Plan) -> int:
     for (kind, doc_id, old), new, offset in zip(work.moves, entries, work.offsets, strict=True):
         moved_to = new._replace(segment=work.number, offset=offset)
         if kind == EARLIER:
-            moved += store.index.repoint_earlier(doc_id, old, moved_to)
+            repointed = store.index.repoint_earlier(doc_id, old, moved_to)
+            moved += repointed
+            work.earlier_moved += repointed
         elif store.index.get(kind, doc_id) == old:
             store.index.put(kind, doc_id, moved_to)
             moved += 1

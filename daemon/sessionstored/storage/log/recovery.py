@@ -329,7 +329,7 @@ def recover(store: Store) -> RecoveryReport:
         ) from None
     if bridge is not None:
         rekey = finish_rekey(store, bridge)
-        report.rekey_finished = f"{rekey.bridge}, {rekey.resealed} documents resealed"
+        report.rekey_finished = f"{rekey.bridge}, {rekey.describe()} resealed"
     report.damaged_documents = len(store.damaged)
     report.untold_damage = sum(1 for row in store.damaged.values() if row.id is None)
     report.seq = store.seq

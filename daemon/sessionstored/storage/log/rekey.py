@@ -25,7 +25,12 @@ from .store import Store
 @dataclass
 class RekeyReport:
     bridge: str
-    resealed: int = 0
+    resealed: int = 0  # documents
+    earlier: int = 0  # earlier generations of sessions
+
+    def describe(self) -> str:
+        earlier = f" and {self.earlier} earlier generations" if self.earlier else ""
+        return f"{self.resealed} documents{earlier}"
 
 
 def begin_rekey(
@@ -49,7 +54,8 @@ def finish_rekey(
     work = compaction.plan(store, all_segments=True)
     if work is not None:
         compaction.copy(store, work, reseal=True, progress=progress)
-        report.resealed = compaction.switch(store, work)
+        moved = compaction.switch(store, work)
+        report.resealed, report.earlier = moved - work.earlier_moved, work.earlier_moved
     store.write_index_checkpoint()
     store.log.close_retired()
     new = store.sealer.seal_with

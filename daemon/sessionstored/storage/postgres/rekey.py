@@ -49,6 +49,7 @@ class RekeyRefused(Exception):
 @dataclass
 class RekeyResult:
     documents: int = 0
+    generations: int = 0  # earlier generations of sessions
     changes: int = 0
     resumed: bool = False
     already: bool = False
@@ -68,7 +69,7 @@ def rekey_database(
     rotation = _Rotation(conn, old, new, rows_per_transaction, progress)
     while True:
         result.documents += rotation.reseal_documents("ss_documents")
-        result.documents += rotation.reseal_documents("ss_generations")
+        result.generations += rotation.reseal_documents("ss_generations")
         result.changes += rotation.reseal_changes()
         if _end(conn, new):
             return result
