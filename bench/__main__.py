@@ -29,6 +29,7 @@ from . import (
     backup,
     cpu,
     expiry,
+    generations,
     item_cost,
     loop_stall,
     postgres,
@@ -404,6 +405,10 @@ def main() -> None:
         (base / "expiry").mkdir()
         sweep = expiry.run(Daemon, base / "expiry", args.expiry_documents)
         print(f"expiry sweep: {json.dumps(sweep)}", flush=True)
+        (base / "generations").mkdir()
+        kept = generations.run(Daemon, base / "generations", args.seconds)
+        for name, figures in kept.items():
+            print(f"generations: {name}: {json.dumps(figures)}", flush=True)
         space_result = None
         if args.space_rounds:
             (base / "space").mkdir()
@@ -433,6 +438,7 @@ def main() -> None:
         "loop_stall": stall,
         "backup": backup_figures,
         "expiry_sweep": sweep,
+        "generations": kept,
         "adapters": frameworks,
         "store": memory_store,
         "postgresql": on_postgres,

@@ -175,6 +175,9 @@ class AdvancedSessionStoreSession:
         self._branch_state: tuple[str, int] = (MAIN, 0)  # (current branch, generation)
         self._clients = ClientPerLoop(socket_path, timeout)
         self._ordered: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+        # what this instance's last add wrote: the next add from the same branch state
+        # sends its txn at once, under those requirements, and reads only when they fail
+        self._last_add: tuple[tuple[str, int], str, dict[str, Any] | None, Any] | None = None
 
     @property
     def _current_branch_id(self) -> str:
@@ -283,13 +286,17 @@ class AdvancedSessionStoreSession:
 
     def _add(self, items: list[Any], captured: tuple[str, int]) -> Plan[None]:
         while True:
-            generation, *heads = yield [
-                r.checkpoint_get(KIND, self._generation_key),
-                r.checkpoint_get(KIND, self._head_key(captured[0])),
-                r.checkpoint_get(KIND, self._head_key(MAIN)),
-            ]
-            branch = self._resolved(generation, captured)
-            head = heads[0] if branch == captured[0] else heads[1]
+            known = self._last_add
+            if known is not None and known[0] == captured:  # this instance's own last add
+                _, branch, generation, head = known
+            else:
+                generation, *heads = yield [
+                    r.checkpoint_get(KIND, self._generation_key),
+                    r.checkpoint_get(KIND, self._head_key(captured[0])),
+                    r.checkpoint_get(KIND, self._head_key(MAIN)),
+                ]
+                branch = self._resolved(generation, captured)
+                head = heads[0] if branch == captured[0] else heads[1]
             state = dict(head or {"turn": 0, "bturn": 0, "count": 0, "users": 0})
             if head is None:
                 state.update(created=_now_text(), made_ms=time.time_ns() // 1_000_000)
@@ -315,11 +322,13 @@ class AdvancedSessionStoreSession:
                 _require(self._generation_key, generation),
                 _require(self._head_key(branch), head),
             ]
+            self._last_add = None
             try:
                 yield [r.txn(ops, require)]
-                return
             except Conflict:
                 continue  # another writer moved the branch: read it again
+            self._last_add = (captured, branch, generation, state)
+            return
 
     async def pop_item(self) -> TResponseInputItem | None:
         captured = self._branch_state
@@ -327,6 +336,7 @@ class AdvancedSessionStoreSession:
             return await self._run(self._pop(captured))  # type: ignore[no-any-return]
 
     def _pop(self, captured: tuple[str, int]) -> Plan[Any]:
+        self._last_add = None
         while True:
             (generation,) = yield [r.checkpoint_get(KIND, self._generation_key)]
             branch = self._resolved(generation, captured)
@@ -366,6 +376,7 @@ class AdvancedSessionStoreSession:
             await self._run(self._clear())
 
     def _clear(self) -> Plan[None]:
+        self._last_add = None
         while True:
             (generation,) = yield [r.checkpoint_get(KIND, self._generation_key)]
             heads = yield from every_item(f"{self._root}h/", values=False)
@@ -410,13 +421,21 @@ class AdvancedSessionStoreSession:
     def _branch_from(
         self, turn: int, name: str | None, captured: tuple[str, int]
     ) -> Plan[tuple[str, str, str]]:
-        suffix = 1
+        self._last_add = None
         base = f"branch_from_turn_{turn}_{int(time.time())}"
         while True:
-            (generation,) = yield [r.checkpoint_get(KIND, self._generation_key)]
+            generation, *heads = yield [
+                r.checkpoint_get(KIND, self._generation_key),
+                r.checkpoint_get(KIND, self._head_key(captured[0])),
+                r.checkpoint_get(KIND, self._head_key(MAIN)),
+            ]
             source = self._resolved(generation, captured)
-            (head,) = yield [r.checkpoint_get(KIND, self._head_key(source))]
+            head = heads[0] if source == captured[0] else heads[1]
             entries = yield from self._entries(source)
+            taken: set[str] = set()
+            if name is None:  # the ids of this second already used: the next suffix is free
+                used = yield from every_item(self._reserved_key(base), values=False)
+                taken = {unquote(item["key"].rsplit("/", 1)[1]) for item in used}
             user = next(
                 (e["value"] for e in entries
                  if e["value"]["bturn"] == turn and e["value"]["type"] == "user"),
@@ -432,7 +451,7 @@ class AdvancedSessionStoreSession:
                 if isinstance(content, str) and len(content) > 50
                 else (content if isinstance(content, str) else "Unable to parse content")
             )
-            branch = name if name is not None else (base if suffix == 1 else f"{base}_{suffix}")
+            branch = name if name is not None else _free(base, taken)
             copies = [e for e in entries if e["value"]["bturn"] < turn]
             if len(copies) > TXN_OPS - 3:
                 raise ValueError(
@@ -464,14 +483,11 @@ class AdvancedSessionStoreSession:
             try:
                 yield [r.txn(ops, require)]
             except Conflict as conflict:
-                if conflict.details.get("failed", 0) < 2:
-                    continue  # the source moved, or the session was cleared: again
-                if name is not None:
+                if conflict.details.get("failed", 0) >= 2 and name is not None:
                     raise ValueError(
                         f"Branch ID '{name}' has already been used. Choose a new branch ID."
                     ) from None
-                suffix += 1
-                continue
+                continue  # the source moved, the session was cleared, or the id was taken
             self._branch_state = (branch, _generation(generation))
             return branch, source, preview
 
@@ -519,6 +535,7 @@ class AdvancedSessionStoreSession:
         self._logger.info("Deleted branch '%s': %s message entries", branch_id, deleted)
 
     def _delete_branch(self, branch: str) -> Plan[int]:
+        self._last_add = None
         while True:
             _, head = yield from self._branch_head(branch)
             if head is None:
@@ -679,6 +696,16 @@ class AdvancedSessionStoreSession:
         return [
             {"user_turn_number": int(row["key"].rsplit("/", 1)[1]), **row["value"]} for row in rows
         ]
+
+
+def _free(base: str, taken: set[str]) -> str:
+    """The SDK's generated id: base, else base_2, base_3, ... the first not taken."""
+    if base not in taken:
+        return base
+    suffix = 2
+    while f"{base}_{suffix}" in taken:
+        suffix += 1
+    return f"{base}_{suffix}"
 
 
 def _users(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

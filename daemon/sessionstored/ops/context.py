@@ -143,6 +143,8 @@ class OpContext:
             return None
         if store.blocking_reads:
             return await trio.to_thread.run_sync(store.read_generation, kind, doc_id, entry)
+        if entry.size <= OFFLOAD_ABOVE_BYTES:  # as a load's: a small one on the loop
+            return store.read_generation(kind, doc_id, entry)
         return await self.read_off_loop([entry], store.read_generation, kind, doc_id, entry)
 
     async def read_off_loop(self, entries: Sequence[Entry], fn: Callable[..., T], *args: Any) -> T:
