@@ -175,14 +175,16 @@ class _Rotation:
             self.progress(self.done, max(self.total, self.done))
 
     def reseal_documents(self, table: str) -> int:
-        """ss_documents' rows, or ss_generations' (a session's seq tells them apart)."""
+        """ss_documents' rows, or ss_generations' (a session's slot tells them apart), in
+        the order of their primary key."""
+        place = "slot" if table == "ss_generations" else "seq"  # seq: one row per key
         resealed = 0
-        after: tuple[str, bytes, int] = ("", b"", 0)
+        after: tuple[str, bytes, int] = ("", b"", -(1 << 62))
         while True:
             rows = self.conn.execute(
-                f"SELECT kind, key, seq, name, body, digest FROM {table}"
-                f" WHERE (kind, key, seq) > (%s, %s, %s) AND {NOT_UNDER}"
-                " ORDER BY kind, key, seq LIMIT %s",
+                f"SELECT kind, key, {place}, name, body, digest FROM {table}"
+                f" WHERE (kind, key, {place}) > (%s, %s, %s) AND {NOT_UNDER}"
+                f" ORDER BY kind, key, {place} LIMIT %s",
                 (*after, self.new.key_id, self.rows),
             ).fetchall()
             self.conn.commit()
@@ -194,7 +196,7 @@ class _Rotation:
                 with self.conn.cursor() as cursor:
                     cursor.executemany(
                         f"UPDATE {table} SET key = %s, name = %s, body = %s, digest = %s"
-                        " WHERE kind = %s AND key = %s AND seq = %s AND name = %s",
+                        f" WHERE kind = %s AND key = %s AND {place} = %s AND name = %s",
                         updates,
                     )
             resealed += len(rows)
@@ -202,10 +204,10 @@ class _Rotation:
             after = (rows[-1][0], bytes(rows[-1][1]), rows[-1][2])
 
     def _document(
-        self, table: str, kind: str, key: Any, seq: int, name: Any, body: Any, digest: Any
+        self, table: str, kind: str, key: Any, place: int, name: Any, body: Any, digest: Any
     ) -> tuple[Any, ...]:
         what = kind.encode()
-        where = f"{table} ({kind}, key {bytes(key).hex()}, seq {seq})"
+        where = f"{table} ({kind}, key {bytes(key).hex()}, {place})"
         doc_id = self._open(bytes(name), b"name:" + what, where)
         try:
             new_key = row_key(self.new, kind, doc_id.decode())
@@ -218,7 +220,7 @@ class _Rotation:
             self._reseal(bytes(digest), b"digest:" + what, where),
             kind,
             bytes(key),
-            seq,
+            place,
             bytes(name),
         )
 

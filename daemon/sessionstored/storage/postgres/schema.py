@@ -38,10 +38,12 @@ TABLES = (
 # ss_documents' were, under the session's key; and when each generation was committed
 GENERATIONS = (
     "ALTER TABLE ss_documents ADD COLUMN IF NOT EXISTS committed_at_ms bigint NOT NULL DEFAULT 0",
+    # a session's row: how many generations it had before this one (the ring's position)
+    "ALTER TABLE ss_documents ADD COLUMN IF NOT EXISTS generation bigint NOT NULL DEFAULT 0",
     "CREATE TABLE IF NOT EXISTS ss_generations (kind text NOT NULL, key bytea NOT NULL,"
-    " seq bigint NOT NULL, name bytea NOT NULL, body bytea NOT NULL, digest bytea NOT NULL,"
-    " size int NOT NULL, expires_at_ms bigint NOT NULL DEFAULT 0,"
-    " committed_at_ms bigint NOT NULL DEFAULT 0, PRIMARY KEY (kind, key, seq))",
+    " slot int NOT NULL, seq bigint NOT NULL, name bytea NOT NULL, body bytea NOT NULL,"
+    " digest bytea NOT NULL, size int NOT NULL, expires_at_ms bigint NOT NULL DEFAULT 0,"
+    " committed_at_ms bigint NOT NULL DEFAULT 0, PRIMARY KEY (kind, key, slot))",
 )
 # a version-4 store's rows get their commit time from the changes still kept
 FILL_COMMITTED_AT = (
@@ -87,8 +89,7 @@ ROWS_BY_KEY = ("enable_seqscan", "enable_hashjoin", "enable_mergejoin")  # each 
 # A session's row that a put replaces is first kept in ss_generations (under
 # the session's key: p_kept_from names each key its row may lie under, during
 # an online rekey the old one too, p_kept_to the key it is written under),
-# then the session's generations beyond the newest p_keep go; a removed
-# session's go with it.
+# over the oldest of the newest p_keep; a removed session's go with it.
 # 0: staged; -1: a row moved (decide again); -2: the key epoch moved.
 STAGE = f"""
 CREATE OR REPLACE FUNCTION ss_stage(
@@ -120,40 +121,50 @@ BEGIN
     IF moved THEN
         RETURN -1;
     END IF;
-    IF cardinality(p_kept_to) > 0 THEN
+    IF cardinality(p_kept_to) > 0 THEN  -- an online rekey's move: they follow the row
         UPDATE ss_generations g SET key = k.to_key
             FROM unnest(p_kept_from, p_kept_to) AS k(from_key, to_key)
             WHERE k.from_key <> k.to_key AND g.kind = 's' AND g.key = k.from_key;
-        IF p_keep > 0 THEN
-            INSERT INTO ss_generations (kind, key, seq, name, body, digest, size, expires_at_ms,
-                                        committed_at_ms)
-                SELECT 's', k.to_key, d.seq, d.name, d.body, d.digest, d.size, d.expires_at_ms,
-                       d.committed_at_ms
-                FROM unnest(p_kept_from, p_kept_to) AS k(from_key, to_key)
-                JOIN ss_documents d ON d.kind = 's' AND d.key = k.from_key
-                ON CONFLICT DO NOTHING;
-        END IF;
-        DELETE FROM ss_generations g USING (
-            SELECT t.key, t.seq
-            FROM (SELECT DISTINCT u.to_key FROM unnest(p_kept_to) AS u(to_key)) k
-            CROSS JOIN LATERAL (SELECT x.key, x.seq FROM ss_generations x
-                                WHERE x.kind = 's' AND x.key = k.to_key
-                                ORDER BY x.seq DESC OFFSET p_keep) t
-        ) old WHERE g.kind = 's' AND g.key = old.key AND g.seq = old.seq;
     END IF;
+    -- one statement, one snapshot: each row a put replaces goes into its session's ring
+    -- of p_keep slots, over the oldest kept (slot: the session's generation number mod
+    -- p_keep), slots beyond p_keep (a smaller setting) go, and the puts are staged.
+    -- A save costs the same whatever p_keep: no scan of the session's generations.
+    WITH replaced AS (
+        SELECT k.to_key AS key, d.seq, d.name, d.body, d.digest, d.size, d.expires_at_ms,
+               d.committed_at_ms, d.generation
+        FROM unnest(p_kept_from, p_kept_to) AS k(from_key, to_key)
+        JOIN ss_documents d ON d.kind = 's' AND d.key = k.from_key
+    ), kept AS (
+        INSERT INTO ss_generations (kind, key, slot, seq, name, body, digest, size,
+                                    expires_at_ms, committed_at_ms)
+            SELECT 's', key, generation % p_keep, seq, name, body, digest, size,
+                   expires_at_ms, committed_at_ms
+            FROM replaced WHERE p_keep > 0
+            ON CONFLICT (kind, key, slot) DO UPDATE SET seq = EXCLUDED.seq,
+                name = EXCLUDED.name, body = EXCLUDED.body, digest = EXCLUDED.digest,
+                size = EXCLUDED.size, expires_at_ms = EXCLUDED.expires_at_ms,
+                committed_at_ms = EXCLUDED.committed_at_ms
+    ), dropped AS (
+        DELETE FROM ss_generations g USING replaced r
+            WHERE g.kind = 's' AND g.key = r.key AND g.slot >= p_keep
+    )
+    INSERT INTO ss_documents (kind, key, name, body, digest, seq, size, expires_at_ms,
+                              generation)
+        SELECT u.kind, u.key, u.name, u.body, u.digest, 0, u.size, u.expires,
+               coalesce(r.generation + 1, 0)
+        FROM unnest(p_put_kinds, p_put_keys, p_put_names, p_put_bodies, p_put_digests,
+                    p_put_sizes, p_put_expires) AS u(kind, key, name, body, digest, size, expires)
+        LEFT JOIN replaced r ON u.kind = 's' AND r.key = u.key
+        ON CONFLICT (kind, key) DO UPDATE SET name = EXCLUDED.name, body = EXCLUDED.body,
+            digest = EXCLUDED.digest, seq = 0, size = EXCLUDED.size,
+            expires_at_ms = EXCLUDED.expires_at_ms, generation = EXCLUDED.generation;
     IF cardinality(p_del_keys) > 0 THEN
         DELETE FROM ss_generations g USING unnest(p_del_kinds, p_del_keys) AS r(kind, key)
             WHERE r.kind = 's' AND g.kind = 's' AND g.key = r.key;
         DELETE FROM ss_documents d USING unnest(p_del_kinds, p_del_keys) AS r(kind, key)
             WHERE d.kind = r.kind AND d.key = r.key;
     END IF;
-    INSERT INTO ss_documents (kind, key, name, body, digest, seq, size, expires_at_ms)
-        SELECT kind, key, name, body, digest, 0, size, expires FROM unnest(
-            p_put_kinds, p_put_keys, p_put_names, p_put_bodies, p_put_digests, p_put_sizes,
-            p_put_expires) AS u(kind, key, name, body, digest, size, expires)
-        ON CONFLICT (kind, key) DO UPDATE SET name = EXCLUDED.name, body = EXCLUDED.body,
-            digest = EXCLUDED.digest, seq = 0, size = EXCLUDED.size,
-            expires_at_ms = EXCLUDED.expires_at_ms;
     RETURN 0;
 END $$
 """

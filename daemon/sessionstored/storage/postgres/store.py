@@ -152,11 +152,20 @@ def redacted(url: str) -> str:
     return f"postgresql://{user}@{host}:{port}/{name}"
 
 
-# a restore's sessions, all in ss_generations: the newest of each becomes its row
-PROMOTE_NEWEST_GENERATIONS = (
+# a restore's sessions, all in ss_generations first: the newest of each becomes its row
+# (each in a slot of its own, -seq), then the others take the ring's slots 0, 1, ...
+# oldest first, and the row's generation says where the next save goes
+RESTORE_SESSIONS = (
     "INSERT INTO ss_documents (kind, key, name, body, digest, seq, size, expires_at_ms,"
     " committed_at_ms) SELECT DISTINCT ON (kind, key) kind, key, name, body, digest, seq, size,"
-    " expires_at_ms, committed_at_ms FROM ss_generations ORDER BY kind, key, seq DESC"
+    " expires_at_ms, committed_at_ms FROM ss_generations ORDER BY kind, key, seq DESC",
+    "DELETE FROM ss_generations g USING ss_documents d"
+    " WHERE g.kind = d.kind AND g.key = d.key AND g.seq = d.seq",
+    "UPDATE ss_generations g SET slot = r.n FROM (SELECT kind, key, seq, row_number()"
+    " OVER (PARTITION BY kind, key ORDER BY seq) - 1 AS n FROM ss_generations) r"
+    " WHERE g.kind = r.kind AND g.key = r.key AND g.seq = r.seq",
+    "UPDATE ss_documents d SET generation = c.n FROM (SELECT kind, key, count(*) AS n"
+    " FROM ss_generations GROUP BY kind, key) c WHERE d.kind = c.kind AND d.key = c.key",
 )
 
 
@@ -852,27 +861,24 @@ class PgStore:
                     written += self._insert_documents(conn, rows)
                     rows = []
             written += self._insert_documents(conn, rows)
-            conn.execute(PROMOTE_NEWEST_GENERATIONS)
-            conn.execute(
-                "DELETE FROM ss_generations g USING ss_documents d"
-                " WHERE g.kind = d.kind AND g.key = d.key AND g.seq = d.seq"
-            )
+            for statement in RESTORE_SESSIONS:
+                conn.execute(statement)
             conn.execute("UPDATE ss_counter SET seq = %s WHERE one = 1", (seq,))
         self.seq = self._acknowledged = seq
         return written
 
     @staticmethod
     def _insert_documents(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> int:
-        columns = "(kind, key, name, body, digest, seq, size, expires_at_ms, committed_at_ms)"
-        values = "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        columns = "kind, key, name, body, digest, seq, size, expires_at_ms, committed_at_ms"
+        values = "%s, %s, %s, %s, %s, %s, %s, %s, %s"
         with conn.cursor() as cursor:
             cursor.executemany(
-                f"INSERT INTO ss_documents {columns} {values}",
+                f"INSERT INTO ss_documents ({columns}) VALUES ({values})",
                 [row for row in rows if row[0] != SESSION],
             )
-            cursor.executemany(
-                f"INSERT INTO ss_generations {columns} {values}",
-                [row for row in rows if row[0] == SESSION],
+            cursor.executemany(  # a slot of its own until RESTORE_SESSIONS
+                f"INSERT INTO ss_generations ({columns}, slot) VALUES ({values}, %s)",
+                [(*row, -row[5]) for row in rows if row[0] == SESSION],
             )
         return len(rows)
 
