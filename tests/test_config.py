@@ -56,6 +56,8 @@ def test_the_database_comes_from_the_flag_or_the_environment_and_its_password_fr
         ["--max-request-bytes", "10"],
         ["--compact-dead-share", "1"],
         ["--segment-mib", "0"],
+        ["--keep-generations", "-1"],
+        ["--keep-generations", "1025"],
         ["--watch-max-lag", "0"],
         ["--request-timeout-seconds", "0"],
         ["--batches-in-flight", "2"],  # the log commits one at a time

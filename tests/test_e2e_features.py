@@ -49,6 +49,7 @@ def test_hello_reports_capabilities(running: DaemonProcess) -> None:
         "txn": True,
         "expiry": True,
         "vector_rank": True,
+        "history": True,
     }
 
 

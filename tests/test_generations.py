@@ -59,6 +59,7 @@ def test_history_lists_the_generations_kept_and_load_at_reads_each(
 ) -> None:
     daemon.start("--keep-generations", "3")
     with daemon.client() as client:
+        assert client.hello()["limits"]["keep_generations"] == 3
         saved = _save_generations(client, "s", 6)
         client.save(_generation("other", 0))  # a seq between: no generation of s
         history = client.history("s")

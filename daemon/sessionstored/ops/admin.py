@@ -41,11 +41,13 @@ def hello(ops: OpContext, request: Request) -> Step:
                 "txn": True,  # ours
                 "expiry": True,  # ours: ttl_s, expire, refresh_ttl_s
                 "vector_rank": numpy_installed_and_not_refused(),  # ours: checkpoint_rank
+                "history": True,  # ours: history, revert, load and fork at a seq
             },
             cbor_helper=cbor_bytes.IMPLEMENTATION,  # ours: "compiled" or "python"
             limits={
                 "max_request_bytes": ops.max_request_bytes,
                 "max_snapshot_bytes": ops.max_snapshot_bytes,
+                "keep_generations": ops.store.keep_generations,  # ours
             },
         ),
     )

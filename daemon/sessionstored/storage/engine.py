@@ -113,6 +113,7 @@ class Engine(Protocol):
     history: History
     sealer: Sealer
     lease: dict[str, Any] | None  # the writer lease as the last published batch left it
+    keep_generations: int  # earlier generations of each session kept (generations.py)
 
     @property
     def maintenance(self) -> LogMaintenance | None: ...
