@@ -506,3 +506,21 @@ def test_a_database_host_that_does_not_resolve_at_start_is_a_configuration_error
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert "no-such-host.invalid" in line and "does not resolve" in line  # and no retry line
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:secret@db:6432/app", "postgresql://u@db:6432/app"),
+        ("postgresql://u:secret@a,b/app", "postgresql://u@a:5432,b:5432/app"),
+        (
+            "postgresql://u:secret@10.0.0.1:5433,10.0.0.2:5434/app?target_session_attrs=read-write",
+            "postgresql://u@10.0.0.1:5433,10.0.0.2:5434/app?target_session_attrs=read-write",
+        ),
+        ("host=a,b port=1,2 user=u password=secret dbname=app", "postgresql://u@a:1,b:2/app"),
+    ],
+)
+def test_urls_are_shown_host_by_host_without_the_password(url: str, shown: str) -> None:
+    from sessionstored.storage.postgres.store import redacted
+
+    assert redacted(url) == shown

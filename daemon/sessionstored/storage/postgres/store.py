@@ -147,9 +147,16 @@ def redacted(url: str) -> str:
         info = psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError:
         return "(unparsable URL)"
-    host = info.get("host", "local socket")
-    user, port, name = info.get("user", ""), info.get("port", 5432), info.get("dbname", "")
-    return f"postgresql://{user}@{host}:{port}/{name}"
+    hosts = str(info.get("host") or "local socket").split(",")
+    ports = [port or "5432" for port in str(info.get("port") or "").split(",")]
+    if len(ports) == 1:  # one port for every host
+        ports = ports * len(hosts)
+    where = ",".join(f"{host}:{port}" for host, port in zip(hosts, ports, strict=False))
+    user, name = info.get("user", ""), info.get("dbname", "")
+    attrs = info.get("target_session_attrs")
+    return f"postgresql://{user}@{where}/{name}" + (
+        f"?target_session_attrs={attrs}" if attrs else ""
+    )
 
 
 # a restore's sessions, all in ss_generations first: the newest of each becomes its row
