@@ -224,12 +224,20 @@ def _serve(config: Config, store: Engine, report: StartReport) -> int:
 
     async def serve() -> int:
         nonlocal served
+        metrics: list[trio.SocketListener] = []
+        if config.metrics_listen is not None:
+            host, port = config.metrics_listen
+            try:
+                metrics = await trio.open_tcp_listeners(port, host=host)
+            except OSError as error:
+                reason = f"cannot serve metrics on {host}:{port}: {error.strerror or error}"
+                return _fail(reason, EXIT_CANNOT_START)
         try:
             listener, path = await open_listener(config)
         except StartupError as error:
             return _fail(str(error), EXIT_CANNOT_START)
         served = True
-        return await Server(config, store, report).run(listener, path)
+        return await Server(config, store, report).run(listener, path, metrics)
 
     code = trio.run(serve)
     if code and served:

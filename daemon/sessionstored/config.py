@@ -15,6 +15,7 @@ from sessionstore.wire.protocol import DEFAULT_MAX_REQUEST_BYTES
 from . import __version__
 from .access import AccessPolicy
 from .failpoints import FailpointSpec, parse_failpoints
+from .metrics import parse_listen
 from .storage.generations import DEFAULT_KEEP_GENERATIONS, MAX_KEEP_GENERATIONS
 
 SYSTEMD_FIRST_FD = 3
@@ -52,6 +53,7 @@ class Config:
     database_url: str | None = None  # PostgreSQL instead of the embedded log
     database_password: str | None = None
     batches_in_flight: int = 1  # PostgreSQL: batches committing at once, each its own connection
+    metrics_listen: tuple[str, int] | None = None  # where /metrics is served; None: nowhere
 
 
 EPILOG = (
@@ -127,6 +129,12 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=100_000,
         help="changes kept for watch --since, across restarts",
+    )
+    parser.add_argument(
+        "--metrics-listen",
+        metavar="ADDR:PORT",
+        help="serve Prometheus metrics at http://ADDR:PORT/metrics (off unless given; "
+        "ADDR defaults to 127.0.0.1)",
     )
     parser.add_argument(
         "--keep-generations",
@@ -253,6 +261,12 @@ def build_config(
         raise ConfigError("--request-timeout-seconds must be positive")
     if not 0.05 <= args.compact_dead_share <= 0.95:
         raise ConfigError("--compact-dead-share must be between 0.05 and 0.95")
+    metrics_listen = None
+    if args.metrics_listen is not None:
+        try:
+            metrics_listen = parse_listen(args.metrics_listen)
+        except ValueError as error:
+            raise ConfigError(f"--metrics-listen {error}") from None
     if not 0 <= args.keep_generations <= MAX_KEEP_GENERATIONS:
         raise ConfigError(f"--keep-generations must be from 0 to {MAX_KEEP_GENERATIONS}")
     if not 1 <= args.segment_mib <= 1024:
@@ -291,6 +305,7 @@ def build_config(
         shutdown_grace_s=args.shutdown_grace_seconds,
         history_changes=args.history_changes,
         keep_generations=args.keep_generations,
+        metrics_listen=metrics_listen,
         checkpoint_every=args.checkpoint_every,
         compact_dead_share=args.compact_dead_share,
         segment_bytes=args.segment_mib * 1024 * 1024,

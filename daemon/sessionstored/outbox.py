@@ -23,7 +23,7 @@ import trio
 
 from .jobs import Job
 from .socket_io import SocketIO
-from .steps import Exclusive, Response, Write
+from .steps import Exclusive, Response, Step, Write
 
 
 class Outbox:
@@ -33,9 +33,11 @@ class Outbox:
         encode: Callable[[Response], bytes],
         internal_error: Callable[[Any, BaseException, str], Response],
         nursery: trio.Nursery,
+        answered: Callable[[Step, Response], None] | None = None,
     ) -> None:
         self._sock = sock
         self._encode = encode
+        self._answered = answered  # the metrics' count of each reply
         self._internal_error = internal_error
         self._nursery = nursery
         self._entries: deque[bytes | Write | Exclusive] = deque()
@@ -90,7 +92,10 @@ class Outbox:
 
     def _reply_bytes(self, step: Write | Exclusive) -> bytes:
         try:
-            return self._encode(step.reply())
+            response = step.reply()
+            if self._answered is not None:
+                self._answered(step, response)
+            return self._encode(response)
         except Exception as error:  # our bug, not the client's: answer it, keep serving
             return self._encode(self._internal_error(step.request, error, "answering"))
 

@@ -27,12 +27,14 @@ from __future__ import annotations
 import contextlib
 import enum
 import errno
+import functools
 import logging
 import os
 import signal
 import socket as stdlib_socket
 import stat
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -59,6 +61,7 @@ from sessionstore.wire.protocol import (
 from .access import Access, peer_of
 from .config import Config
 from .jobs import Job
+from .metrics import Metrics, serve_metrics
 from .notify import notify, watchdog_interval_s
 from .offload import (
     MAX_REQUEST_ITEMS,
@@ -67,6 +70,7 @@ from .offload import (
     WorkerLost,
 )
 from .ops import ARGUMENTS, DOCUMENTS, PREPARERS, Ops
+from .ops.admin import stats_snapshot
 from .outbox import Outbox
 from .prepare import prepare_large
 from .socket_io import SocketIO
@@ -197,6 +201,21 @@ class Server:
         )
         self._stop = trio.Event()
         self._streams: set[trio.SocketStream] = set()
+        self.metrics = Metrics() if config.metrics_listen is not None else None
+        self._answered = self._count_answer if self.metrics is not None else None
+        if self.metrics is not None:
+            self.writer.on_batch = self.metrics.batch
+
+    def _count_answer(self, step: Step, response: dict[str, Any]) -> None:
+        assert self.metrics is not None
+        error = response.get("error")
+        code = error.get("code", "internal") if isinstance(error, dict) else "ok"
+        op = step.request.op if step.request is not None else "(none)"
+        self.metrics.request(op, str(code), time.perf_counter() - step.started)
+
+    async def _render_metrics(self) -> bytes:
+        assert self.metrics is not None
+        return self.metrics.exposition(await stats_snapshot(self.ops))
 
     def _stats_extra(self) -> dict[str, Any]:
         return {
@@ -220,7 +239,12 @@ class Server:
         self.exit_code = EXIT_STORAGE_FAILURE
         self._stop.set()
 
-    async def run(self, listener: trio.SocketListener, socket_path: str | None) -> int:
+    async def run(
+        self,
+        listener: trio.SocketListener,
+        socket_path: str | None,
+        metrics_listeners: list[trio.SocketListener] | None = None,
+    ) -> int:
         signal_scope = trio.CancelScope()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.writer.run, watchdog_interval_s())
@@ -230,6 +254,11 @@ class Server:
             if self.store.follower is not None:
                 nursery.start_soon(self._follow_database, self.store.follower, follow_scope)
             await nursery.start(self._watch_signals, signal_scope)  # before READY=1
+            metrics_scope = trio.CancelScope()
+            if metrics_listeners and self.config.metrics_listen is not None:
+                serve = functools.partial(serve_metrics, metrics_listeners, self._render_metrics)
+                nursery.start_soon(_run_in, metrics_scope, serve)
+                log.info("serving metrics on http://%s:%d/metrics", *self.config.metrics_listen)
             async with trio.open_nursery() as connections:
                 accept_scope = trio.CancelScope()
                 connections.start_soon(self._accept, listener, connections, accept_scope)
@@ -249,6 +278,7 @@ class Server:
                     self.config.shutdown_grace_s
                 )
             sweep_scope.cancel()
+            metrics_scope.cancel()
             self.writer.close()
             follow_scope.cancel()
             self.ops.offload.close()
@@ -416,7 +446,7 @@ class Server:
         arrived is started before the connection waits again, so pipelined writes share a
         batch."""
         async with trio.open_nursery() as nursery:
-            outbox = Outbox(sock, conn.encode, self.ops.internal_error, nursery)
+            outbox = Outbox(sock, conn.encode, self.ops.internal_error, nursery, self._answered)
             try:
                 await self._requests(stream, sock, conn, access, outbox)
             finally:
@@ -485,6 +515,8 @@ class Server:
     ) -> bool:
         """Start the step, in the connection's order; False once the connection is a
         watch's stream, and done taking requests."""
+        if self._answered is not None:
+            step.started = time.perf_counter()
         if isinstance(step, Prepare):
             step = await trio.to_thread.run_sync(step.build)
         if isinstance(step, (Write, Exclusive)):
@@ -552,6 +584,8 @@ class Server:
     async def _answer(self, conn: Connection, step: Step) -> bytes:
         """A read's (or a refusal's) reply, encoded."""
         response = await self._resolve(step)
+        if self._answered is not None:
+            self._answered(step, response)
         try:
             return await self._encode(conn, response)
         except Exception as error:  # a reply we cannot encode is our bug too

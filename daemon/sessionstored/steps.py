@@ -27,6 +27,8 @@ def failure_reply(request: Request | None, outcome: Outcome) -> Response:
 
 
 class Step:
+    started = 0.0  # perf_counter() when the server started it (metrics)
+
     def __init__(self, request: Request | None) -> None:
         self.request = request
 

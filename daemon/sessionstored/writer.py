@@ -94,6 +94,8 @@ class Writer:
             maxlen=RECENT_BATCHES
         )
         self.on_publish: Callable[[], None] | None = None
+        # (writes, seconds in the engine, seconds of its fdatasync) after each batch
+        self.on_batch: Callable[[int, float, float], None] | None = None
         self._spare_threads: list[WorkerThread] = []  # for batches in flight beside the first
         self._flying: list[frozenset[tuple[str, str]] | None] = []  # their documents
         self._busy: set[WorkerThread] = set()
@@ -276,6 +278,8 @@ class Writer:
             job.finish(outcome)
         if batch.committed and self.on_publish is not None:
             self.on_publish()
+        if self.on_batch is not None:
+            self.on_batch(len(jobs), timing[0], batch.sync_s)
 
     # -- keeping the store in shape, between batches ------------------------------
 

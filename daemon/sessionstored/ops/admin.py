@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from sessionstore.wire import cbor_bytes
 from sessionstore.wire.codes import ErrorCode
@@ -78,23 +79,28 @@ def watch(ops: OpContext, request: Request) -> Step:
     return Stream(request, stream)
 
 
+async def stats_snapshot(ops: OpContext) -> dict[str, Any]:
+    """What `stats` answers (and /metrics reads at each scrape)."""
+    store_stats = await ops.query(ops.store.stats)
+    return {
+        "sessions": await ops.query(ops.store.session_count),
+        "seq": ops.store.acknowledged_seq,
+        "uptime_s": round(time.monotonic() - ops.started, 3),
+        "watchers": ops.broadcaster.watchers,
+        "watchers_cut_off": ops.broadcaster.cut_off,
+        "watchers_dropped": ops.broadcaster.dropped,
+        "internal_errors": ops.internal_errors,
+        "lease_epoch": (ops.store.lease or {}).get("epoch"),
+        "cbor_helper": cbor_bytes.IMPLEMENTATION,
+        "keep_generations": ops.store.keep_generations,
+        **store_stats,
+        **ops.stats_extra(),
+    }
+
+
 def stats(ops: OpContext, request: Request) -> Step:
     async def read() -> Response:
-        store_stats = await ops.query(ops.store.stats)
-        return ok_response(
-            request,
-            sessions=await ops.query(ops.store.session_count),
-            seq=ops.store.acknowledged_seq,
-            uptime_s=round(time.monotonic() - ops.started, 3),
-            watchers=ops.broadcaster.watchers,
-            watchers_cut_off=ops.broadcaster.cut_off,
-            watchers_dropped=ops.broadcaster.dropped,
-            internal_errors=ops.internal_errors,
-            lease_epoch=(ops.store.lease or {}).get("epoch"),
-            cbor_helper=cbor_bytes.IMPLEMENTATION,
-            **store_stats,
-            **ops.stats_extra(),
-        )
+        return ok_response(request, **(await stats_snapshot(ops)))
 
     return Read(request, lambda: ops.guarded_read(request, read))
 

@@ -213,4 +213,5 @@ class Batch:
     changes: list[tuple[str, str, Entry | None]] = field(default_factory=list)
     committed: list[Committed] = field(default_factory=list)
     last_seq: int = 0
+    sync_s: float = 0.0  # the log's fdatasync of this batch (0 on PostgreSQL)
     lease_body: bytes | None = None

@@ -409,10 +409,12 @@ class Store:
         except OSError as error:
             self._undo(start, error, accepted, outcomes)
             return
+        synced_from = time.perf_counter()
         try:
             self.log.sync()
         except OSError as error:
             raise FatalStorageError(f"fdatasync of the log failed: {error}") from error
+        batch.sync_s = time.perf_counter() - synced_from
         self.batch = number
         self.bytes_since_checkpoint += needed
         try:

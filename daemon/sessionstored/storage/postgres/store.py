@@ -975,28 +975,33 @@ class PgStore:
         return checked, problems
 
     def compact(self) -> CompactResult:
-        before = self._bytes()
+        before = self._bytes_and_seq()[0]
         conn = self._writer_conn()
         with conn.transaction():
             row = conn.execute("SELECT seq FROM ss_counter").fetchone()
             seq = row[0] if row else 0
             removed = self._trim(conn, seq)
-        return CompactResult(seq, before, self._bytes(), 0, removed, "")
+        return CompactResult(seq, before, self._bytes_and_seq()[0], 0, removed, "")
 
-    def _bytes(self) -> int:
+    def _bytes_and_seq(self) -> tuple[int, int]:
+        """The tables' bytes, and the database's seq (what every host has committed)."""
         with self._reader() as conn:
             row = conn.execute(
                 "SELECT pg_total_relation_size('ss_documents')"
                 " + pg_total_relation_size('ss_changes')"
+                " + pg_total_relation_size('ss_generations'), (SELECT seq FROM ss_counter)"
             ).fetchone()
             conn.commit()
-        return int(row[0]) if row else 0
+        return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def stats(self) -> dict[str, Any]:
+        size, database_seq = self._bytes_and_seq()
         return {
             "backend": "postgresql",
             "database": redacted(self.url),
-            "wal_bytes": self._bytes(),
+            "wal_bytes": size,
+            # commits of any host this daemon has not followed into its watch history yet
+            "follower_lag_seqs": max(0, database_seq - self.seq),
             "history_oldest_seq": self.history.oldest_seq(),
             "sealed_with_key_id": self.sealer.key_id_hex,
             "batch_transactions": self._batches.timing.as_dict(),

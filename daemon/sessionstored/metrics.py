@@ -1,0 +1,231 @@
+# Prometheus metrics (`sessionstored --metrics-listen ADDR:PORT`, off unless
+# given), in the text format of the prometheus-client library.
+#
+# What moves with every request or batch is counted as it happens, in the
+# event loop's thread (requests, their latency by op, batch sizes and commit
+# and fdatasync times); the children of each labelled metric are kept, so
+# counting one request is a dict lookup and two updates. Everything else is
+# read when Prometheus scrapes: the same snapshot `stats` answers (the log's
+# bytes, watchers, connections, refusals, the last recovery, expirations,
+# PostgreSQL's follower lag and counter wait), so it costs the requests
+# nothing. /metrics is served by the daemon's own trio task: the scrape runs on
+# the event loop, between requests, never beside them in a thread.
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import trio
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+log = logging.getLogger("sessionstored.metrics")
+
+LATENCY_BUCKETS_S = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+)  # fmt: skip
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+MAX_REQUEST_HEAD_BYTES = 8192
+REQUEST_HEAD_TIMEOUT_S = 5.0
+
+# stats fields read at scrape time: (field, metric name, help); counters end in _total
+GAUGES = (
+    ("sessions", "sessionstore_sessions", "Sessions stored"),
+    ("seq", "sessionstore_seq", "The store's seq: every change up to it is acknowledged"),
+    ("uptime_s", "sessionstore_uptime_seconds", "Seconds since the daemon started"),
+    ("connections", "sessionstore_connections", "Client connections open now"),
+    ("watchers", "sessionstore_watchers", "Watch streams open now"),
+    ("wal_bytes", "sessionstore_log_bytes", "Bytes of the log (of ss_documents on PostgreSQL)"),
+    ("live_bytes", "sessionstore_log_live_bytes", "Bytes of the log's live records"),
+    ("log_dead_share", "sessionstore_log_dead_share", "Share of the sealed segments' bytes dead"),
+    ("keep_generations", "sessionstore_keep_generations", "Earlier generations kept per session"),
+)
+COUNTERS = (
+    ("connections_total", "sessionstore_connections_accepted", "Connections accepted"),
+    ("batches", "sessionstore_batches", "Batches committed"),
+    ("committed", "sessionstore_committed_writes", "Writes committed"),
+    ("compactions", "sessionstore_compactions", "Log compactions"),
+    ("checkpoints", "sessionstore_index_checkpoints", "Index checkpoints written"),
+    ("watchers_cut_off", "sessionstore_watchers_lagged", "Watchers cut off for lagging"),
+    ("watchers_dropped", "sessionstore_watchers_dropped", "Watchers dropped"),
+    ("expirations", "sessionstore_expirations", "Documents removed by the expiry sweep"),
+    ("internal_errors", "sessionstore_internal_errors", "Requests answered `internal`"),
+)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._requests = Counter(
+            "sessionstore_requests",
+            "Requests answered, by op and by code (ok, or the error code)",
+            ["op", "code"],
+            registry=self.registry,
+        )
+        self._latency = Histogram(
+            "sessionstore_request_seconds",
+            "Seconds from a request's start to its reply, by op",
+            ["op"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self._batch_size = Histogram(
+            "sessionstore_batch_size", "Writes per committed batch",
+            buckets=BATCH_SIZE_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self._batch_seconds = Histogram(
+            "sessionstore_batch_commit_seconds",
+            "Seconds a batch took in the storage engine (its transaction on PostgreSQL)",
+            buckets=LATENCY_BUCKETS_S, registry=self.registry,
+        )  # fmt: skip
+        self._sync_seconds = Histogram(
+            "sessionstore_fdatasync_seconds", "Seconds of the log's fdatasync, per batch",
+            buckets=LATENCY_BUCKETS_S, registry=self.registry,
+        )  # fmt: skip
+        self._counted: dict[tuple[str, str], Any] = {}
+        self._timed: dict[str, Any] = {}
+        self.snapshot: dict[str, Any] = {}
+        self.registry.register(_Snapshot(self))
+
+    def request(self, op: str, code: str, seconds: float) -> None:
+        counted = self._counted.get((op, code))
+        if counted is None:
+            counted = self._counted[(op, code)] = self._requests.labels(op, code)
+        counted.inc()
+        timed = self._timed.get(op)
+        if timed is None:
+            timed = self._timed[op] = self._latency.labels(op)
+        timed.observe(seconds)
+
+    def batch(self, size: int, commit_s: float, sync_s: float) -> None:
+        self._batch_size.observe(size)
+        self._batch_seconds.observe(commit_s)
+        if sync_s:
+            self._sync_seconds.observe(sync_s)
+
+    def exposition(self, stats: dict[str, Any]) -> bytes:
+        self.snapshot = stats
+        return generate_latest(self.registry)
+
+
+class _Snapshot:
+    """The scrape-time metrics, from the stats snapshot taken for this scrape."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return []  # unchecked: these names are this collector's alone
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.metrics.snapshot
+        for field, name, text in GAUGES:
+            if isinstance(stats.get(field), int | float):
+                yield GaugeMetricFamily(name, text, value=stats[field])
+        for field, name, text in COUNTERS:
+            if isinstance(stats.get(field), int | float):
+                yield CounterMetricFamily(name, text, value=stats[field])
+        refused = CounterMetricFamily(
+            "sessionstore_refusals", "Connections and requests turned away, by reason",
+            labels=["reason"],
+        )  # fmt: skip
+        for reason, count in (stats.get("refused") or {}).items():
+            refused.add_metric([str(reason)], count)
+        yield refused
+        recovery = GaugeMetricFamily(
+            "sessionstore_last_recovery", "What the last start's recovery did, by figure",
+            labels=["what"],
+        )  # fmt: skip
+        for what, value in (stats.get("recovery") or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                recovery.add_metric([what], value)
+            elif isinstance(value, bool | list | dict) or value is None:
+                recovery.add_metric([what], float(bool(value)))
+        yield recovery
+        yield from _postgresql(stats)
+
+
+def _postgresql(stats: dict[str, Any]) -> Iterator[Metric]:
+    if "follower_lag_seqs" in stats:
+        yield GaugeMetricFamily(
+            "sessionstore_postgresql_follower_lag_seqs",
+            "Changes committed in the database that this daemon has not followed yet",
+            value=stats["follower_lag_seqs"],
+        )
+    timing = stats.get("batch_transactions") or {}
+    if "counter_wait_ms_mean" in timing:
+        yield GaugeMetricFamily(
+            "sessionstore_postgresql_counter_wait_seconds",
+            "Mean seconds the recent batches waited for the counter row's lock",
+            value=timing["counter_wait_ms_mean"] / 1000,
+        )
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """ADDR:PORT, [ADDR]:PORT or :PORT / PORT (loopback); ValueError says what is wrong."""
+    host, colon, port = text.rpartition(":")
+    if not colon:
+        host, port = "", text
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r}: expected ADDR:PORT (a port from 1 to 65535)")
+    return host, int(port)
+
+
+Render = Callable[[], Awaitable[bytes]]
+
+
+async def serve_metrics(listeners: list[trio.SocketListener], render: Render) -> None:
+    """GET /metrics over HTTP/1.0 on the listeners (bound at start: a taken address
+    is a start's one-line refusal, cli.py)."""
+
+    async def answer(stream: trio.SocketStream) -> None:
+        await _answer(stream, render)
+
+    await trio.serve_listeners(answer, listeners)
+
+
+async def _answer(stream: trio.abc.Stream, render: Render) -> None:
+    async with stream:
+        head = b""
+        with trio.move_on_after(REQUEST_HEAD_TIMEOUT_S):
+            while b"\r\n\r\n" not in head and len(head) < MAX_REQUEST_HEAD_BYTES:
+                data = await stream.receive_some(4096)
+                if not data:
+                    break
+                head += data
+        line = head.split(b"\r\n", 1)[0].split()
+        if len(line) < 2 or line[0] not in (b"GET", b"HEAD"):
+            await _send(stream, b"405 Method Not Allowed", b"text/plain", b"GET /metrics\n")
+            return
+        if line[1].split(b"?", 1)[0] != b"/metrics":
+            await _send(stream, b"404 Not Found", b"text/plain", b"see /metrics\n")
+            return
+        try:
+            body = await render()
+        except Exception as error:  # our bug: say so to the scraper, keep serving
+            log.exception("rendering /metrics")
+            await _send(stream, b"500 Internal Server Error", b"text/plain", f"{error}\n".encode())
+            return
+        await _send(
+            stream, b"200 OK", CONTENT_TYPE_LATEST.encode(), b"" if line[0] == b"HEAD" else body
+        )
+
+
+async def _send(stream: trio.abc.Stream, status: bytes, kind: bytes, body: bytes) -> None:
+    head = (
+        b"HTTP/1.0 " + status + b"\r\nContent-Type: " + kind
+        + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"
+    )  # fmt: skip
+    with trio.move_on_after(REQUEST_HEAD_TIMEOUT_S):
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.send_all(head + body)

@@ -1,0 +1,121 @@
+# /metrics (sessionstored --metrics-listen), through real daemons on both engines:
+# the text parses with prometheus-client's own parser, and every metric moves
+# when something drives it: requests by op and code and their latency, batches,
+# fdatasync (the log), the log's bytes and its compactions, watchers,
+# connections and refusals, the last recovery, expirations, and on PostgreSQL
+# the follower's lag and the counter row's wait.
+from __future__ import annotations
+
+import socket
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sessionstore.client import Client
+from sessionstore.errors import Overloaded, SessionStoreError
+
+from .conftest import DaemonProcess, snapshot
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+        assert reply.headers["Content-Type"].startswith("text/plain")
+        text = reply.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def _value(samples: dict[Any, float], name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def _until(port: int, name: str, at_least: float, **labels: str) -> dict[Any, float]:
+    deadline = time.monotonic() + 60
+    while True:
+        samples = _scrape(port)
+        if _value(samples, name, **labels) >= at_least:
+            return samples
+        assert time.monotonic() < deadline, f"{name}{labels} never reached {at_least}"
+        time.sleep(0.2)
+
+
+def test_every_metric_moves_when_driven(daemon: DaemonProcess, backend: str) -> None:
+    port = _free_port()
+    daemon.start(
+        "--metrics-listen", f"127.0.0.1:{port}", "--max-connections", "4", "--segment-mib", "1"
+    )
+    before = _scrape(port)
+    assert _value(before, "sessionstore_requests_total", op="save", code="ok") == 0
+    with daemon.client() as client:
+        for n in range(40):  # 100 KiB generations of one session: segments die
+            client.save(snapshot("big", n=n, pad="x" * 100_000))
+        client.load("big")
+        with pytest.raises(SessionStoreError):
+            client.call("load")  # no session_id: bad_request
+        client.save(snapshot("short"), ttl_s=0.2)
+        watcher = Client(daemon.socket_path, timeout=None)
+        events = watcher.watch()
+        next(events)  # the first event: the watch is open
+        held = [daemon.client() for _ in range(2)]
+        for extra in held:
+            extra.ping()
+        with pytest.raises(Overloaded):  # the fifth connection is turned away
+            daemon.client().ping()
+        samples = _until(port, "sessionstore_expirations_total", 1)
+        assert _value(samples, "sessionstore_requests_total", op="save", code="ok") >= 41
+        assert _value(samples, "sessionstore_requests_total", op="load", code="bad_request") == 1
+        assert _value(samples, "sessionstore_request_seconds_count", op="load") == 2
+        assert _value(samples, "sessionstore_request_seconds_bucket", op="save", le="+Inf") >= 41
+        assert _value(samples, "sessionstore_batch_size_count") >= 41
+        assert _value(samples, "sessionstore_batch_commit_seconds_count") >= 41
+        assert _value(samples, "sessionstore_watchers") == 1
+        assert _value(samples, "sessionstore_connections") >= 4
+        assert _value(samples, "sessionstore_connections_accepted_total") >= 5
+        assert _value(samples, "sessionstore_refusals_total", reason="overloaded") == 1
+        assert _value(samples, "sessionstore_log_bytes") > 0
+        assert _value(samples, "sessionstore_sessions") >= 1
+        assert _value(samples, "sessionstore_keep_generations") == 4
+        assert ("sessionstore_last_recovery", (("what", "seq"),)) in samples
+        if backend == "log":
+            assert _value(samples, "sessionstore_fdatasync_seconds_count") >= 41
+            _until(port, "sessionstore_compactions_total", 1)  # the writer's own
+        else:
+            assert _value(samples, "sessionstore_postgresql_follower_lag_seqs") >= 0
+            assert ("sessionstore_postgresql_counter_wait_seconds", ()) in samples
+        for extra in held:
+            extra.close()
+        watcher.close()
+
+
+def test_only_metrics_is_served(daemon: DaemonProcess) -> None:
+    port = _free_port()
+    daemon.start("--metrics-listen", str(port))  # a port alone: loopback
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=30)
+    assert missing.value.code == 404
+    assert _scrape(port)  # and the daemon serves on
+    with daemon.client() as client:
+        client.ping()
+
+
+@pytest.mark.log_only
+def test_a_taken_metrics_port_stops_the_start_with_one_line(daemon: DaemonProcess) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        daemon.start("--metrics-listen", f"127.0.0.1:{taken.getsockname()[1]}", wait=False)
+        assert daemon.wait_exit() != 0
+    assert "metrics" in daemon.log().strip().splitlines()[-1]
