@@ -32,6 +32,7 @@ from . import (
     generations,
     item_cost,
     loop_stall,
+    metrics_cost,
     postgres,
     space,
     store,
@@ -405,6 +406,9 @@ def main() -> None:
         (base / "expiry").mkdir()
         sweep = expiry.run(Daemon, base / "expiry", args.expiry_documents)
         print(f"expiry sweep: {json.dumps(sweep)}", flush=True)
+        (base / "metrics").mkdir()
+        counting = metrics_cost.run(Daemon, base / "metrics", args.seconds)
+        print(f"metrics: {json.dumps(counting)}", flush=True)
         (base / "generations").mkdir()
         kept = generations.run(Daemon, base / "generations", args.seconds)
         for name, figures in kept.items():
@@ -439,6 +443,7 @@ def main() -> None:
         "backup": backup_figures,
         "expiry_sweep": sweep,
         "generations": kept,
+        "metrics_cost": counting,
         "adapters": frameworks,
         "store": memory_store,
         "postgresql": on_postgres,

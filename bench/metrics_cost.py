@@ -1,0 +1,119 @@
+# What counting costs: the daemon with and without --metrics-listen, on the same
+# requests, in one run: daemon CPU per request (from /proc) for `ping` at 32
+# clients (the cheapest request, where counting weighs most) and for 4 KiB
+# saves at 64 clients, each the mean of ROUNDS daemons, the two settings
+# interleaved. A Prometheus scrape every SCRAPE_S seconds runs meanwhile, as a
+# server would scrape. The target: within 3% of the run without metrics. Runs of
+# one setting differ by up to 20% on a small VM, more than the target, so the
+# counting's own cost is also measured alone (COUNTED requests through the
+# same calls the daemon makes per reply) and set against the CPU per request
+# of the runs without metrics.
+from __future__ import annotations
+
+import socket
+import statistics
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import cbor2
+
+from .load import run_clients, run_fixed
+
+ROUNDS = 2
+SCRAPE_S = 1.0
+COUNTED = 200_000
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _scraping(port: int, stop: threading.Event) -> None:
+    while not stop.wait(SCRAPE_S):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            reply.read()
+
+
+def _measure(daemon: Any, seconds: float) -> dict[str, float]:
+    ping = cbor2.dumps({"op": "ping"})
+    before = daemon.cpu_s()
+    pings = run_fixed(daemon.socket, [ping] * 32, seconds)
+    middle = daemon.cpu_s()
+    saves = run_clients(daemon.socket, "save", 64, 4096, seconds, f"m{time.monotonic_ns()}")
+    after = daemon.cpu_s()
+    return {
+        "ping_cpu_us": (middle - before) / max(1, pings.operations) * 1e6,
+        "save_cpu_us": (after - middle) / max(1, saves.operations) * 1e6,
+        "pings_per_s": pings.operations / pings.elapsed_s,
+        "saves_per_s": saves.operations / saves.elapsed_s,
+    }
+
+
+def counting_us() -> float:
+    """Microseconds the daemon spends counting one reply (server.py's _count_answer)."""
+    from sessionstored.metrics import Metrics
+
+    metrics = Metrics()
+    response: dict[str, Any] = {"ok": True, "seq": 1}
+    started = time.perf_counter()
+    for _ in range(COUNTED):
+        began = time.perf_counter()
+        error = response.get("error")
+        code = error.get("code", "internal") if isinstance(error, dict) else "ok"
+        metrics.request("save", str(code), time.perf_counter() - began)
+    return (time.perf_counter() - started) / COUNTED * 1e6
+
+
+def run(daemon_type: Any, workdir: Path, seconds: float) -> dict[str, Any]:
+    measured: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+    for round_ in range(ROUNDS):
+        for setting in ("on", "off") if round_ % 2 == 0 else ("off", "on"):  # ABBA
+            where = workdir / f"{setting}-{round_}"
+            where.mkdir()
+            port = _free_port()
+            extra = ("--metrics-listen", f"127.0.0.1:{port}") if setting == "on" else ()
+            daemon = daemon_type(where, *extra)
+            stop = threading.Event()
+            scraper = threading.Thread(target=_scraping, args=(port, stop))
+            if setting == "on":
+                scraper.start()
+            try:
+                measured[setting].append(_measure(daemon, seconds))
+            finally:
+                stop.set()
+                if setting == "on":
+                    scraper.join()
+                daemon.stop()
+    result: dict[str, Any] = {}
+    for setting, runs in measured.items():
+        result[setting] = {k: round(statistics.mean(r[k] for r in runs), 1) for k in runs[0]}
+    counting = counting_us()
+    result["counting_us_per_request"] = round(counting, 2)
+    for figure in ("ping_cpu_us", "save_cpu_us"):
+        result[f"{figure}_ratio"] = round(result["on"][figure] / result["off"][figure], 3)
+        result[f"counting_share_of_{figure}"] = round(counting / result["off"][figure], 4)
+    return result
+
+
+def main() -> None:
+    import argparse
+    import json
+    import tempfile
+
+    from .__main__ import Daemon
+
+    parser = argparse.ArgumentParser(prog="python -m bench.metrics_cost")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--dir", default=None, help="where to put the stores (a real disk)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="metrics-", dir=args.dir) as workdir:
+        print(json.dumps(run(Daemon, Path(workdir), args.seconds), indent=1))
+
+
+if __name__ == "__main__":
+    main()
