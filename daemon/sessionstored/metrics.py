@@ -18,6 +18,7 @@ import bisect
 import contextlib
 import logging
 import math
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -37,6 +38,7 @@ LATENCY_BUCKETS_S = (
     2.5, 5.0, 10.0,
 )  # fmt: skip
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+RECENT = 1024  # latencies kept per op for `stats`' p50 and p99
 MAX_REQUEST_HEAD_BYTES = 8192
 REQUEST_HEAD_TIMEOUT_S = 5.0
 
@@ -94,6 +96,9 @@ class Metrics:
         self.batch_size = _Histogram(BATCH_SIZE_BUCKETS)
         self.batch_seconds = _Histogram(LATENCY_BUCKETS_S)
         self.sync_seconds = _Histogram(LATENCY_BUCKETS_S)
+        self.recent: dict[str, deque[float]] = {}  # op -> its last RECENT latencies
+        self.recent_syncs: deque[float] = deque(maxlen=RECENT)
+        self.recent_sizes: deque[int] = deque(maxlen=RECENT)
         self.snapshot: dict[str, Any] = {}
         self.registry.register(_Snapshot(self))
 
@@ -104,16 +109,51 @@ class Metrics:
         if timed is None:
             timed = self.latency[op] = _Histogram(LATENCY_BUCKETS_S)
         timed.observe(LATENCY_BUCKETS_S, seconds)
+        recent = self.recent.get(op)
+        if recent is None:
+            recent = self.recent[op] = deque(maxlen=RECENT)
+        recent.append(seconds)
 
     def batch(self, size: int, commit_s: float, sync_s: float) -> None:
         self.batch_size.observe(BATCH_SIZE_BUCKETS, size)
         self.batch_seconds.observe(LATENCY_BUCKETS_S, commit_s)
+        self.recent_sizes.append(size)
         if sync_s:
             self.sync_seconds.observe(LATENCY_BUCKETS_S, sync_s)
+            self.recent_syncs.append(sync_s)
+
+    def stats(self) -> dict[str, Any]:
+        """For `stats` (and `sessionstore top`): requests by op, with the p50 and p99 of
+        their last RECENT latencies, and the recent batches' sizes and fdatasyncs."""
+        requests: dict[str, dict[str, Any]] = {}
+        for (op, code), count in self.codes.items():
+            entry = requests.setdefault(op, {"count": 0, "errors": 0})
+            entry["count"] += count
+            if code != "ok":
+                entry["errors"] += count
+        for op, recent in self.recent.items():
+            requests[op].update(_quantiles_ms(list(recent)))
+        batches: dict[str, Any] = {}
+        if self.recent_sizes:
+            batches["size_mean"] = round(sum(self.recent_sizes) / len(self.recent_sizes), 2)
+        if self.recent_syncs:
+            batches.update(
+                {f"fdatasync_{k}": v for k, v in _quantiles_ms(list(self.recent_syncs)).items()}
+            )
+        return {"requests": requests, "recent_batch_figures": batches}
 
     def exposition(self, stats: dict[str, Any]) -> bytes:
         self.snapshot = stats
         return generate_latest(self.registry)
+
+
+def _quantiles_ms(values: list[float]) -> dict[str, float]:
+    values.sort()
+    last = len(values) - 1
+    return {
+        "p50_ms": round(values[last // 2] * 1000, 3),
+        "p99_ms": round(values[min(last, round(last * 0.99))] * 1000, 3),
+    }
 
 
 class _Snapshot:

@@ -201,20 +201,18 @@ class Server:
         )
         self._stop = trio.Event()
         self._streams: set[trio.SocketStream] = set()
-        self.metrics = Metrics() if config.metrics_listen is not None else None
-        self._answered = self._count_answer if self.metrics is not None else None
-        if self.metrics is not None:
-            self.writer.on_batch = self.metrics.batch
+        # counted always (`stats` and `sessionstore top` read it); served over HTTP only
+        # with --metrics-listen
+        self.metrics = Metrics()
+        self.writer.on_batch = self.metrics.batch
 
     def _count_answer(self, step: Step, response: dict[str, Any]) -> None:
-        assert self.metrics is not None
         error = response.get("error")
         code = error.get("code", "internal") if isinstance(error, dict) else "ok"
         op = step.request.op if step.request is not None else "(none)"
         self.metrics.request(op, str(code), time.perf_counter() - step.started)
 
     async def _render_metrics(self) -> bytes:
-        assert self.metrics is not None
         return self.metrics.exposition(await stats_snapshot(self.ops))
 
     def _stats_extra(self) -> dict[str, Any]:
@@ -233,6 +231,7 @@ class Server:
             "recent_batches": self.writer.timing(),
             "expirations": self.sweeper.expired,
             "recovery": self.report.as_dict(),
+            **self.metrics.stats(),
         }
 
     def _on_fatal(self, reason: str) -> None:
@@ -446,7 +445,7 @@ class Server:
         arrived is started before the connection waits again, so pipelined writes share a
         batch."""
         async with trio.open_nursery() as nursery:
-            outbox = Outbox(sock, conn.encode, self.ops.internal_error, nursery, self._answered)
+            outbox = Outbox(sock, conn.encode, self.ops.internal_error, nursery, self._count_answer)
             try:
                 await self._requests(stream, sock, conn, access, outbox)
             finally:
@@ -515,8 +514,7 @@ class Server:
     ) -> bool:
         """Start the step, in the connection's order; False once the connection is a
         watch's stream, and done taking requests."""
-        if self._answered is not None:
-            step.started = time.perf_counter()
+        step.started = time.perf_counter()
         if isinstance(step, Prepare):
             step = await trio.to_thread.run_sync(step.build)
         if isinstance(step, (Write, Exclusive)):
@@ -584,8 +582,7 @@ class Server:
     async def _answer(self, conn: Connection, step: Step) -> bytes:
         """A read's (or a refusal's) reply, encoded."""
         response = await self._resolve(step)
-        if self._answered is not None:
-            self._answered(step, response)
+        self._count_answer(step, response)
         try:
             return await self._encode(conn, response)
         except Exception as error:  # a reply we cannot encode is our bug too

@@ -26,7 +26,7 @@ from ..wire import jsonform
 from ..wire.codes import ErrorCode
 from ..wire.jsonform import from_json_value, to_json_value
 from ..wire.protocol import END_OF_STREAM, NEED_DATA, Connection, Mode, Refusal
-from . import a3s_import, backup_command, json_export
+from . import a3s_import, backup_command, json_export, top
 from .helpformat import DefaultsShown
 
 EXIT_OK = 0
@@ -543,6 +543,10 @@ def manual_pages() -> dict[str, str]:
     return pages
 
 
+def _top(client: Client, args: argparse.Namespace, out: Output) -> int:
+    return top.run(client, sys.stdout, args.interval, args.count)
+
+
 def _where(args: argparse.Namespace) -> int:
     socket = client_socket(args.socket)
     if args.path_only:
@@ -705,6 +709,13 @@ def _parser() -> argparse.ArgumentParser:
         "--path-only", action="store_true", help="print only the socket's path (for scripts)"
     )
     command("verify", _verify, "full integrity check (exit 4 when it finds problems)")
+    top_view = command(
+        "top", _top, "a live view: requests/s, p50 and p99 by op, batches, watchers (Ctrl-C ends)"
+    )
+    top_view.add_argument(
+        "--interval", type=float, default=1.0, metavar="SECONDS", help="between views (1)"
+    )
+    top_view.add_argument("--count", type=_positive_int, help="show this many views, then end")
     backup = command(
         "backup", _backup, "an online, consistent backup of the store at one seq, into FILE"
     )
