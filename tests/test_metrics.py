@@ -119,3 +119,17 @@ def test_a_taken_metrics_port_stops_the_start_with_one_line(daemon: DaemonProces
         daemon.start("--metrics-listen", f"127.0.0.1:{taken.getsockname()[1]}", wait=False)
         assert daemon.wait_exit() != 0
     assert "metrics" in daemon.log().strip().splitlines()[-1]
+
+
+def test_a_watcher_that_reads_nothing_is_counted_lagged(daemon: DaemonProcess) -> None:
+    port = _free_port()
+    daemon.start("--metrics-listen", f"127.0.0.1:{port}", "--watch-max-lag", "100")
+    silent = Client(daemon.socket_path, timeout=None)
+    (first,) = silent.send_raw([{"op": "watch"}])  # then it reads nothing more
+    assert first["watching"] is True
+    with daemon.client() as client:
+        ops = [{"op": "put", "kind": "kv", "key": f"k{n}", "value": {"n": n}} for n in range(1000)]
+        client.txn(ops)  # 1,000 changes at once: far past the lag it may have
+    samples = _until(port, "sessionstore_watchers_lagged_total", 1)
+    assert _value(samples, "sessionstore_watchers") == 0
+    silent.close()
