@@ -63,6 +63,11 @@ def test_every_metric_moves_when_driven(daemon: DaemonProcess, backend: str) -> 
         for n in range(40):  # 100 KiB generations of one session: segments die
             client.save(snapshot("big", n=n, pad="x" * 100_000))
         client.load("big")
+        many = [
+            {"op": "put", "kind": "kv", "key": f"m{n}", "value": {"p": "x" * 100}}
+            for n in range(1500)
+        ]
+        client.txn(many)  # so many ops: prepared in a thread before it is started
         with pytest.raises(SessionStoreError):
             client.call("load")  # no session_id: bad_request
         client.save(snapshot("short"), ttl_s=0.2)
@@ -79,6 +84,8 @@ def test_every_metric_moves_when_driven(daemon: DaemonProcess, backend: str) -> 
         assert _value(samples, "sessionstore_requests_total", op="load", code="bad_request") == 1
         assert _value(samples, "sessionstore_request_seconds_count", op="load") == 2
         assert _value(samples, "sessionstore_request_seconds_bucket", op="save", le="+Inf") >= 41
+        assert _value(samples, "sessionstore_request_seconds_count", op="txn") == 1
+        assert _value(samples, "sessionstore_request_seconds_sum", op="txn") < 60
         assert _value(samples, "sessionstore_batch_size_count") >= 41
         assert _value(samples, "sessionstore_batch_commit_seconds_count") >= 41
         assert _value(samples, "sessionstore_watchers") == 1

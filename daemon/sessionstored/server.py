@@ -514,9 +514,10 @@ class Server:
     ) -> bool:
         """Start the step, in the connection's order; False once the connection is a
         watch's stream, and done taking requests."""
-        step.started = time.perf_counter()
-        if isinstance(step, Prepare):
+        started = time.perf_counter()
+        if isinstance(step, Prepare):  # the step it builds is the one answered
             step = await trio.to_thread.run_sync(step.build)
+        step.started = started
         if isinstance(step, (Write, Exclusive)):
             outbox.add_job(step)
             if not self.writer.submit(step.job):
