@@ -70,6 +70,10 @@ def test_every_metric_moves_when_driven(daemon: DaemonProcess, backend: str) -> 
         client.txn(many)  # so many ops: prepared in a thread before it is started
         with pytest.raises(SessionStoreError):
             client.call("load")  # no session_id: bad_request
+        with socket.socket(socket.AF_UNIX) as raw:  # not a request at all
+            raw.connect(daemon.socket_path)
+            raw.sendall(b"\x01\n")
+            raw.recv(1000)
         client.save(snapshot("short"), ttl_s=0.2)
         watcher = Client(daemon.socket_path, timeout=None)
         events = watcher.watch()
@@ -82,6 +86,7 @@ def test_every_metric_moves_when_driven(daemon: DaemonProcess, backend: str) -> 
         samples = _until(port, "sessionstore_expirations_total", 1)
         assert _value(samples, "sessionstore_requests_total", op="save", code="ok") >= 41
         assert _value(samples, "sessionstore_requests_total", op="load", code="bad_request") == 1
+        assert _value(samples, "sessionstore_requests_total", op="(none)", code="bad_request") >= 1
         assert _value(samples, "sessionstore_request_seconds_count", op="load") == 2
         assert _value(samples, "sessionstore_request_seconds_bucket", op="save", le="+Inf") >= 41
         assert _value(samples, "sessionstore_request_seconds_count", op="txn") == 1

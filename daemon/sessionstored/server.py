@@ -176,6 +176,9 @@ async def open_listener(config: Config) -> tuple[trio.SocketListener, str | None
     return trio.SocketListener(sock), path
 
 
+UNPARSED = "(none)"  # the metrics' op for an item refused before it was a request
+
+
 class Server:
     def __init__(self, config: Config, store: Engine, report: StartReport) -> None:
         self.config = config
@@ -209,7 +212,7 @@ class Server:
     def _count_answer(self, step: Step, response: dict[str, Any]) -> None:
         error = response.get("error")
         code = error.get("code", "internal") if isinstance(error, dict) else "ok"
-        op = step.request.op if step.request is not None else "(none)"
+        op = step.request.op if step.request is not None else UNPARSED
         self.metrics.request(op, str(code), time.perf_counter() - step.started)
 
     async def _render_metrics(self) -> bytes:
@@ -501,8 +504,8 @@ class Server:
         except Refusal as refusal:
             return await self._answer_refusal(conn, outbox, refusal)
 
-    @staticmethod
-    async def _answer_refusal(conn: Connection, outbox: Outbox, refusal: Refusal) -> _Turn:
+    async def _answer_refusal(self, conn: Connection, outbox: Outbox, refusal: Refusal) -> _Turn:
+        self.metrics.request(UNPARSED, str(refusal.code), 0.0)  # no op: it never became one
         outbox.add_reply(_refusal(conn, refusal))
         if refusal.fatal:  # a framing error: nothing after it can be read
             await outbox.wait_sent()
