@@ -60,6 +60,7 @@ def test_the_database_comes_from_the_flag_or_the_environment_and_its_password_fr
         ["--keep-generations", "1025"],
         ["--metrics-listen", "127.0.0.1:99999"],
         ["--metrics-listen", "localhost:http"],
+        ["--watch-send-timeout-seconds", "0"],
         ["--watch-max-lag", "0"],
         ["--request-timeout-seconds", "0"],
         ["--batches-in-flight", "2"],  # the log commits one at a time

@@ -17,6 +17,7 @@ from .access import AccessPolicy
 from .failpoints import FailpointSpec, parse_failpoints
 from .metrics import parse_listen
 from .storage.generations import DEFAULT_KEEP_GENERATIONS, MAX_KEEP_GENERATIONS
+from .watch import WATCH_SEND_TIMEOUT_S
 
 SYSTEMD_FIRST_FD = 3
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -43,6 +44,7 @@ class Config:
     compact_dead_share: float
     segment_bytes: int
     watch_max_lag: int
+    watch_send_timeout_s: float
     read_cache_bytes: int
     access: AccessPolicy
     max_connections: int
@@ -169,6 +171,13 @@ def _parser() -> argparse.ArgumentParser:
         help="a watcher further behind than this many changes gets 'lagged'",
     )
     parser.add_argument(
+        "--watch-send-timeout-seconds",
+        type=float,
+        default=WATCH_SEND_TIMEOUT_S,
+        metavar="SECONDS",
+        help="a watcher whose socket takes nothing for this long is dropped",
+    )
+    parser.add_argument(
         "--read-cache-mib",
         type=int,
         default=64,
@@ -259,6 +268,8 @@ def build_config(
         raise ConfigError("--max-snapshot-bytes must be at least 256")
     if args.request_timeout_seconds <= 0:
         raise ConfigError("--request-timeout-seconds must be positive")
+    if not args.watch_send_timeout_seconds > 0:
+        raise ConfigError("--watch-send-timeout-seconds must be positive")
     if not 0.05 <= args.compact_dead_share <= 0.95:
         raise ConfigError("--compact-dead-share must be between 0.05 and 0.95")
     metrics_listen = None
@@ -310,6 +321,7 @@ def build_config(
         compact_dead_share=args.compact_dead_share,
         segment_bytes=args.segment_mib * 1024 * 1024,
         watch_max_lag=args.watch_max_lag,
+        watch_send_timeout_s=args.watch_send_timeout_seconds,
         read_cache_bytes=max(0, args.read_cache_mib) * 1024 * 1024,
         access=AccessPolicy(
             daemon_uid=uid,

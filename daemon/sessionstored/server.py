@@ -192,7 +192,9 @@ class Server:
         self.timed_out_requests = 0
         self.writer = Writer(store, self._on_fatal)
         self.sweeper = Sweeper(store, self.writer)
-        self.broadcaster = Broadcaster(store, config.watch_max_lag)
+        self.broadcaster = Broadcaster(
+            store, config.watch_max_lag, send_timeout_s=config.watch_send_timeout_s
+        )
         self.writer.on_publish = self.broadcaster.published
         self.ops = Ops(
             store,
