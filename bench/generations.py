@@ -204,18 +204,9 @@ def _advanced_against_sqlite(daemon_type: Any, workdir: Path, seconds: float) ->
 
 
 def main() -> None:
-    import argparse
-    import json
-    import tempfile
+    from .standalone import run_alone
 
-    from .__main__ import Daemon
-
-    parser = argparse.ArgumentParser(prog="python -m bench.generations")
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--dir", default=None, help="where to put the stores (a real disk)")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="generations-", dir=args.dir) as workdir:
-        print(json.dumps(run(Daemon, Path(workdir), args.seconds), indent=1))
+    run_alone("python -m bench.generations", run, 5.0)
 
 
 if __name__ == "__main__":

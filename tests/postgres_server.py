@@ -86,15 +86,18 @@ class PostgresServer:
         return name
 
 
-def start_server() -> Iterator[PostgresServer | None]:
-    bin_dir = _bin_dir()
-    if bin_dir is None:
-        yield None
-        return
-    base = Path(tempfile.mkdtemp(prefix="sspg-", dir="/tmp"))
-    run_as = None
-    if os.geteuid() == 0:  # initdb refuses root
-        run_as = "postgres" if _user_exists("postgres") else "nobody"
+def server_user() -> str | None:
+    """Who the servers run as: initdb refuses root."""
+    if os.geteuid() != 0:
+        return None
+    return "postgres" if _user_exists("postgres") else "nobody"
+
+
+def new_cluster(bin_dir: Path, base: Path) -> PostgresServer:
+    """initdb in base (made here, owned by the user the server runs as), not started."""
+    base.mkdir(exist_ok=True)
+    run_as = server_user()
+    if run_as:
         shutil.chown(base, user=run_as)
     data, sockets = base / "data", base / "sock"
     for path in (data, sockets):
@@ -110,7 +113,17 @@ def start_server() -> Iterator[PostgresServer | None]:
         str(bin_dir / "initdb"), "-D", str(data), "-U", SUPERUSER, "--pwfile", str(password_file),
         "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync",
     )  # fmt: skip
-    with open(data / "pg_hba.conf", "a") as hba:  # the network namespaces' veth links
+    return server
+
+
+def start_server() -> Iterator[PostgresServer | None]:
+    bin_dir = _bin_dir()
+    if bin_dir is None:
+        yield None
+        return
+    base = Path(tempfile.mkdtemp(prefix="sspg-", dir="/tmp"))
+    server = new_cluster(bin_dir, base)
+    with open(server.data_dir / "pg_hba.conf", "a") as hba:  # the namespaces' veth links
         hba.write(f"host all all {NAMESPACE_NETWORK} scram-sha-256\n")
     server.start()
     try:

@@ -10,9 +10,14 @@ import time
 import urllib.request
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from contrib.grafana.panels import PANELS, Samples, dashboard_json, metric_names, quantile
+from contrib.grafana.panels import (
+    PANELS,
+    Samples,
+    dashboard_json,
+    metric_names,
+    quantile,
+    samples_of,
+)
 
 from .conftest import DaemonProcess, snapshot
 
@@ -21,12 +26,7 @@ HERE = Path(__file__).resolve().parent.parent / "contrib" / "grafana"
 
 def _scrape(port: int) -> Samples:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
-        text = reply.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+        return samples_of(reply.read().decode())
 
 
 def test_the_dashboard_file_is_the_one_the_panels_make() -> None:

@@ -74,8 +74,8 @@ def test_history_lists_the_generations_kept_and_load_at_reads_each(
             loaded = client.load_with_meta("s", at=save["seq"])
             assert _name(loaded["snapshot"]) == f"gen {save['n']}"
             assert loaded["digest"] == save["digest"] and loaded["seq"] == save["seq"]
-        between = kept[1]["seq"] + 0  # at a generation's own seq it is that one
-        assert _name(client.load("s", at=between)) == f"gen {kept[1]['n']}"
+        own = kept[1]["seq"]  # at a generation's own seq it is that one
+        assert _name(client.load("s", at=own)) == f"gen {kept[1]['n']}"
         assert _name(client.load("s", at=10**12)) == "gen 5"  # beyond: the current one
         with pytest.raises(Compacted) as refused:
             client.load("s", at=kept[0]["seq"] - 1)

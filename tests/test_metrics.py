@@ -13,8 +13,8 @@ import urllib.request
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from contrib.grafana.panels import samples_of  # prometheus-client's parser
 from sessionstore.client import Client
 from sessionstore.errors import Overloaded, SessionStoreError
 
@@ -30,12 +30,7 @@ def _free_port() -> int:
 def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
         assert reply.headers["Content-Type"].startswith("text/plain")
-        text = reply.read().decode()
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
+        return samples_of(reply.read().decode())
 
 
 def _value(samples: dict[Any, float], name: str, **labels: str) -> float:

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -30,7 +29,15 @@ from sessionstore.errors import ConnectionLost, SessionStoreError
 
 from .acked_writes import exported_digests
 from .conftest import DaemonProcess, snapshot
-from .postgres_server import PASSWORD, SUPERUSER, PostgresServer, _bin_dir, _free_port, _user_exists
+from .postgres_server import (
+    PASSWORD,
+    SUPERUSER,
+    PostgresServer,
+    _bin_dir,
+    _free_port,
+    new_cluster,
+    server_user,
+)
 
 ROUNDS = 3
 WRITERS = 6
@@ -43,10 +50,6 @@ def _owned_dir(path: Path, run_as: str | None) -> Path:
     if run_as:
         shutil.chown(path, user=run_as)
     return path
-
-
-def _run(server: PostgresServer, *command: str) -> None:
-    server._run(*command)
 
 
 def _connect(server: PostgresServer) -> psycopg.Connection[Any]:
@@ -66,7 +69,7 @@ def _standby_of(primary: PostgresServer, base: Path, port: int) -> PostgresServe
         f" application_name={STANDBY_NAME}"
     )
     standby = PostgresServer(primary.bin_dir, data, sockets, port, run_as)
-    _run(standby, str(primary.bin_dir / "pg_basebackup"), "-D", str(data), "-R", "-X", "stream",
+    standby._run(str(primary.bin_dir / "pg_basebackup"), "-D", str(data), "-R", "-X", "stream",
          "-c", "fast", "-d", source)  # fmt: skip
     standby.start()
     return standby
@@ -96,20 +99,10 @@ def servers() -> Iterator[list[PostgresServer]]:
     if bin_dir is None:
         pytest.skip("PostgreSQL is not installed")
     base = Path(tempfile.mkdtemp(prefix="ssfo-", dir="/tmp"))
-    run_as = None
-    if os.geteuid() == 0:  # initdb refuses root
-        run_as = "postgres" if _user_exists("postgres") else "nobody"
+    run_as = server_user()
+    if run_as:  # its servers reach their directories through it
         shutil.chown(base, user=run_as)
-    home = _owned_dir(base / "a", run_as)
-    data, sockets = _owned_dir(home / "data", run_as), _owned_dir(home / "sock", run_as)
-    password_file = home / "pw"
-    password_file.write_text(PASSWORD)
-    if run_as:
-        shutil.chown(password_file, user=run_as)
-    primary = PostgresServer(bin_dir, data, sockets, _free_port(), run_as)
-    _run(primary, str(bin_dir / "initdb"), "-D", str(data), "-U", SUPERUSER, "--pwfile",
-         str(password_file), "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8",
-         "--no-sync")  # fmt: skip
+    primary = new_cluster(bin_dir, base / "a")
     made = [primary]
     try:
         primary.start()
@@ -244,7 +237,7 @@ def test_failover_to_a_synchronous_standby_loses_nothing_acknowledged(
             time.sleep(LOAD_S)
             started = time.monotonic()
             primary.stop("immediate")  # the primary dies
-            _run(standby, str(standby.bin_dir / "pg_ctl"), "-D", str(standby.data_dir), "-w",
+            standby._run(str(standby.bin_dir / "pg_ctl"), "-D", str(standby.data_dir), "-w",
                  "promote")  # fmt: skip
             promoted_s = time.monotonic() - started
             shutil.rmtree(primary.data_dir.parent, ignore_errors=True)  # gone for good

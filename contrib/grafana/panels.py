@@ -24,6 +24,17 @@ class Panel:
     compute: Callable[[Samples, Samples, float], Series]
 
 
+def samples_of(text: str) -> Samples:
+    """A /metrics text, parsed by prometheus-client's parser: each sample's value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 def _by(samples: Samples, name: str, label: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for (metric, labels), value in samples.items():

@@ -19,14 +19,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from bench.__main__ import Daemon
 from bench.load import run_clients
 from sessionstore.client import Client
 from sessionstore.errors import SessionStoreError
 
-from .panels import PANELS, Samples, dashboard_json
+from .panels import PANELS, Samples, dashboard_json, samples_of
 
 PHASES = ((1, 15.0), (16, 15.0), (64, 15.0), (8, 15.0))  # (clients saving, seconds)
 SCRAPE_S = 2.0
@@ -35,12 +33,7 @@ HERE = Path(__file__).resolve().parent
 
 def _scrape(port: int) -> Samples:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
-        text = reply.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+        return samples_of(reply.read().decode())
 
 
 def _drive(socket_path: str, stop: threading.Event) -> None:

@@ -38,13 +38,19 @@ from ..errors import Conflict, TooLarge
 from . import plans
 from .keyparts import key_part
 from .lifetime import Items, Lifetime, every_item, group_gone
-from .plans import KIND, TXN_OPS, Plan
+from .plans import KIND, TXN_OPS, Plan, delete_op, delete_prefix_op
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
 
 PAGE = 1000  # the daemon's largest range read
 SEQ_DIGITS = 20  # an appended key is the prefix and the seq of its commit
+
+
+def settings_of(given: SessionSettings | dict[str, Any] | None) -> SessionSettings:
+    """As the SDK's own backends take it: a dict becomes SessionSettings (TypeError at
+    once for a key it does not know), and none is the default settings."""
+    return coerce_session_settings(given) if given is not None else SessionSettings()
 
 
 class SessionStoreSession:
@@ -59,13 +65,7 @@ class SessionStoreSession:
         ttl: int | None = None,
     ) -> None:
         self.session_id = session_id
-        # as the SDK's own backends take it: a dict becomes SessionSettings (TypeError at
-        # once for a key it does not know), and none is the default settings
-        self.session_settings = (
-            coerce_session_settings(session_settings)
-            if session_settings is not None
-            else SessionSettings()
-        )
+        self.session_settings = settings_of(session_settings)
         self.socket_path = socket_path
         self.timeout = timeout
         self.items_prefix = f"{prefix}{key_part(session_id)}/"
@@ -159,7 +159,7 @@ class SessionStoreSession:
             newest = page["items"][0]
             try:
                 yield from self._write(
-                    [_delete(newest["key"])],
+                    [delete_op(newest["key"])],
                     [{"kind": KIND, "key": newest["key"], "digest": newest["digest"]}],
                 )
             except Conflict:
@@ -170,11 +170,11 @@ class SessionStoreSession:
     async def clear_session(self) -> None:
         # the lifetime with the first range: a clear cut short leaves an expiring
         # session already gone
-        await self._delete_range(self.items_prefix, [_delete(self.life_key)])
+        await self._delete_range(self.items_prefix, [delete_op(self.life_key)])
 
     async def _delete_range(self, prefix: str, also: Items | None = None) -> None:
         try:
-            await self._client().txn([*(also or []), _delete_prefix(prefix)])
+            await self._client().txn([*(also or []), delete_prefix_op(prefix)])
         except TooLarge:
             if len(prefix) >= len(self.items_prefix) + SEQ_DIGITS:
                 raise
@@ -186,11 +186,3 @@ class SessionStoreSession:
 
 def _scan(prefix: str, **options: Any) -> r.Call:
     return r.checkpoint_scan(KIND, prefix, **options)
-
-
-def _delete(key: str) -> dict[str, Any]:
-    return {"op": "delete", "kind": KIND, "key": key}
-
-
-def _delete_prefix(prefix: str) -> dict[str, Any]:
-    return {"op": "delete_prefix", "kind": KIND, "prefix": prefix}

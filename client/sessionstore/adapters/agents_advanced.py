@@ -42,7 +42,6 @@ from agents import _debug
 from agents._tool_identity import is_reserved_synthetic_tool_namespace, tool_qualified_name
 from agents.memory.session_settings import (
     SessionSettings,
-    coerce_session_settings,
     resolve_session_limit,
 )
 
@@ -50,9 +49,10 @@ from .. import requests as r
 from ..asyncio_client import AsyncioClient, ClientPerLoop
 from ..errors import Conflict
 from . import plans
+from .agents import settings_of
 from .keyparts import key_part
 from .lifetime import Items, digest_of, every_item
-from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan
+from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan, delete_op, delete_prefix_op, put_op
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -132,19 +132,6 @@ def _require(key: str, value: dict[str, Any] | None) -> dict[str, Any]:
     return {"kind": KIND, "key": key, "digest": digest_of(value)}
 
 
-def _put(key: str, value: dict[str, Any], *, if_absent: bool = False) -> dict[str, Any]:
-    op = {"op": "put", "kind": KIND, "key": key, "value": value}
-    return {**op, "if_absent": True} if if_absent else op
-
-
-def _delete(key: str) -> dict[str, Any]:
-    return {"op": "delete", "kind": KIND, "key": key}
-
-
-def _delete_prefix(prefix: str) -> dict[str, Any]:
-    return {"op": "delete_prefix", "kind": KIND, "prefix": prefix}
-
-
 def _generation(value: dict[str, Any] | None) -> int:
     return int(value["generation"]) if value else 0
 
@@ -162,11 +149,7 @@ class AdvancedSessionStoreSession:
         timeout: float | None = 60.0,
     ) -> None:
         self.session_id = session_id
-        self.session_settings = (
-            coerce_session_settings(session_settings)
-            if session_settings is not None
-            else SessionSettings()
-        )
+        self.session_settings = settings_of(session_settings)
         self.socket_path = socket_path
         self.timeout = timeout
         self._logger = logger if logger is not None else log
@@ -231,6 +214,19 @@ class AdvancedSessionStoreSession:
             self._branch_state = (MAIN, generation)
         return self._branch_state[0] if generation != captured[1] else captured[0]
 
+    def _branch_now(
+        self, captured: tuple[str, int]
+    ) -> Plan[tuple[dict[str, Any] | None, str, dict[str, Any] | None]]:
+        """The clear generation, the branch a call works on (the one it captured, or main
+        after a clear), and that branch's head, in one round trip."""
+        generation, *heads = yield [
+            r.checkpoint_get(KIND, self._generation_key),
+            r.checkpoint_get(KIND, self._head_key(captured[0])),
+            r.checkpoint_get(KIND, self._head_key(MAIN)),
+        ]
+        branch = self._resolved(generation, captured)
+        return generation, branch, heads[0] if branch == captured[0] else heads[1]
+
     def _read_branch(self, generation_doc: dict[str, Any] | None, branch_id: str | None) -> str:
         if branch_id is not None:
             return branch_id
@@ -290,13 +286,7 @@ class AdvancedSessionStoreSession:
             if known is not None and known[0] == captured:  # this instance's own last add
                 _, branch, generation, head = known
             else:
-                generation, *heads = yield [
-                    r.checkpoint_get(KIND, self._generation_key),
-                    r.checkpoint_get(KIND, self._head_key(captured[0])),
-                    r.checkpoint_get(KIND, self._head_key(MAIN)),
-                ]
-                branch = self._resolved(generation, captured)
-                head = heads[0] if branch == captured[0] else heads[1]
+                generation, branch, head = yield from self._branch_now(captured)
             state = dict(head or {"turn": 0, "bturn": 0, "count": 0, "users": 0})
             if head is None:
                 state.update(created=_now_text(), made_ms=time.time_ns() // 1_000_000)
@@ -317,7 +307,7 @@ class AdvancedSessionStoreSession:
                 ops.append({"op": "append", "kind": KIND, "prefix": self._items_prefix(branch),
                             "value": value})  # fmt: skip
             state["count"] += len(items)
-            ops.append(_put(self._head_key(branch), state))
+            ops.append(put_op(self._head_key(branch), state))
             require = [
                 _require(self._generation_key, generation),
                 _require(self._head_key(branch), head),
@@ -349,17 +339,17 @@ class AdvancedSessionStoreSession:
             newest, *rest = page["items"]
             popped = newest["value"]
             after = rest[0]["value"] if rest else None
-            ops = [_delete(newest["key"])]
+            ops = [delete_op(newest["key"])]
             if after is None:  # the branch is empty: it no longer exists, its id stays used
-                ops += [_delete(self._head_key(branch)),
-                        _put(self._reserved_key(branch), {}, if_absent=True)]  # fmt: skip
+                ops += [delete_op(self._head_key(branch)),
+                        put_op(self._reserved_key(branch), {}, if_absent=True)]  # fmt: skip
             else:
                 users = head["users"] - (popped["type"] == "user")
                 state = {**head, "turn": after["turn"], "bturn": after["bturn"]}
                 state.update(count=head["count"] - 1, users=users)
-                ops.append(_put(self._head_key(branch), state))
+                ops.append(put_op(self._head_key(branch), state))
             if after is None or after["turn"] != popped["turn"]:  # its turn is gone too
-                ops.append(_delete(self._usage_key(branch, popped["turn"])))
+                ops.append(delete_op(self._usage_key(branch, popped["turn"])))
             require = [
                 _require(self._generation_key, generation),
                 _require(self._head_key(branch), head),
@@ -381,10 +371,10 @@ class AdvancedSessionStoreSession:
             (generation,) = yield [r.checkpoint_get(KIND, self._generation_key)]
             heads = yield from every_item(f"{self._root}h/", values=False)
             used = [head["key"].replace("/h/", "/r/", 1) for head in heads]
-            ops = [_put(key, {}, if_absent=True) for key in used]
-            ops += [_delete_prefix(f"{self._root}{part}/") for part in ("m", "h", "u")]
+            ops = [put_op(key, {}, if_absent=True) for key in used]
+            ops += [delete_prefix_op(f"{self._root}{part}/") for part in ("m", "h", "u")]
             cleared = _generation(generation) + 1
-            ops.append(_put(self._generation_key, {"generation": cleared}))
+            ops.append(put_op(self._generation_key, {"generation": cleared}))
             require = [_require(self._generation_key, generation)]
             try:
                 yield [r.txn(ops, require)]
@@ -424,13 +414,7 @@ class AdvancedSessionStoreSession:
         self._last_add = None
         base = f"branch_from_turn_{turn}_{int(time.time())}"
         while True:
-            generation, *heads = yield [
-                r.checkpoint_get(KIND, self._generation_key),
-                r.checkpoint_get(KIND, self._head_key(captured[0])),
-                r.checkpoint_get(KIND, self._head_key(MAIN)),
-            ]
-            source = self._resolved(generation, captured)
-            head = heads[0] if source == captured[0] else heads[1]
+            generation, source, head = yield from self._branch_now(captured)
             entries = yield from self._entries(source)
             taken: set[str] = set()
             if name is None:  # the ids of this second already used: the next suffix is free
@@ -460,8 +444,8 @@ class AdvancedSessionStoreSession:
                 )
             at = _now_text()
             prefix = self._items_prefix(branch)
-            ops = [_put(self._reserved_key(branch), {})]
-            ops += [_put(prefix + e["key"].rsplit("/", 1)[1], {**e["value"], "at": at})
+            ops = [put_op(self._reserved_key(branch), {})]
+            ops += [put_op(prefix + e["key"].rsplit("/", 1)[1], {**e["value"], "at": at})
                     for e in copies]  # fmt: skip
             if copies:
                 values = [e["value"] for e in copies]
@@ -473,7 +457,7 @@ class AdvancedSessionStoreSession:
                     "created": at,
                     "made_ms": time.time_ns() // 1_000_000,
                 }
-                ops.append(_put(self._head_key(branch), state))
+                ops.append(put_op(self._head_key(branch), state))
             require = [
                 _require(self._generation_key, generation),
                 _require(self._head_key(source), head),
@@ -541,10 +525,10 @@ class AdvancedSessionStoreSession:
             if head is None:
                 raise ValueError(f"Branch '{branch}' does not exist")
             ops = [
-                _delete_prefix(self._items_prefix(branch)),
-                _delete_prefix(self._usage_prefix(branch)),
-                _delete(self._head_key(branch)),
-                _put(self._reserved_key(branch), {}, if_absent=True),
+                delete_prefix_op(self._items_prefix(branch)),
+                delete_prefix_op(self._usage_prefix(branch)),
+                delete_op(self._head_key(branch)),
+                put_op(self._reserved_key(branch), {}, if_absent=True),
             ]
             try:
                 yield [r.txn(ops, [_require(self._head_key(branch), head)])]
@@ -646,7 +630,7 @@ class AdvancedSessionStoreSession:
         }
         try:  # only while the turn's first item is there: a popped turn records nothing
             first = {"kind": KIND, "key": anchor["key"], "digest": anchor["digest"]}
-            yield [r.txn([_put(self._usage_key(branch, turn), value)], [first])]
+            yield [r.txn([put_op(self._usage_key(branch, turn), value)], [first])]
         except Conflict:
             return
 

@@ -75,7 +75,7 @@ from .lifetime import (
     now_ms,
     timed,
 )
-from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan
+from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan, delete_op, delete_prefix_op, put_op
 
 T = TypeVar("T")
 RunsByThread = dict[str, list[str]]
@@ -152,19 +152,6 @@ class _Keys:
     def checkpoint_deleted(self, thread: str, ns: str, checkpoint_id: str) -> str:
         """delete_for_runs removed this one."""
         return f"{self.prefix}x/{key_part(thread)}/{key_part(ns)}/{key_part(checkpoint_id)}"
-
-
-def _put(key: str, value: dict[str, Any], *, if_absent: bool = False) -> dict[str, Any]:
-    op = {"op": "put", "kind": KIND, "key": key, "value": value}
-    return {**op, "if_absent": True} if if_absent else op
-
-
-def _delete(key: str) -> dict[str, Any]:
-    return {"op": "delete", "kind": KIND, "key": key}
-
-
-def _delete_prefix(prefix: str) -> dict[str, Any]:
-    return {"op": "delete_prefix", "kind": KIND, "prefix": prefix}
 
 
 def _exists(key: str) -> dict[str, Any]:
@@ -252,7 +239,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._run(self._put(config, checkpoint, metadata))
+        return self._run(self.put_op(config, checkpoint, metadata))
 
     async def aput(
         self,
@@ -261,7 +248,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self._arun(self._put(config, checkpoint, metadata))
+        return await self._arun(self.put_op(config, checkpoint, metadata))
 
     def put_writes(
         self,
@@ -446,7 +433,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             chunk = ops[start : start + TXN_OPS - 1]
             yield from self.lifetime.commit(life_key, chunk, require or [], members)
 
-    def _put(
+    def put_op(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
     ) -> Plan[RunnableConfig]:
         configurable = config["configurable"]
@@ -469,10 +456,10 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             "metadata": metadata_bytes,
             "delta": DELTA_METADATA in stored_metadata,  # prune refuses such threads
         }
-        ops = [_put(self.keys.checkpoint(thread, ns, checkpoint_id), value)]
+        ops = [put_op(self.keys.checkpoint(thread, ns, checkpoint_id), value)]
         if run_id is not None:
-            ops.append(_put(self.keys.run_marker(str(run_id), thread, ns, checkpoint_id), {}))
-            ops.append(_put(self.keys.thread_run(thread, str(run_id)), {}, if_absent=True))
+            ops.append(put_op(self.keys.run_marker(str(run_id), thread, ns, checkpoint_id), {}))
+            ops.append(put_op(self.keys.thread_run(thread, str(run_id)), {}, if_absent=True))
         require = [] if not parent_id else [_exists(self.keys.checkpoint(thread, ns, parent_id))]
         for _attempt in range(PUT_ATTEMPTS):
             try:
@@ -547,7 +534,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                 "value": value_bytes,
             }
             key = self.keys.write(thread, ns, checkpoint_id, task_id, idx)
-            ops.append(_put(key, document, if_absent=idx >= 0))
+            ops.append(put_op(key, document, if_absent=idx >= 0))
         yield from self._write(thread, ops)
 
     def _runs_of(self, threads: Sequence[str]) -> Plan[RunsByThread]:
@@ -567,13 +554,15 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         ops = []
         upto = str(uuid6())  # later than every checkpoint id made so far
         for thread in threads:
-            ops.append(_put(self.keys.thread_deleted(thread), {"upto": upto}))
-            ops.append(_delete(self.keys.lifetime(thread)))
-            ops.append(_delete_prefix(self.keys.thread_checkpoints(thread)))
-            ops.append(_delete_prefix(self.keys.thread_writes(thread)))
-            ops.append(_delete_prefix(self.keys.thread_runs(thread)))
+            ops.append(put_op(self.keys.thread_deleted(thread), {"upto": upto}))
+            ops.append(delete_op(self.keys.lifetime(thread)))
+            ops.append(delete_prefix_op(self.keys.thread_checkpoints(thread)))
+            ops.append(delete_prefix_op(self.keys.thread_writes(thread)))
+            ops.append(delete_prefix_op(self.keys.thread_runs(thread)))
             for encoded_run in runs[thread]:
-                ops.append(_delete_prefix(f"{self.keys.prefix}r/{encoded_run}/{key_part(thread)}/"))
+                ops.append(
+                    delete_prefix_op(f"{self.keys.prefix}r/{encoded_run}/{key_part(thread)}/")
+                )
         yield from in_txns(ops)
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
@@ -585,12 +574,14 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
             threads: set[str] = set()
             for item in (yield from every_item(prefix, values=False)):
                 thread, ns, checkpoint = item["key"][len(prefix) :].split("/")
-                ops.append(_put(f"{self.keys.prefix}x/{thread}/{ns}/{checkpoint}", {}))
-                ops.append(_delete(f"{self.keys.prefix}c/{thread}/{ns}/{checkpoint}"))
-                ops.append(_delete_prefix(f"{self.keys.prefix}w/{thread}/{ns}/{checkpoint}/"))
+                ops.append(put_op(f"{self.keys.prefix}x/{thread}/{ns}/{checkpoint}", {}))
+                ops.append(delete_op(f"{self.keys.prefix}c/{thread}/{ns}/{checkpoint}"))
+                ops.append(delete_prefix_op(f"{self.keys.prefix}w/{thread}/{ns}/{checkpoint}/"))
                 threads.add(thread)
-            ops.append(_delete_prefix(prefix))
-            ops += [_delete(f"{self.keys.prefix}t/{t}/{key_part(run_id)}") for t in sorted(threads)]
+            ops.append(delete_prefix_op(prefix))
+            ops += [
+                delete_op(f"{self.keys.prefix}t/{t}/{key_part(run_id)}") for t in sorted(threads)
+            ]
         yield from in_txns(ops)
 
     def _copy_thread(self, source: str, target: str) -> Plan[None]:
@@ -602,20 +593,20 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         source_writes = self.keys.thread_writes(source)
         for item in writes:
             ops.append(
-                _put(
+                put_op(
                     self.keys.thread_writes(target) + item["key"][len(source_writes) :],
                     item["value"],
                 )
             )
         for run_id in sorted({i["value"]["run_id"] for i in checkpoints} - {None}):
-            ops.append(_put(self.keys.thread_run(target, run_id), {}))
+            ops.append(put_op(self.keys.thread_run(target, run_id), {}))
         for item in checkpoints:
             value = {**item["value"], "thread_id": target}
             ns, checkpoint_id = value["checkpoint_ns"], value["checkpoint_id"]
             run_id = value.get("run_id")
             if run_id is not None:
-                ops.append(_put(self.keys.run_marker(run_id, target, ns, checkpoint_id), {}))
-            ops.append(_put(self.keys.checkpoint(target, ns, checkpoint_id), value))
+                ops.append(put_op(self.keys.run_marker(run_id, target, ns, checkpoint_id), {}))
+            ops.append(put_op(self.keys.checkpoint(target, ns, checkpoint_id), value))
         yield from self._write(target, ops)
 
     def _prune(self, threads: Sequence[str], strategy: str) -> Plan[None]:
@@ -652,17 +643,17 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                 ns, checkpoint_id = value["checkpoint_ns"], value["checkpoint_id"]
                 if newest[ns] is item:
                     if value.get("parent_checkpoint_id") is not None:  # now the head
-                        rewrite = _put(item["key"], {**value, "parent_checkpoint_id": None})
+                        rewrite = put_op(item["key"], {**value, "parent_checkpoint_id": None})
                         ops.append(_keeping_expiry(rewrite, item))
                     continue
-                ops.append(_delete(item["key"]))
+                ops.append(delete_op(item["key"]))
                 upto[ns] = checkpoint_id
                 if value.get("run_id") is not None:
                     ops.append(
-                        _delete(self.keys.run_marker(value["run_id"], thread, ns, checkpoint_id))
+                        delete_op(self.keys.run_marker(value["run_id"], thread, ns, checkpoint_id))
                     )
             for ns, checkpoint_id in upto.items():
-                ops.append(_put(self.keys.namespace_pruned(thread, ns), {"upto": checkpoint_id}))
+                ops.append(put_op(self.keys.namespace_pruned(thread, ns), {"upto": checkpoint_id}))
             kept = {
                 key_part(ns): key_part(item["value"]["checkpoint_id"])
                 for ns, item in newest.items()
@@ -676,7 +667,7 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
                 # gone earlier; a write for the head, or for a checkpoint not stored yet
                 # (durability="async" sends writes first: uuid6 ids sort by time), stays
                 if head is not None and checkpoint_part < head:
-                    ops.append(_delete(write["key"]))
+                    ops.append(delete_op(write["key"]))
         yield from in_txns(ops)  # each thread's checkpoints before their writes
 
     def _uses_delta(self, item: dict[str, Any]) -> bool:

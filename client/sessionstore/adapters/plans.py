@@ -23,6 +23,20 @@ SCAN_PAGE = 1000  # the daemon's largest range read
 TXN_OPS = 10_000  # the daemon's largest txn
 
 
+def put_op(key: str, value: dict[str, Any], *, if_absent: bool = False) -> dict[str, Any]:
+    """A txn's put of a kv document (with if_absent: keeps one already there)."""
+    op = {"op": "put", "kind": KIND, "key": key, "value": value}
+    return {**op, "if_absent": True} if if_absent else op
+
+
+def delete_op(key: str) -> dict[str, Any]:
+    return {"op": "delete", "kind": KIND, "key": key}
+
+
+def delete_prefix_op(prefix: str) -> dict[str, Any]:
+    return {"op": "delete_prefix", "kind": KIND, "prefix": prefix}
+
+
 def run(client: Client, plan: Plan[T]) -> T:
     try:
         calls = next(plan)
