@@ -11,10 +11,7 @@ from typing import Any
 import pytest
 import trio
 
-from sessionstore import Conflict
-from sessionstore.aclient import AsyncClient
-from sessionstore.asyncio_client import AsyncioClient
-from sessionstore.client import Client
+from sessionstore import AsyncClient, Client, Conflict, TrioClient
 from sessionstore.errors import ConnectionLost, Fenced, NoDaemon
 
 from .conftest import DaemonProcess, snapshot
@@ -34,15 +31,15 @@ def _public(cls: type) -> dict[str, inspect.Signature]:
 def test_the_three_clients_have_the_same_methods_and_signatures() -> None:
     blocking = _public(Client)
     assert {"save", "load", "watch", "iter_ids", "send_raw", "connect"} <= set(blocking)
+    assert _public(TrioClient) == blocking
     assert _public(AsyncClient) == blocking
-    assert _public(AsyncioClient) == blocking
-    for cls in (Client, AsyncClient, AsyncioClient):
+    for cls in (Client, TrioClient, AsyncClient):
         assert inspect.signature(cls.__init__) == inspect.signature(Client.__init__)
 
 
 def test_the_asyncio_client(running: DaemonProcess) -> None:
     async def scenario() -> None:
-        async with AsyncioClient(running.socket_path) as client:
+        async with AsyncClient(running.socket_path) as client:
             await client.ping()
             saved = await client.save(snapshot("x1"), expect=None)
             with pytest.raises(Conflict):
@@ -86,7 +83,7 @@ def test_with_no_daemon_every_client_and_adapter_names_the_socket_and_how_to_sta
     check(caught.value)
 
     async def on_asyncio() -> None:
-        async with AsyncioClient(nowhere) as client:
+        async with AsyncClient(nowhere) as client:
             await client.ping()
 
     with pytest.raises(NoDaemon) as caught:
@@ -94,7 +91,7 @@ def test_with_no_daemon_every_client_and_adapter_names_the_socket_and_how_to_sta
     check(caught.value)
 
     async def on_trio() -> None:
-        async with AsyncClient(nowhere) as client:
+        async with TrioClient(nowhere) as client:
             await client.ping()
 
     with pytest.raises(NoDaemon) as caught:
@@ -123,7 +120,7 @@ def test_each_client_streams_a_backup(running: DaemonProcess) -> None:
     assert messages[0]["seq"] == seq and messages[-1] == {"end": True, "seq": seq, "documents": 1}
 
     async def streamed() -> list[dict[str, Any]]:
-        async with AsyncioClient(running.socket_path) as client:
+        async with AsyncClient(running.socket_path) as client:
             return [message async for message in client.backup()]
 
     again = asyncio.run(streamed())
@@ -146,13 +143,13 @@ def test_each_client_goes_on_after_a_refusal_that_closed_its_connection(
         assert client.checkpoint_get("kv", "big") is None
 
     async def with_asyncio() -> None:
-        async with AsyncioClient(running.socket_path) as client:
+        async with AsyncClient(running.socket_path) as client:
             replies = await client.send_raw([{"op": "txn", "ops": [bad]}, {"op": "ping"}])
             assert [r["error"].get("closing") for r in replies] == [True, True]
             await client.ping()
 
     async def with_trio() -> None:
-        async with AsyncClient(running.socket_path) as client:
+        async with TrioClient(running.socket_path) as client:
             replies = await client.send_raw([{"op": "txn", "ops": [bad]}, {"op": "ping"}])
             assert [r["error"].get("closing") for r in replies] == [True, True]
             await client.ping()

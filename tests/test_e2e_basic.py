@@ -18,10 +18,10 @@ import pytest
 import trio
 
 from sessionstore import Conflict, InvalidSnapshot, TooLarge, snapshot_digest
-from sessionstore.aclient import AsyncClient as TrioClient
-from sessionstore.asyncio_client import AsyncioClient
+from sessionstore.asyncio_client import AsyncClient
 from sessionstore.client import Client
 from sessionstore.errors import BadRequest, ConnectionLost
+from sessionstore.trio_client import TrioClient
 
 from .conftest import DaemonProcess, snapshot
 from .tools import require
@@ -543,7 +543,7 @@ def test_an_oversized_save_is_too_large_for_every_client(short_tmp: Path) -> Non
             client.save(snapshot("after"))  # the client reconnects and goes on
 
         async def through_asyncio() -> None:
-            async with AsyncioClient(daemon.socket_path) as client:
+            async with AsyncClient(daemon.socket_path) as client:
                 with pytest.raises(TooLarge):
                     await client.save(big)
 

@@ -220,7 +220,7 @@ def test_the_adapters_are_optional() -> None:
         [
             sys.executable,
             "-c",
-            "import sys, sessionstore, sessionstore.client, sessionstore.aclient,"
+            "import sys, sessionstore, sessionstore.client, sessionstore.trio_client,"
             " sessionstore.asyncio_client, sessionstore.tools.cli;"
             " print(sorted({'langgraph', 'agents', 'langchain_core'} & set(sys.modules)))",
         ],

@@ -1,29 +1,82 @@
-from .asyncio_client import AsyncioClient
+# The public names. Three clients with the same op methods: Client (blocking),
+# AsyncClient (asyncio) and TrioClient (trio); every error the clients raise; and
+# snapshot_digest, the digest the daemon gives a snapshot.
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from .asyncio_client import AsyncClient
 from .client import Client
 from .errors import (
     BadRequest,
+    Compacted,
     Conflict,
+    ConnectionLost,
+    Fenced,
+    InternalError,
     InvalidSnapshot,
     IOFailure,
+    NoDaemon,
     NoSpace,
     NotFound,
+    Overloaded,
+    ReadOnly,
     SessionStoreError,
+    ShuttingDown,
     TooLarge,
+    Unauthorized,
+    UnknownOp,
+    UnsafeSocketDirectory,
 )
+from .version import __version__
 from .wire.canonical import snapshot_digest
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from .trio_client import TrioClient
+
+_DEPRECATED = {"AsyncioClient": ("AsyncClient", AsyncClient)}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TrioClient":  # imported at first use: trio loads only for trio's users
+        from .trio_client import TrioClient
+
+        return TrioClient
+    if name in _DEPRECATED:
+        new_name, value = _DEPRECATED[name]
+        warnings.warn(
+            f"sessionstore.{name} is deprecated; use sessionstore.{new_name}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return value
+    raise AttributeError(f"module 'sessionstore' has no attribute {name!r}")
+
 
 __all__ = [
-    "AsyncioClient",
+    "AsyncClient",
     "BadRequest",
     "Client",
+    "Compacted",
     "Conflict",
+    "ConnectionLost",
+    "Fenced",
     "IOFailure",
+    "InternalError",
     "InvalidSnapshot",
+    "NoDaemon",
     "NoSpace",
     "NotFound",
+    "Overloaded",
+    "ReadOnly",
     "SessionStoreError",
+    "ShuttingDown",
     "TooLarge",
+    "TrioClient",
+    "Unauthorized",
+    "UnknownOp",
+    "UnsafeSocketDirectory",
+    "__version__",
     "snapshot_digest",
 ]

@@ -20,7 +20,7 @@ from .replies import (
 from .wire.protocol import Refusal
 
 
-class AsyncioClient(AsyncCore):
+class AsyncClient(AsyncCore):
     def __init__(
         self, socket_path: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT_S
     ) -> None:
@@ -29,7 +29,7 @@ class AsyncioClient(AsyncCore):
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
 
-    async def __aenter__(self) -> AsyncioClient:
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *_exc: object) -> None:
@@ -105,26 +105,33 @@ class AsyncioClient(AsyncCore):
 
 
 class ClientPerLoop:
-    """One AsyncioClient for each event loop that uses an adapter: a client's streams
-    belong to the loop that opened them (asyncio.run in a loop makes a loop each time)."""
+    """One AsyncClient for each event loop that uses an adapter: a client's streams
+    belong to the loop that opened them (asyncio.run in a loop makes a loop each time).
+    An adapter handed a client of the caller's uses that one, and leaves closing it to
+    the caller."""
 
-    def __init__(self, socket_path: str | None, timeout: float | None) -> None:
-        self.socket_path = socket_path
-        self.timeout = timeout
-        self._clients: dict[asyncio.AbstractEventLoop, AsyncioClient] = {}
+    def __init__(
+        self, socket_path: str | None, timeout: float | None, given: AsyncClient | None = None
+    ) -> None:
+        self.socket_path = socket_path if given is None else given.socket_path
+        self.timeout = timeout if given is None else given.timeout
+        self._given = given
+        self._clients: dict[asyncio.AbstractEventLoop, AsyncClient] = {}
 
-    def current(self) -> AsyncioClient:
+    def current(self) -> AsyncClient:
+        if self._given is not None:
+            return self._given
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
             for closed in [other for other in self._clients if other.is_closed()]:
                 del self._clients[closed]
-            client = AsyncioClient(self.socket_path, timeout=self.timeout)
+            client = AsyncClient(self.socket_path, timeout=self.timeout)
             self._clients[loop] = client
         return client
 
     async def aclose(self) -> None:
-        """Close the running loop's client."""
+        """Close the running loop's client (not one the caller handed in)."""
         client = self._clients.pop(asyncio.get_running_loop(), None)
         if client is not None:
             await client.aclose()

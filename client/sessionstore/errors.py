@@ -6,6 +6,10 @@ from .wire.codes import ErrorCode
 
 
 class SessionStoreError(Exception):
+    """Every error a client raises: `code` is the wire error code (or
+    "connection_lost"), `message` the daemon's words, `details` the rest of the
+    error map (`current` for a conflict, `oldest_seq` for compacted, ...)."""
+
     code: str = ErrorCode.INTERNAL  # a wire ErrorCode, or "connection_lost" (client-side only)
 
     def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
@@ -15,6 +19,10 @@ class SessionStoreError(Exception):
 
 
 class ConnectionLost(SessionStoreError):
+    """The socket failed, the daemon closed the connection, or no reply came within
+    the client's timeout. Whether a write sent just before was applied is unknown:
+    read it back (or retry it under `expect`)."""
+
     code = "connection_lost"
 
 
@@ -36,18 +44,29 @@ class UnsafeSocketDirectory(ConnectionLost):
 
 
 class BadRequest(SessionStoreError):
+    """The request is malformed: not a map, no op, a required argument missing or of
+    the wrong type. Retrying it unchanged fails the same way."""
+
     code = ErrorCode.BAD_REQUEST
 
 
 class UnknownOp(SessionStoreError):
+    """The daemon has no op of that name (an older daemon: see `hello`)."""
+
     code = ErrorCode.UNKNOWN_OP
 
 
 class NotFound(SessionStoreError):
+    """`update` or `revert` of a missing session, or `fork` of a missing source."""
+
     code = ErrorCode.NOT_FOUND
 
 
 class Conflict(SessionStoreError):
+    """A compare-and-swap failed: an `expect` not met, a create-only save of an
+    existing session, a `fork` onto an existing id, a `txn` requirement not met.
+    `current` is the digest that stands now."""
+
     code = ErrorCode.CONFLICT
 
     @property
@@ -57,46 +76,78 @@ class Conflict(SessionStoreError):
 
 
 class Fenced(SessionStoreError):
+    """A write without the current lease while one is held; `details` carry the
+    holder and epoch that hold it."""
+
     code = ErrorCode.FENCED
 
 
 class InvalidSnapshot(SessionStoreError):
+    """The snapshot breaks the document rules (docs/protocol.md, "The snapshot
+    document"): nothing was written."""
+
     code = ErrorCode.INVALID_SNAPSHOT
 
 
 class TooLarge(SessionStoreError):
+    """A request, snapshot or value over the daemon's limit (`hello`'s `limits`), or
+    a range delete or txn over its count limit."""
+
     code = ErrorCode.TOO_LARGE
 
 
 class Compacted(SessionStoreError):
+    """What was asked for is no longer kept: a `watch` since a seq older than the
+    retained history, or a `load`/`revert`/`fork` at a generation older than the
+    oldest kept; `details["oldest_seq"]` says where history starts."""
+
     code = ErrorCode.COMPACTED
 
 
 class NoSpace(SessionStoreError):
+    """The daemon's disk is full: writes are refused until space is freed; deletes
+    still work."""
+
     code = ErrorCode.NO_SPACE
 
 
 class IOFailure(SessionStoreError):
+    """A read found a damaged record (the message names the file and offset), or an
+    injected fault failed the request."""
+
     code = ErrorCode.IO_ERROR
 
 
 class ReadOnly(SessionStoreError):
+    """Reserved by the protocol for a daemon that takes no writes; sessionstored does
+    not send it today."""
+
     code = ErrorCode.READ_ONLY
 
 
 class Unauthorized(SessionStoreError):
+    """This peer may not connect, or may only read and sent a write (`--allow-uid`,
+    `--read-only-uid`)."""
+
     code = ErrorCode.UNAUTHORIZED
 
 
 class Overloaded(SessionStoreError):
+    """The daemon has as many connections as it takes (`--max-connections`): try
+    again later."""
+
     code = ErrorCode.OVERLOADED
 
 
 class ShuttingDown(SessionStoreError):
+    """The daemon is stopping; a write refused this way was not applied."""
+
     code = ErrorCode.SHUTTING_DOWN
 
 
 class InternalError(SessionStoreError):
+    """A bug in the daemon (counted in `stats`), or a reply the client cannot read."""
+
     code = ErrorCode.INTERNAL
 
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from sessionstore.paths import FALLBACK, default_socket, state_dir
 from sessionstore.tools.helpformat import DefaultsShown
+from sessionstore.version import __version__
 from sessionstore.wire.protocol import DEFAULT_MAX_REQUEST_BYTES
 
-from . import __version__
 from .access import AccessPolicy
 from .failpoints import FailpointSpec, parse_failpoints
 from .metrics import parse_listen

@@ -33,12 +33,12 @@ from agents.memory.session_settings import (
 )
 
 from .. import requests as r
-from ..asyncio_client import AsyncioClient, ClientPerLoop
+from ..asyncio_client import AsyncClient, ClientPerLoop
 from ..errors import Conflict, TooLarge
 from . import plans
 from .keyparts import key_part
 from .lifetime import Items, Lifetime, every_item, group_gone
-from .plans import KIND, TXN_OPS, Plan, delete_op, delete_prefix_op
+from .plans import KIND, TXN_OPS, Plan, delete_op, delete_prefix_op, socket_of
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -63,17 +63,20 @@ class SessionStoreSession:
         prefix: str = "agents/",
         timeout: float | None = 60.0,
         ttl: int | None = None,
+        client: AsyncClient | None = None,
     ) -> None:
+        """client: an AsyncClient to use instead of the session's own (on its event
+        loop); the caller closes it."""
         self.session_id = session_id
         self.session_settings = settings_of(session_settings)
-        self.socket_path = socket_path
-        self.timeout = timeout
+        self.socket_path = socket_of(socket_path, client)
         self.items_prefix = f"{prefix}{key_part(session_id)}/"
         self.life_key = f"{prefix}{key_part(session_id)}"  # beside the items, not among them
         self.lifetime = None if ttl is None else Lifetime(ttl)
-        self._clients = ClientPerLoop(socket_path, timeout)
+        self._clients = ClientPerLoop(self.socket_path, timeout, client)
+        self.timeout = self._clients.timeout
 
-    def _client(self) -> AsyncioClient:
+    def _client(self) -> AsyncClient:
         return self._clients.current()
 
     async def close(self) -> None:

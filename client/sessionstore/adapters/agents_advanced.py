@@ -46,13 +46,22 @@ from agents.memory.session_settings import (
 )
 
 from .. import requests as r
-from ..asyncio_client import AsyncioClient, ClientPerLoop
+from ..asyncio_client import AsyncClient, ClientPerLoop
 from ..errors import Conflict
 from . import plans
 from .agents import settings_of
 from .keyparts import key_part
 from .lifetime import Items, digest_of, every_item
-from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan, delete_op, delete_prefix_op, put_op
+from .plans import (
+    KIND,
+    SCAN_PAGE,
+    TXN_OPS,
+    Plan,
+    delete_op,
+    delete_prefix_op,
+    put_op,
+    socket_of,
+)
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -147,16 +156,18 @@ class AdvancedSessionStoreSession:
         session_settings: SessionSettings | dict[str, Any] | None = None,
         prefix: str = "agents-advanced/",
         timeout: float | None = 60.0,
+        client: AsyncClient | None = None,
     ) -> None:
+        """client: as SessionStoreSession takes it."""
         self.session_id = session_id
         self.session_settings = settings_of(session_settings)
-        self.socket_path = socket_path
-        self.timeout = timeout
+        self.socket_path = socket_of(socket_path, client)
         self._logger = logger if logger is not None else log
         self._root = f"{prefix}{key_part(session_id)}/"
         self._generation_key = self._root + "g"
         self._branch_state: tuple[str, int] = (MAIN, 0)  # (current branch, generation)
-        self._clients = ClientPerLoop(socket_path, timeout)
+        self._clients = ClientPerLoop(self.socket_path, timeout, client)
+        self.timeout = self._clients.timeout
         self._ordered: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
         # what this instance's last add wrote: the next add from the same branch state
         # sends its txn at once, under those requirements, and reads only when they fail
@@ -189,7 +200,7 @@ class AdvancedSessionStoreSession:
 
     # -- plumbing ----------------------------------------------------------------------
 
-    def _client(self) -> AsyncioClient:
+    def _client(self) -> AsyncClient:
         return self._clients.current()
 
     async def _run(self, plan: Plan[Any]) -> Any:

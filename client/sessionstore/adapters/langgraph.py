@@ -174,16 +174,19 @@ class SessionStoreSaver(BaseCheckpointSaver[int]):
         serde: SerializerProtocol | None = None,
         timeout: float | None = 60.0,
         ttl: Mapping[str, Any] | None = None,
+        client: plans.AnyClient | None = None,
     ) -> None:
         """ttl: {"default_ttl": minutes, "refresh_on_read": bool}, as RedisSaver takes
         it: a thread is gone that long after its last write (and read, with
-        refresh_on_read), every document of it at once."""
+        refresh_on_read), every document of it at once. client: a Client (for the sync
+        methods) or an AsyncClient (for the async ones, on its event loop) to use
+        instead of the saver's own; the caller closes it."""
         super().__init__(serde=serde)
-        self.socket_path = socket_path
-        self.timeout = timeout
+        self.socket_path = plans.socket_of(socket_path, client)
         self.keys = _Keys(prefix)
         self.lifetime = _lifetime(ttl)
-        self._runner = plans.Runner(socket_path, timeout)
+        self._runner = plans.Runner(self.socket_path, timeout, client)
+        self.timeout = self._runner.timeout
 
     def close(self) -> None:
         self._runner.close()

@@ -101,23 +101,25 @@ class SessionStoreStore(BaseStore):
         ttl: TTLConfig | None = None,
         prefix: str = "store/",
         timeout: float | None = 60.0,
+        client: plans.AnyClient | None = None,
     ) -> None:
         """index: {"dims": N, "embed": an Embeddings or a function, "fields": paths}, as
         InMemoryStore and PostgresStore take it (fields default to the whole value);
         ttl: a TTLConfig (minutes); the daemon sweeps by itself, so
-        sweep_interval_minutes is taken and has nothing to set."""
+        sweep_interval_minutes is taken and has nothing to set; client: a Client or an
+        AsyncClient to use instead of the store's own, as SessionStoreSaver takes it."""
         self.index_config = index
         self.embeddings = None if index is None else ensure_embeddings(index.get("embed"))
         self.dims = 0 if index is None else _dims(index)
         fields = (index or {}).get("fields") or ["$"]
         self._fields = [(p, tokenize_path(p) if p != "$" else p) for p in fields]
-        self.socket_path = socket_path
-        self.timeout = timeout
+        self.socket_path = plans.socket_of(socket_path, client)
         self.ttl_config = _checked_ttl_config(ttl)
         self.items_prefix = f"{prefix}i/"
         self.vectors_prefix = f"{prefix}v/"
         self._sweeper: concurrent.futures.Future[None] | None = None
-        self._runner = plans.Runner(socket_path, timeout)
+        self._runner = plans.Runner(self.socket_path, timeout, client)
+        self.timeout = self._runner.timeout
 
     def close(self) -> None:
         self._runner.close()

@@ -10,12 +10,13 @@ import threading
 from collections.abc import Generator
 from typing import Any, TypeVar
 
-from ..asyncio_client import AsyncioClient, ClientPerLoop
+from ..asyncio_client import AsyncClient, ClientPerLoop
 from ..client import Client
 from ..errors import SessionStoreError
 from ..requests import Call
 
 T = TypeVar("T")
+AnyClient = Client | AsyncClient
 Plan = Generator[list[Call], list[Any], T]
 
 KIND = "kv"  # the adapters keep every document in kv
@@ -51,7 +52,7 @@ def run(client: Client, plan: Plan[T]) -> T:
         return stop.value  # type: ignore[no-any-return]
 
 
-async def arun(client: AsyncioClient, plan: Plan[T]) -> T:
+async def arun(client: AsyncClient, plan: Plan[T]) -> T:
     try:
         calls = next(plan)
         while True:
@@ -67,14 +68,21 @@ async def arun(client: AsyncioClient, plan: Plan[T]) -> T:
 
 class Runner:
     """One blocking client (made at first use, shared by threads one plan at a time)
-    and an asyncio client per event loop."""
+    and an asyncio client per event loop; or the client the caller handed in, for the
+    methods of its kind, which the Runner never closes."""
 
-    def __init__(self, socket_path: str | None, timeout: float | None) -> None:
+    def __init__(
+        self, socket_path: str | None, timeout: float | None, given: AnyClient | None = None
+    ) -> None:
+        if given is not None:
+            socket_path, timeout = given.socket_path, given.timeout
         self.socket_path = socket_path
         self.timeout = timeout
-        self._client: Client | None = None
+        self._client = given if isinstance(given, Client) else None
+        self._owns_client = self._client is None
         self._lock = threading.Lock()
-        self._async_clients = ClientPerLoop(socket_path, timeout)
+        asyncio_client = given if isinstance(given, AsyncClient) else None
+        self._async_clients = ClientPerLoop(socket_path, timeout, asyncio_client)
 
     def run(self, plan: Plan[T]) -> T:
         with self._lock:
@@ -86,9 +94,16 @@ class Runner:
         return await arun(self._async_clients.current(), plan)
 
     def close(self) -> None:
-        if self._client is not None:
+        if self._client is not None and self._owns_client:
             self._client.close()
             self._client = None
 
     async def aclose(self) -> None:
         await self._async_clients.aclose()
+
+
+def socket_of(socket_path: str | None, client: AnyClient | None) -> str | None:
+    """An adapter takes a socket path or a client, not both."""
+    if client is not None and socket_path is not None:
+        raise TypeError("pass socket_path or client, not both")
+    return client.socket_path if client is not None else socket_path

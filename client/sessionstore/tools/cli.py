@@ -12,7 +12,6 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -22,6 +21,7 @@ from ..client import UNSET, Client
 from ..errors import NoDaemon, SessionStoreError
 from ..paths import client_socket, default_socket, state_dir
 from ..replies import DEFAULT_TIMEOUT_S
+from ..version import __version__
 from ..wire import jsonform
 from ..wire.codes import ErrorCode
 from ..wire.jsonform import from_json_value, to_json_value
@@ -89,13 +89,6 @@ class Output:
             text = jsonform.json_line(to_json_value(value))
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
-
-
-def _version() -> str:
-    try:
-        return metadata.version("sessionstore")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _read_json(source: str) -> Any:
@@ -670,7 +663,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=DefaultsShown,
         parents=[common],
     )
-    parser.add_argument("--version", action="version", version=f"sessionstore {_version()}")
+    parser.add_argument("--version", action="version", version=f"sessionstore {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Any, help_text: str, *, local: bool = False) -> Any:

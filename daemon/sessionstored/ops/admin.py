@@ -4,12 +4,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from sessionstore.version import __version__
 from sessionstore.wire import cbor_bytes
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import PROTOCOL_VERSION, Request, error_response, ok_response
 from sessionstore.wire.shared import Refusal
 
-from .. import __version__
 from ..jobs import ExclusiveJob
 from ..steps import Exclusive, Read, Reply, Response, Step, Stream
 from ..storage.errors import InjectedFault, NoSpace

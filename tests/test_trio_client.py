@@ -5,15 +5,14 @@ from __future__ import annotations
 import pytest
 import trio
 
-from sessionstore import Conflict
-from sessionstore.aclient import AsyncClient
+from sessionstore import Conflict, TrioClient
 from sessionstore.errors import Fenced
 
 from .conftest import DaemonProcess, snapshot
 
 
 async def test_async_ops(running: DaemonProcess) -> None:
-    async with AsyncClient(running.socket_path) as client:
+    async with TrioClient(running.socket_path) as client:
         await client.ping()
         assert (await client.hello())["protocol"] == 1
         saved = await client.save(snapshot("a1"), expect=None)
@@ -42,7 +41,7 @@ async def test_async_ops(running: DaemonProcess) -> None:
 async def test_async_watch_resumes_across_a_restart(running: DaemonProcess) -> None:
     seen: list[dict] = []
     got_three = trio.Event()
-    async with AsyncClient(running.socket_path) as client:
+    async with TrioClient(running.socket_path) as client:
         start = (await client.stats())["seq"]
 
         async def watch() -> None:
