@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 BIN := $(VENV)/bin
 
-.PHONY: run test test-systemd lint bench fuzz clean install
+.PHONY: run test test-systemd lint bench fuzz clean install generate
 
 HELPER := client/sessionstore/wire/_cbor_bytes.c client/sessionstore/wire/cbor_core.c client/sessionstore/wire/cbor_core.h
 
@@ -23,6 +23,10 @@ run: $(STAMP)
 PREFIX ?= $(HOME)/.local
 install: $(STAMP)
 	$(BIN)/python -m sessionstore.tools.install_docs $(PREFIX)
+
+# the async clients' op methods, written from the blocking client's (a test checks it)
+generate: $(STAMP)
+	$(BIN)/python dev/generate_async_op_methods.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -30,7 +30,7 @@ def _public(cls: type) -> dict[str, inspect.Signature]:
 
 def test_the_three_clients_have_the_same_methods_and_signatures() -> None:
     blocking = _public(Client)
-    assert {"save", "load", "watch", "iter_ids", "send_raw", "connect"} <= set(blocking)
+    assert {"save", "load", "watch", "iter_ids", "call", "pipeline", "connect"} <= set(blocking)
     assert _public(TrioClient) == blocking
     assert _public(AsyncClient) == blocking
     for cls in (Client, TrioClient, AsyncClient):
@@ -136,7 +136,7 @@ def test_each_client_goes_on_after_a_refusal_that_closed_its_connection(
     answers the rest of a pipeline with that refusal, and its next call connects anew."""
     bad = {"op": "put", "kind": "kv", "key": "big", "value": {"v": 2**70}}
     with Client(running.socket_path) as client:
-        replies = client.send_raw([{"op": "txn", "ops": [bad]}, {"op": "ping"}])
+        replies = client._send_raw([{"op": "txn", "ops": [bad]}, {"op": "ping"}])
         assert [r["error"]["code"] for r in replies] == ["bad_request"] * 2
         assert replies[0]["error"]["closing"] is True
         assert client.ping() == client.ping()
@@ -144,13 +144,13 @@ def test_each_client_goes_on_after_a_refusal_that_closed_its_connection(
 
     async def with_asyncio() -> None:
         async with AsyncClient(running.socket_path) as client:
-            replies = await client.send_raw([{"op": "txn", "ops": [bad]}, {"op": "ping"}])
+            replies = await client._send_raw([{"op": "txn", "ops": [bad]}, {"op": "ping"}])
             assert [r["error"].get("closing") for r in replies] == [True, True]
             await client.ping()
 
     async def with_trio() -> None:
         async with TrioClient(running.socket_path) as client:
-            replies = await client.send_raw([{"op": "txn", "ops": [bad]}, {"op": "ping"}])
+            replies = await client._send_raw([{"op": "txn", "ops": [bad]}, {"op": "ping"}])
             assert [r["error"].get("closing") for r in replies] == [True, True]
             await client.ping()
 

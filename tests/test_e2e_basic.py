@@ -226,7 +226,7 @@ def test_pipelining_keeps_order_and_read_your_writes(running: DaemonProcess) -> 
         requests.append({"op": "save", "rid": f"s{n}", "snapshot": snapshot("p", n=n)})
         requests.append({"op": "load", "rid": f"l{n}", "session_id": "p"})
     with running.client() as client:
-        responses = client.send_raw(requests)
+        responses = client._send_raw(requests)
     assert [r["rid"] for r in responses] == [r["rid"] for r in requests]
     for n in range(50):
         assert responses[2 * n]["ok"] and responses[2 * n + 1]["snapshot"] == snapshot("p", n=n)
@@ -512,7 +512,7 @@ def test_a_missing_or_mistyped_argument_is_bad_request(running: DaemonProcess, m
                 requests.append({"op": op, "rid": f"{op}-{name}-mistyped", **kept, name: [[]]})
     if mode == "cbor":
         with running.client() as client:
-            responses = client.send_raw(requests)
+            responses = client._send_raw(requests)
     else:
         lines = "".join(json.dumps(r) + "\n" for r in requests).encode()
         with socket.socket(socket.AF_UNIX) as sock:

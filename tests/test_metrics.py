@@ -132,7 +132,7 @@ def test_a_watcher_that_reads_nothing_is_counted_lagged(daemon: DaemonProcess) -
     port = _free_port()
     daemon.start("--metrics-listen", f"127.0.0.1:{port}", "--watch-max-lag", "100")
     silent = Client(daemon.socket_path, timeout=None)
-    (first,) = silent.send_raw([{"op": "watch"}])  # then it reads nothing more
+    (first,) = silent._send_raw([{"op": "watch"}])  # then it reads nothing more
     assert first["watching"] is True
     with daemon.client() as client:
         ops = [{"op": "put", "kind": "kv", "key": f"k{n}", "value": {"n": n}} for n in range(1000)]
@@ -152,7 +152,7 @@ def test_a_watcher_that_reads_nothing_for_the_send_timeout_is_counted_dropped(
         "--watch-send-timeout-seconds", "2",
     )  # fmt: skip
     silent = Client(daemon.socket_path, timeout=None)
-    (first,) = silent.send_raw([{"op": "watch"}])  # then it reads nothing more
+    (first,) = silent._send_raw([{"op": "watch"}])  # then it reads nothing more
     assert first["watching"] is True
     with daemon.client() as client:
         for start in range(0, 30_000, 10_000):  # events past what the socket buffers

@@ -308,7 +308,7 @@ def test_one_clients_pipelined_writes_apply_in_the_order_sent(pair: Pair) -> Non
     try:
         with pair.hosts[0].client() as client:
             requests = [{"op": "save", "snapshot": snapshot("piped", g=g)} for g in range(64)]
-            replies = client.send_raw(requests)
+            replies = client._send_raw(requests)
     finally:
         stop.set()
         for thread in others:

@@ -44,8 +44,8 @@ class Block:
     skip_reason: str | None
 
 
-def readme_blocks() -> list[Block]:
-    text = README.read_text()
+def readme_blocks(page: Path = README) -> list[Block]:
+    text = page.read_text()
     blocks = []
     for match in BLOCK.finditer(text):
         indent = match["indent"]
@@ -53,6 +53,28 @@ def readme_blocks() -> list[Block]:
         reason = match["reason"].strip(" :") if match["skip"] else None
         blocks.append(Block(text[: match.start()].count("\n") + 1, match["lang"], body, reason))
     return blocks
+
+
+def test_every_python_block_type_checks(tmp_path: Path) -> None:
+    """mypy --strict over every Python block of README.md and docs/, each a module of
+    its own, against the packages' own sources."""
+    pages = [README, *sorted((ROOT / "docs").glob("**/*.md"))]
+    written = []
+    for page in pages:
+        for block in readme_blocks(page):
+            if block.lang == "python":
+                path = tmp_path / f"{page.stem.replace('-', '_')}_line_{block.line}.py"
+                path.write_text(block.body + "\n")
+                written.append(str(path))
+    assert len(written) >= 8
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", *written],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "MYPYPATH": str(ROOT / "client")},
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_every_skipped_block_says_why() -> None:

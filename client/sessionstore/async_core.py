@@ -4,11 +4,11 @@
 # connecting, sending, receiving bytes, sleeping and closing.
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
+from .async_op_methods import AsyncOpMethods
 from .errors import ConnectionLost
-from .op_methods import OpMethods
 from .paths import client_socket
 from .replies import (
     DEFAULT_TIMEOUT_S,
@@ -18,14 +18,13 @@ from .replies import (
     backup_ended,
     closes_connection,
     result_of,
-    results_of,
     take_response,
 )
-from .requests import Call, make
+from .requests import make
 from .wire.protocol import Connection, Mode, Refusal
 
 
-class AsyncCore(OpMethods):
+class AsyncCore(AsyncOpMethods):
     def __init__(
         self, socket_path: str | None = None, *, timeout: float | None = DEFAULT_TIMEOUT_S
     ) -> None:
@@ -40,10 +39,6 @@ class AsyncCore(OpMethods):
         raise NotImplementedError
 
     async def aclose(self) -> None:
-        raise NotImplementedError
-
-    async def send_raw(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Pipeline: send every request, then read as many responses, in order."""
         raise NotImplementedError
 
     async def _receive_some(self) -> bytes:
@@ -81,13 +76,6 @@ class AsyncCore(OpMethods):
                 return replies + [replies[-1]] * (count - len(replies))
         return replies
 
-    async def run(self, call: Call) -> Any:
-        return result_of(call, (await self.send_raw([call.request]))[0])
-
-    async def run_all(self, calls: Sequence[Call]) -> list[Any]:
-        """Several calls pipelined (one round trip); the first failure is raised."""
-        return results_of(calls, await self.send_raw([call.request for call in calls]))
-
     async def iter_ids(self, prefix: str = "", *, page: int = 1000) -> AsyncIterator[str]:
         after: str | None = None
         while True:
@@ -106,7 +94,7 @@ class AsyncCore(OpMethods):
         while True:
             watcher = type(self)(self.socket_path, timeout=None)
             try:
-                [reply] = await watcher.send_raw([resume.request()])
+                [reply] = await watcher._send_raw([resume.request()])
                 resume.started(reply)
                 while resume.deliver(event := await watcher._read_message()):
                     yield event
@@ -122,7 +110,7 @@ class AsyncCore(OpMethods):
         messages, then the end."""
         streamer = type(self)(self.socket_path, timeout=self.timeout)
         try:
-            [header] = await streamer.send_raw([make("backup").request])
+            [header] = await streamer._send_raw([make("backup").request])
             result_of(make("backup"), header)
             yield header
             while True:

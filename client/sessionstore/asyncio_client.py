@@ -87,8 +87,7 @@ class AsyncClient(AsyncCore):
                 await sending
         return replies
 
-    async def send_raw(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Pipeline: send every request, then read as many responses, in order."""
+    async def _send_raw(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         async with self._lock:
             await self.connect()
             try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from .errors import ConnectionLost, NoDaemon, SessionStoreError
@@ -20,10 +20,9 @@ from .replies import (
     backup_ended,
     closes_connection,
     result_of,
-    results_of,
     take_response,
 )
-from .requests import UNSET, Call, make
+from .requests import UNSET, make
 from .wire.protocol import Connection, Mode, Refusal
 
 
@@ -64,8 +63,7 @@ class Client(OpMethods):
 
     # -- raw requests --------------------------------------------------------
 
-    def send_raw(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Pipeline: send every request, then read as many responses, in order."""
+    def _send_raw(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         self.connect()
         assert self._sock is not None
         try:
@@ -110,13 +108,6 @@ class Client(OpMethods):
                 self._conn.receive_eof()
         return message
 
-    def run(self, call: Call) -> Any:
-        return result_of(call, self.send_raw([call.request])[0])
-
-    def run_all(self, calls: Sequence[Call]) -> list[Any]:
-        """Several calls pipelined (one round trip); the first failure is raised."""
-        return results_of(calls, self.send_raw([call.request for call in calls]))
-
     def iter_ids(self, prefix: str = "", *, page: int = 1000) -> Iterator[str]:
         after: str | None = None
         while True:
@@ -132,7 +123,7 @@ class Client(OpMethods):
         messages, then {"end": true, ...}. An error reply raises its exception."""
         streamer = Client(self.socket_path, timeout=self.timeout)
         try:
-            [header] = streamer.send_raw([make("backup").request])
+            [header] = streamer._send_raw([make("backup").request])
             result_of(make("backup"), header)
             yield header
             while True:
@@ -155,7 +146,7 @@ class Client(OpMethods):
         while True:
             watcher = Client(self.socket_path, timeout=None)
             try:
-                resume.started(watcher.send_raw([resume.request()])[0])
+                resume.started(watcher._send_raw([resume.request()])[0])
                 while resume.deliver(event := watcher._read_message()):
                     yield event
             except RESUMABLE:

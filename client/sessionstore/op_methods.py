@@ -1,30 +1,64 @@
 # The client API, once: every op as a method that builds its Call (requests.py)
-# and hands it to the transport's run(). The blocking client's run() returns the
-# result; the trio and asyncio clients' run() returns an awaitable of it. So the
-# three clients have the same methods with the same signatures by construction
-# (a test checks it), and only connecting, sending and watching differ.
+# and hands its request to the transport's _send_raw(). This is the blocking
+# client's; the trio and asyncio clients' (async_op_methods.py) is generated from
+# it by dev/generate_async_op_methods.py, the same methods awaited, so the three
+# clients have the same methods with the same signatures and reply types by
+# construction (a test checks both), and only connecting, sending and watching
+# differ.
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from typing import Any
 
 from . import requests as r
-from .requests import UNSET, Call
+from .replies import result_of, results_of
+from .reply_types import (
+    Compaction,
+    Deleted,
+    Expiry,
+    Generation,
+    Head,
+    HelloReply,
+    IdPage,
+    KeyPage,
+    Lease,
+    Loaded,
+    Put,
+    Ranking,
+    Stats,
+    TxnResult,
+    Verified,
+    Written,
+)
+from .requests import UNSET, Call, Reply, T
 
 
 class OpMethods:
-    def run(self, call: Call) -> Any:
+    def _send_raw(self, requests: builtins.list[Reply]) -> builtins.list[Reply]:
+        """The transport's part: send every request, then read as many replies, in order."""
         raise NotImplementedError
 
-    def call(self, op: str, **args: Any) -> Any:
-        """Any op by name, its whole reply (without ok and rid)."""
-        return self.run(r.make(op, **args))
+    def _run(self, call: Call[T]) -> T:
+        replies = self._send_raw([call.request])
+        return result_of(call, replies[0])
 
-    def hello(self) -> Any:
-        return self.run(r.hello())
+    def pipeline(self, calls: Sequence[Call[Any]]) -> builtins.list[Any]:
+        """Several calls in one round trip, each built by its op's function in
+        sessionstore.requests; their results in order, or the first failure raised
+        (the calls before it took effect, the ones after it too, unless they failed)."""
+        replies = self._send_raw([call.request for call in calls])
+        return results_of(calls, replies)
 
-    def ping(self) -> Any:
-        return self.run(r.ping())
+    def call(self, op: str, **args: Any) -> dict[str, Any]:
+        """Any op by name with its arguments; its whole reply (without ok and rid)."""
+        return self._run(r.make(op, **args))
+
+    def hello(self) -> HelloReply:
+        return self._run(r.hello())
+
+    def ping(self) -> None:
+        return self._run(r.ping())
 
     def save(
         self,
@@ -33,27 +67,27 @@ class OpMethods:
         expect: Any = UNSET,
         lease: Any = UNSET,
         ttl_s: Any = UNSET,
-    ) -> Any:
+    ) -> Written:
         """ttl_s: the new generation expires that many seconds from now."""
-        return self.run(r.save(snapshot, expect, lease, ttl_s))
+        return self._run(r.save(snapshot, expect, lease, ttl_s))
 
-    def load(self, session_id: str, *, at: Any = UNSET) -> Any:
+    def load(self, session_id: str, *, at: Any = UNSET) -> dict[str, Any] | None:
         """The snapshot, or None; at: the generation that was current at that seq
         (Compacted when it is no longer kept)."""
-        return self.run(r.load(session_id, at))
+        return self._run(r.load(session_id, at))
 
     def load_with_meta(
         self, session_id: str, *, refresh_ttl_s: Any = UNSET, at: Any = UNSET
-    ) -> Any:
+    ) -> Loaded:
         """{snapshot, digest, seq, expires_at_ms?}; refresh_ttl_s: an expiring session gets
         one that many seconds from now (LangGraph's refresh_on_read); at: as load's, and
         the reply has committed_at_ms."""
-        return self.run(r.load_with_meta(session_id, refresh_ttl_s, at))
+        return self._run(r.load_with_meta(session_id, refresh_ttl_s, at))
 
-    def history(self, session_id: str, *, limit: Any = UNSET) -> Any:
+    def history(self, session_id: str, *, limit: Any = UNSET) -> builtins.list[Generation]:
         """The session's generations kept, newest first: [{seq, digest, size,
         committed_at_ms}, ...] ([] when it does not exist)."""
-        return self.run(r.history(session_id, limit))
+        return self._run(r.history(session_id, limit))
 
     def revert(
         self,
@@ -63,22 +97,24 @@ class OpMethods:
         expect: Any = UNSET,
         lease: Any = UNSET,
         ttl_s: Any = UNSET,
-    ) -> Any:
+    ) -> Written:
         """Write the generation that was current at seq `at` back as a new generation:
         {digest (its old one), seq (a new one)}."""
-        return self.run(r.revert(session_id, at, expect, lease, ttl_s))
+        return self._run(r.revert(session_id, at, expect, lease, ttl_s))
 
-    def head(self, session_id: str) -> Any:
-        return self.run(r.head(session_id))
+    def head(self, session_id: str) -> Head:
+        return self._run(r.head(session_id))
 
-    def exists(self, session_id: str) -> Any:
-        return self.run(r.exists(session_id))
+    def exists(self, session_id: str) -> bool:
+        return self._run(r.exists(session_id))
 
-    def list(self, prefix: str = "", *, after: str | None = None, limit: int | None = None) -> Any:
-        return self.run(r.list_ids(prefix, after, limit))
+    def list(
+        self, prefix: str = "", *, after: str | None = None, limit: int | None = None
+    ) -> IdPage:
+        return self._run(r.list_ids(prefix, after, limit))
 
-    def delete(self, session_id: str, *, expect: Any = UNSET, lease: Any = UNSET) -> Any:
-        return self.run(r.delete(session_id, expect, lease))
+    def delete(self, session_id: str, *, expect: Any = UNSET, lease: Any = UNSET) -> Deleted:
+        return self._run(r.delete(session_id, expect, lease))
 
     def update(
         self,
@@ -88,8 +124,8 @@ class OpMethods:
         *,
         expect: Any = UNSET,
         lease: Any = UNSET,
-    ) -> Any:
-        return self.run(r.update(session_id, component, value, expect, lease))
+    ) -> Written:
+        return self._run(r.update(session_id, component, value, expect, lease))
 
     def fork(
         self,
@@ -99,14 +135,14 @@ class OpMethods:
         *,
         lease: Any = UNSET,
         at: Any = UNSET,
-    ) -> Any:
+    ) -> Written:
         """at: fork the generation that was current at that seq."""
-        return self.run(r.fork(session_id, new_session_id, workspace, lease, at))
+        return self._run(r.fork(session_id, new_session_id, workspace, lease, at))
 
     def checkpoint_put(
         self, kind: str, key: str, value: dict[str, Any], *, lease: Any = UNSET, ttl_s: Any = UNSET
-    ) -> Any:
-        return self.run(r.checkpoint_put(kind, key, value, lease, ttl_s))
+    ) -> Put:
+        return self._run(r.checkpoint_put(kind, key, value, lease, ttl_s))
 
     def expire(
         self,
@@ -116,16 +152,18 @@ class OpMethods:
         kind: str | None = None,
         key: str | None = None,
         lease: Any = UNSET,
-    ) -> Any:
+    ) -> Expiry:
         """A session's (or with kind and key, a document's) expiry set to ttl_s seconds
         from now, or removed with None: {found, seq, expires_at_ms?}."""
-        return self.run(r.expire(session_id, ttl_s, kind, key, lease))
+        return self._run(r.expire(session_id, ttl_s, kind, key, lease))
 
-    def checkpoint_get(self, kind: str, key: str, *, refresh_ttl_s: Any = UNSET) -> Any:
-        return self.run(r.checkpoint_get(kind, key, refresh_ttl_s))
+    def checkpoint_get(
+        self, kind: str, key: str, *, refresh_ttl_s: Any = UNSET
+    ) -> dict[str, Any] | None:
+        return self._run(r.checkpoint_get(kind, key, refresh_ttl_s))
 
-    def checkpoint_delete(self, kind: str, key: str, *, lease: Any = UNSET) -> Any:
-        return self.run(r.checkpoint_delete(kind, key, lease))
+    def checkpoint_delete(self, kind: str, key: str, *, lease: Any = UNSET) -> bool:
+        return self._run(r.checkpoint_delete(kind, key, lease))
 
     def checkpoint_scan(
         self,
@@ -138,9 +176,9 @@ class OpMethods:
         reverse: bool = False,
         values: bool = True,
         refresh_ttl_s: Any = UNSET,
-    ) -> Any:
+    ) -> KeyPage:
         """Keyed documents in key order: {"items": [{key, seq, digest, value}], "next"}."""
-        return self.run(
+        return self._run(
             r.checkpoint_scan(kind, prefix, after, before, limit, reverse, values, refresh_ttl_s)
         )
 
@@ -152,33 +190,33 @@ class OpMethods:
         *,
         limit: Any = UNSET,
         field: Any = UNSET,
-    ) -> Any:
+    ) -> Ranking:
         """The documents under prefix whose value holds vectors at field (default
         "vectors": float32 byte strings), best cosine similarity to query first:
         {"items": [{key, score}], "ranked", "scanned"}."""
-        return self.run(r.checkpoint_rank(kind, prefix, query, limit, field))
+        return self._run(r.checkpoint_rank(kind, prefix, query, limit, field))
 
     def txn(
         self, ops: Sequence[dict[str, Any]], *, require: Any = UNSET, lease: Any = UNSET
-    ) -> Any:
+    ) -> TxnResult:
         """Several document changes, all or none: {"seq", "results"}; `conflict` when a
         requirement fails (details: failed, current)."""
-        return self.run(r.txn(list(ops), require, lease))
+        return self._run(r.txn(list(ops), require, lease))
 
-    def lease_acquire(self, holder: str) -> Any:
-        return self.run(r.lease_acquire(holder))
+    def lease_acquire(self, holder: str) -> Lease:
+        return self._run(r.lease_acquire(holder))
 
-    def lease_get(self) -> Any:
-        return self.run(r.lease_get())
+    def lease_get(self) -> Lease | None:
+        return self._run(r.lease_get())
 
-    def lease_release(self, holder: str, epoch: int) -> Any:
-        return self.run(r.lease_release(holder, epoch))
+    def lease_release(self, holder: str, epoch: int) -> bool:
+        return self._run(r.lease_release(holder, epoch))
 
-    def stats(self) -> Any:
-        return self.run(r.stats())
+    def stats(self) -> Stats:
+        return self._run(r.stats())
 
-    def verify(self) -> Any:
-        return self.run(r.verify())
+    def verify(self) -> Verified:
+        return self._run(r.verify())
 
-    def compact(self) -> Any:
-        return self.run(r.compact())
+    def compact(self) -> Compaction:
+        return self._run(r.compact())

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import ConnectionLost, error_from_wire
-from .requests import UNSET, Call, make
+from .requests import UNSET, Call, T, make
 from .wire.protocol import END_OF_STREAM, NEED_DATA, Connection, Refusal
 
 # what one recv asks for: Python allocates that much before it knows how much
@@ -51,13 +51,13 @@ def closes_connection(replies: list[dict[str, Any]]) -> bool:
     )
 
 
-def result_of(call: Call, reply: dict[str, Any]) -> Any:
+def result_of(call: Call[T], reply: dict[str, Any]) -> T:
     if reply.get("ok") is True:
         return call.result(reply)
     raise error_from_wire(reply.get("error"))
 
 
-def results_of(calls: Sequence[Call], replies: list[dict[str, Any]]) -> list[Any]:
+def results_of(calls: Sequence[Call[Any]], replies: list[dict[str, Any]]) -> list[Any]:
     return [result_of(call, reply) for call, reply in zip(calls, replies, strict=True)]
 
 

@@ -5,7 +5,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+from .reply_types import (
+    Compaction,
+    Deleted,
+    Expiry,
+    Generation,
+    Head,
+    HelloReply,
+    IdPage,
+    KeyPage,
+    Lease,
+    Loaded,
+    Put,
+    Ranking,
+    Stats,
+    TxnResult,
+    Verified,
+    Written,
+)
 
 
 class _Unset:
@@ -16,12 +35,15 @@ class _Unset:
 UNSET: Any = _Unset()
 
 Reply = dict[str, Any]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Call:
+class Call(Generic[T]):
+    """One op's request, and how its reply becomes the op method's result (T)."""
+
     request: dict[str, Any]
-    result: Callable[[Reply], Any]
+    result: Callable[[Reply], T]
 
 
 def _whole(reply: Reply) -> Reply:
@@ -32,7 +54,7 @@ def _field(name: str) -> Callable[[Reply], Any]:
     return lambda reply: reply[name]
 
 
-def make(op: str, result: Callable[[Reply], Any] = _whole, **args: Any) -> Call:
+def make(op: str, result: Callable[[Reply], Any] = _whole, **args: Any) -> Call[Any]:
     return Call({"op": op, **{k: v for k, v in args.items() if v is not UNSET}}, result)
 
 
@@ -45,21 +67,21 @@ def lease_arg(lease: Any) -> Any:
     return {"holder": lease["holder"], "epoch": lease["epoch"]}
 
 
-def hello() -> Call:
+def hello() -> Call[HelloReply]:
     return make("hello")
 
 
-def ping() -> Call:
+def ping() -> Call[None]:
     return make("ping", lambda reply: None)
 
 
 def save(
     snapshot: dict[str, Any], expect: Any = UNSET, lease: Any = UNSET, ttl_s: Any = UNSET
-) -> Call:
+) -> Call[Written]:
     return make("save", snapshot=snapshot, expect=expect, lease=lease_arg(lease), ttl_s=ttl_s)
 
 
-def load(session_id: str, at: Any = UNSET) -> Call:
+def load(session_id: str, at: Any = UNSET) -> Call[dict[str, Any] | None]:
     return make(
         "load",
         lambda r: r["snapshot"] if isinstance(r["snapshot"], dict) else None,
@@ -68,31 +90,31 @@ def load(session_id: str, at: Any = UNSET) -> Call:
     )
 
 
-def load_with_meta(session_id: str, refresh_ttl_s: Any = UNSET, at: Any = UNSET) -> Call:
+def load_with_meta(session_id: str, refresh_ttl_s: Any = UNSET, at: Any = UNSET) -> Call[Loaded]:
     return make("load", session_id=session_id, refresh_ttl_s=refresh_ttl_s, at=at)
 
 
-def history(session_id: str, limit: Any = UNSET) -> Call:
+def history(session_id: str, limit: Any = UNSET) -> Call[list[Generation]]:
     return make("history", _field("generations"), session_id=session_id, limit=limit)
 
 
 def revert(
     session_id: str, at: int, expect: Any = UNSET, lease: Any = UNSET, ttl_s: Any = UNSET
-) -> Call:
+) -> Call[Written]:
     return make(
         "revert", session_id=session_id, at=at, expect=expect, lease=lease_arg(lease), ttl_s=ttl_s
     )
 
 
-def head(session_id: str) -> Call:
+def head(session_id: str) -> Call[Head]:
     return make("head", session_id=session_id)
 
 
-def exists(session_id: str) -> Call:
+def exists(session_id: str) -> Call[bool]:
     return make("exists", lambda r: bool(r["exists"]), session_id=session_id)
 
 
-def list_ids(prefix: str = "", after: str | None = None, limit: int | None = None) -> Call:
+def list_ids(prefix: str = "", after: str | None = None, limit: int | None = None) -> Call[IdPage]:
     return make(
         "list",
         prefix=prefix,
@@ -101,13 +123,13 @@ def list_ids(prefix: str = "", after: str | None = None, limit: int | None = Non
     )
 
 
-def delete(session_id: str, expect: Any = UNSET, lease: Any = UNSET) -> Call:
+def delete(session_id: str, expect: Any = UNSET, lease: Any = UNSET) -> Call[Deleted]:
     return make("delete", session_id=session_id, expect=expect, lease=lease_arg(lease))
 
 
 def update(
     session_id: str, component: str, value: Any, expect: Any = UNSET, lease: Any = UNSET
-) -> Call:
+) -> Call[Written]:
     return make(
         "update",
         session_id=session_id,
@@ -120,7 +142,7 @@ def update(
 
 def fork(
     session_id: str, new_session_id: str, workspace: Any, lease: Any = UNSET, at: Any = UNSET
-) -> Call:
+) -> Call[Written]:
     return make(
         "fork",
         session_id=session_id,
@@ -133,7 +155,7 @@ def fork(
 
 def checkpoint_put(
     kind: str, key: str, value: dict[str, Any], lease: Any = UNSET, ttl_s: Any = UNSET
-) -> Call:
+) -> Call[Put]:
     return make(
         "checkpoint_put", kind=kind, key=key, value=value, lease=lease_arg(lease), ttl_s=ttl_s
     )
@@ -145,16 +167,16 @@ def expire(
     kind: str | None = None,
     key: str | None = None,
     lease: Any = UNSET,
-) -> Call:
+) -> Call[Expiry]:
     target = {"session_id": session_id} if session_id is not None else {"kind": kind, "key": key}
     return make("expire", ttl_s=ttl_s, lease=lease_arg(lease), **target)
 
 
-def checkpoint_get(kind: str, key: str, refresh_ttl_s: Any = UNSET) -> Call:
+def checkpoint_get(kind: str, key: str, refresh_ttl_s: Any = UNSET) -> Call[dict[str, Any] | None]:
     return make("checkpoint_get", _field("value"), kind=kind, key=key, refresh_ttl_s=refresh_ttl_s)
 
 
-def checkpoint_delete(kind: str, key: str, lease: Any = UNSET) -> Call:
+def checkpoint_delete(kind: str, key: str, lease: Any = UNSET) -> Call[bool]:
     deleted = lambda reply: bool(reply["deleted"])  # noqa: E731
     return make("checkpoint_delete", deleted, kind=kind, key=key, lease=lease_arg(lease))
 
@@ -168,7 +190,7 @@ def checkpoint_scan(
     reverse: bool = False,
     values: bool = True,
     refresh_ttl_s: Any = UNSET,
-) -> Call:
+) -> Call[KeyPage]:
     return make(
         "checkpoint_scan",
         refresh_ttl_s=refresh_ttl_s,
@@ -184,34 +206,34 @@ def checkpoint_scan(
 
 def checkpoint_rank(
     kind: str, prefix: str, query: Any, limit: Any = UNSET, field: Any = UNSET
-) -> Call:
+) -> Call[Ranking]:
     return make("checkpoint_rank", kind=kind, prefix=prefix, query=query, limit=limit, field=field)
 
 
-def txn(ops: list[dict[str, Any]], require: Any = UNSET, lease: Any = UNSET) -> Call:
+def txn(ops: list[dict[str, Any]], require: Any = UNSET, lease: Any = UNSET) -> Call[TxnResult]:
     return make("txn", ops=ops, require=require, lease=lease_arg(lease))
 
 
-def lease_acquire(holder: str) -> Call:
+def lease_acquire(holder: str) -> Call[Lease]:
     return make("lease_acquire", holder=holder)
 
 
-def lease_get() -> Call:
+def lease_get() -> Call[Lease | None]:
     return make("lease_get", _field("lease"))
 
 
-def lease_release(holder: str, epoch: int) -> Call:
+def lease_release(holder: str, epoch: int) -> Call[bool]:
     released = lambda reply: bool(reply["released"])  # noqa: E731
     return make("lease_release", released, holder=holder, epoch=epoch)
 
 
-def stats() -> Call:
+def stats() -> Call[Stats]:
     return make("stats")
 
 
-def verify() -> Call:
+def verify() -> Call[Verified]:
     return make("verify")
 
 
-def compact() -> Call:
+def compact() -> Call[Compaction]:
     return make("compact")

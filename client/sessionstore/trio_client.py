@@ -69,8 +69,7 @@ class TrioClient(AsyncCore):
                 replies.append(await self._read_message())
         return answers_after_broken_send(replies, count)
 
-    async def send_raw(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Pipeline: send every request, then read as many responses, in order."""
+    async def _send_raw(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         async with self._lock:
             await self.connect()
             assert self._stream is not None

@@ -68,7 +68,7 @@ class SessionStoreSession:
         """client: an AsyncClient to use instead of the session's own (on its event
         loop); the caller closes it."""
         self.session_id = session_id
-        self.session_settings = settings_of(session_settings)
+        self.session_settings: SessionSettings | None = settings_of(session_settings)
         self.socket_path = socket_of(socket_path, client)
         self.items_prefix = f"{prefix}{key_part(session_id)}/"
         self.life_key = f"{prefix}{key_part(session_id)}"  # beside the items, not among them
@@ -187,5 +187,5 @@ class SessionStoreSession:
                 await self._delete_range(prefix + digit)
 
 
-def _scan(prefix: str, **options: Any) -> r.Call:
+def _scan(prefix: str, **options: Any) -> r.Call[Any]:
     return r.checkpoint_scan(KIND, prefix, **options)

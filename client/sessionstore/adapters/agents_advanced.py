@@ -160,7 +160,7 @@ class AdvancedSessionStoreSession:
     ) -> None:
         """client: as SessionStoreSession takes it."""
         self.session_id = session_id
-        self.session_settings = settings_of(session_settings)
+        self.session_settings: SessionSettings | None = settings_of(session_settings)
         self.socket_path = socket_of(socket_path, client)
         self._logger = logger if logger is not None else log
         self._root = f"{prefix}{key_part(session_id)}/"

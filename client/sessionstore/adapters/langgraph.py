@@ -79,7 +79,7 @@ from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan, delete_op, delete_prefix_op, 
 
 T = TypeVar("T")
 RunsByThread = dict[str, list[str]]
-Calls = list[Call]
+Calls = list[Call[Any]]
 
 PAGE = 100  # checkpoints per range read when listing
 MINUTE_S = 60  # the ttl config counts minutes, as RedisSaver's does
@@ -158,7 +158,7 @@ def _exists(key: str) -> dict[str, Any]:
     return {"kind": KIND, "key": key, "exists": True}
 
 
-def _scan(prefix: str, **options: Any) -> Call:
+def _scan(prefix: str, **options: Any) -> Call[Any]:
     return r.checkpoint_scan(KIND, prefix, **options)
 
 
@@ -785,7 +785,7 @@ def _address(value: dict[str, Any]) -> tuple[str, str, str]:
     return value["thread_id"], value["checkpoint_ns"], value["checkpoint_id"]
 
 
-def _first_page(prefix: str) -> Call:
+def _first_page(prefix: str) -> Call[Any]:
     """The first page of a range (most checkpoints' writes fit in it; _whole reads on)."""
     return _scan(prefix, limit=SCAN_PAGE)
 

@@ -109,7 +109,7 @@ class Lifetime:
 
     # -- reading --------------------------------------------------------------------
 
-    def guard(self, life_key: str) -> r.Call:
+    def guard(self, life_key: str) -> r.Call[Any]:
         """The read of the lifetime, to send with the group's reads (the lifetime first:
         a read that finds it finds every member alive). With refresh_on_read it renews
         the lifetime, which after_read makes safe."""

@@ -17,7 +17,7 @@ from ..requests import Call
 
 T = TypeVar("T")
 AnyClient = Client | AsyncClient
-Plan = Generator[list[Call], list[Any], T]
+Plan = Generator[list[Call[Any]], list[Any], T]
 
 KIND = "kv"  # the adapters keep every document in kv
 SCAN_PAGE = 1000  # the daemon's largest range read
@@ -43,7 +43,7 @@ def run(client: Client, plan: Plan[T]) -> T:
         calls = next(plan)
         while True:
             try:
-                results = client.run_all(calls)
+                results = client.pipeline(calls)
             except SessionStoreError as error:
                 calls = plan.throw(error)
                 continue
@@ -57,7 +57,7 @@ async def arun(client: AsyncClient, plan: Plan[T]) -> T:
         calls = next(plan)
         while True:
             try:
-                results = await client.run_all(calls)
+                results = await client.pipeline(calls)
             except SessionStoreError as error:
                 calls = plan.throw(error)
                 continue

@@ -52,8 +52,8 @@ def export_documents(client: Client) -> Iterator[dict[str, Any]]:
     """Every session, then every checkpoint of each kind, in key order."""
     for session_id in client.iter_ids(page=PAGE):
         found = client.load_with_meta(session_id)
-        if found["snapshot"] is None:  # deleted since it was listed
-            continue
+        if found["snapshot"] is None or found["seq"] is None or found["digest"] is None:
+            continue  # deleted since it was listed
         yield _line(
             "session", session_id, found["seq"], found["digest"], found["snapshot"],
             found.get("expires_at_ms"),

@@ -43,7 +43,7 @@ def run(client: Client, out: TextIO, interval_s: float, count: int | None) -> in
     shown = 0
     try:
         while count is None or shown < count:
-            stats = client.stats()
+            stats = client.call("stats")  # every field the engine reports
             now = time.monotonic()
             requests = stats.get("requests") or {}
             rates: dict[str, float] = {}
