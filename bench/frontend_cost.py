@@ -10,7 +10,7 @@ import cbor2
 
 from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonical
 from sessionstore.wire.protocol import Connection, Mode, Request, parse_request
-from sessionstored.snapshot import validate_snapshot
+from sessionstored.ops.snapshot import validate_snapshot
 
 from .sealing_cost import _per_call_us
 from .workload import make_snapshot

@@ -55,7 +55,7 @@ def _measure(daemon: Any, seconds: float) -> dict[str, float]:
 
 def counting_us() -> float:
     """Microseconds the daemon spends counting one reply (server.py's _count_answer)."""
-    from sessionstored.metrics import Metrics
+    from sessionstored.front.metrics import Metrics
 
     metrics = Metrics()
     response: dict[str, Any] = {"ok": True, "seq": 1}

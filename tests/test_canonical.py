@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from sessionstore.wire.canonical import canonical_dumps, parse_digest, snapshot_digest
 from sessionstore.wire.protocol import Connection, parse_request
-from sessionstored.prepare import checkpoint_document
+from sessionstored.ops.prepare import checkpoint_document
 
 from . import cbor_reference as reference
 

@@ -17,7 +17,7 @@ import cbor2
 from sessionstore import snapshot_digest
 from sessionstore.wire import jsonform
 from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
-from sessionstored.offload import OFFLOAD_ABOVE_BYTES
+from sessionstored.workers.offload import OFFLOAD_ABOVE_BYTES
 
 from .conftest import DaemonProcess
 

@@ -12,7 +12,11 @@ ROOT = Path(__file__).resolve().parent.parent
 STORAGE = ROOT / "daemon" / "sessionstored" / "storage"
 PACKAGES = {"sessionstore": ROOT / "client", "sessionstored": ROOT / "daemon"}
 # the daemon's start-up: the only modules outside storage/ that name an engine's own modules
-START_UP = {"sessionstored.cli", "sessionstored.rekey_command", "sessionstored.restore_command"}
+START_UP = {
+    "sessionstored.commands.cli",
+    "sessionstored.commands.rekey_command",
+    "sessionstored.commands.restore_command",
+}
 ENGINE_PACKAGES = ("sessionstored.storage.log", "sessionstored.storage.postgres")
 
 
@@ -128,22 +132,58 @@ def test_the_daemon_names_an_engine_only_at_start_up() -> None:
         assert not engines, (module, engines)
 
 
+# the daemon's packages, top to bottom: a package imports only those below it (and the
+# shared top-level modules: config, failpoints, notify)
+LAYERS = ("commands", "front", "ops", "workers", "writer", "storage")
+# the edges up the stack that the design has, each for its reason
+UPWARD = {
+    # an op declares the access it needs, which the connection's peer is held to
+    ("sessionstored.ops", "sessionstored.front.access"),
+    # ops publish what they committed to the watchers, and `watch` starts one
+    ("sessionstored.ops.admin", "sessionstored.front.watch"),
+    ("sessionstored.ops.backup", "sessionstored.front.watch"),
+    ("sessionstored.ops.context", "sessionstored.front.watch"),
+    ("sessionstored.ops.steps", "sessionstored.front.watch"),
+}
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "sessionstored" or len(parts) < 2 or parts[1] not in LAYERS:
+        return None  # a shared top-level module, or not the daemon
+    return LAYERS.index(parts[1])
+
+
 def test_the_data_path_never_runs_back_up() -> None:
-    """socket -> protocol -> op registry -> writer -> engine -> log | PostgreSQL -> OS seam:
-    the engines import nothing of the daemon above them, the writer nothing of the ops or
-    the server, the wire layer nothing outside itself. (An op's Rewrite callback runs in
-    the writer's thread; what it calls is the ops' own module, never the other way.)"""
-    below_the_writer = ("sessionstored.ops", "sessionstored.server")
+    """commands -> front (socket, connections) -> ops (parse, prepare, steps) -> workers ->
+    writer -> storage (engine -> log | PostgreSQL -> OS seam), and the wire layer imports
+    nothing outside itself. (An op's Rewrite callback runs in the writer's thread; what
+    it calls is the ops' own module, never the other way.)"""
     engines_use = ("sessionstored.storage", "sessionstore.wire")
+    upward = set()
     for module, edges in _import_graph().items():
         if module.startswith("sessionstored.storage"):
             above = {e for e in edges if not e.startswith(engines_use)}
             assert not above, (module, above)
-        if module == "sessionstored.writer":
-            assert not {e for e in edges if e.startswith(below_the_writer)}, edges
         if module.startswith("sessionstore.wire"):
             outside = {e for e in edges if not e.startswith("sessionstore.wire")}
             assert not outside, (module, outside)
+        layer = _layer(module)
+        if module.startswith("sessionstored.") and module.split(".")[1] not in {
+            "commands",
+            "__main__",
+        }:
+            assert not {e for e in edges if e.startswith("sessionstored.commands")}, module
+        for edge in edges:
+            other = _layer(edge)
+            if layer is not None and other is not None and other < layer:
+                upward.add((module, edge))
+    assert upward == UPWARD
+
+
+def test_the_shared_top_level_modules_stay_few() -> None:
+    top = sorted(p.stem for p in (ROOT / "daemon" / "sessionstored").glob("*.py"))
+    assert top == ["__init__", "__main__", "config", "failpoints", "notify"]
 
 
 def test_storage_imports_no_trio() -> None:

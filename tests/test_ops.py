@@ -13,13 +13,13 @@ import trio
 
 from sessionstore.wire.canonical import snapshot_digest
 from sessionstore.wire.protocol import RawCBOR, Request, parse_request
-from sessionstored.access import Access
+from sessionstored.front.access import Access
+from sessionstored.front.server import raw_bytes
+from sessionstored.front.watch import Broadcaster
 from sessionstored.ops import ARGUMENTS, REGISTRY, Ops
-from sessionstored.server import raw_bytes
-from sessionstored.steps import Exclusive, Read, Reply, Write
+from sessionstored.ops.steps import Exclusive, Read, Reply, Write
 from sessionstored.storage.log.cache import DocumentCache
-from sessionstored.watch import Broadcaster
-from sessionstored.writer import Writer
+from sessionstored.writer.writer.writer import Writer
 
 from .storage_helpers import new_fs, open_store
 

@@ -11,11 +11,11 @@ import cbor2
 import trio
 
 from sessionstore.wire.protocol import Request
-from sessionstored.jobs import MutationJob
-from sessionstored.outbox import Outbox
-from sessionstored.socket_io import SocketIO
-from sessionstored.steps import Write
+from sessionstored.front.outbox import Outbox
+from sessionstored.front.socket_io import SocketIO
+from sessionstored.ops.steps import Write
 from sessionstored.storage.mutations import Outcome
+from sessionstored.writer.writer.jobs import MutationJob
 
 from .storage_helpers import put
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionstore.errors import SessionStoreError
-from sessionstored.vectors import Scorer, query_values
+from sessionstored.ops.vectors import Scorer, query_values
 
 from .conftest import DaemonProcess
 

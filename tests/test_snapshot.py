@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from sessionstored.snapshot import InvalidSnapshot, forked, validate_snapshot, with_component
+from sessionstored.ops.snapshot import InvalidSnapshot, forked, validate_snapshot, with_component
 
 
 def _snap(**extra: Any) -> dict[str, Any]:

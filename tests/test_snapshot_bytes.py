@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from sessionstore.wire.canonical import canonical_dumps
 from sessionstore.wire.shared import CanonicalItem, Refusal
-from sessionstored.document_arguments import document_body, prepared_txn
-from sessionstored.snapshot import (
+from sessionstored.ops.document_arguments import document_body, prepared_txn
+from sessionstored.ops.snapshot import (
     UPDATABLE,
     InvalidSnapshot,
     forked,

@@ -11,8 +11,8 @@ from typing import Any
 import trio
 
 from sessionstore.wire.protocol import NEED_DATA, Connection, Mode, encode
+from sessionstored.front.watch import Broadcaster, SocketSink
 from sessionstored.storage.log.store import Store
-from sessionstored.watch import Broadcaster, SocketSink
 
 from .storage_helpers import new_fs, open_store, put
 

@@ -12,10 +12,10 @@ import pytest
 import trio
 import trio.testing
 
-from sessionstored.jobs import MutationJob
 from sessionstored.storage.mutations import Outcome
-from sessionstored.worker_thread import WorkerThread
-from sessionstored.writer import Writer
+from sessionstored.writer.writer.jobs import MutationJob
+from sessionstored.writer.writer.worker_thread import WorkerThread
+from sessionstored.writer.writer.writer import Writer
 
 from .storage_helpers import assert_clean, body_for, new_fs, open_store, put
 

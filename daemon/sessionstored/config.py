@@ -13,11 +13,11 @@ from sessionstore.tools.helpformat import DefaultsShown
 from sessionstore.version import __version__
 from sessionstore.wire.protocol import DEFAULT_MAX_REQUEST_BYTES
 
-from .access import AccessPolicy
 from .failpoints import FailpointSpec, parse_failpoints
-from .metrics import parse_listen
+from .front.access import AccessPolicy
+from .front.metrics import parse_listen
+from .front.watch import WATCH_SEND_TIMEOUT_S
 from .storage.generations import DEFAULT_KEEP_GENERATIONS, MAX_KEEP_GENERATIONS
-from .watch import WATCH_SEND_TIMEOUT_S
 
 SYSTEMD_FIRST_FD = 3
 LOG_LEVELS = ("debug", "info", "warning", "error")

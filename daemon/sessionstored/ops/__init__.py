@@ -8,11 +8,11 @@ from __future__ import annotations
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, error_response
 
-from ..access import Access
-from ..steps import Reply, Step
+from ..front.access import Access
 from . import admin, backup, checkpoints, leases, rank, sessions
 from .context import OpContext
 from .registry import Op
+from .steps import Reply, Step
 
 REGISTRY: dict[str, Op] = {
     op.name: op

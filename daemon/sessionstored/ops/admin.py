@@ -10,14 +10,14 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import PROTOCOL_VERSION, Request, error_response, ok_response
 from sessionstore.wire.shared import Refusal
 
-from ..jobs import ExclusiveJob
-from ..steps import Exclusive, Read, Reply, Response, Step, Stream
+from ..front.watch import Sink
 from ..storage.errors import InjectedFault, NoSpace
-from ..vectors import numpy_installed_and_not_refused
-from ..watch import Sink
+from ..writer.jobs import ExclusiveJob
 from .args import is_int
 from .context import OpContext
 from .registry import Op
+from .steps import Exclusive, Read, Reply, Response, Step, Stream
+from .vectors import numpy_installed_and_not_refused
 
 
 def ping(_ops: OpContext, request: Request) -> Step:

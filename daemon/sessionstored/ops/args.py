@@ -10,9 +10,9 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, ok_response
 from sessionstore.wire.shared import Refusal
 
-from ..document_arguments import document_kind, expiry_from_ttl, key_text
-from ..steps import Response
 from ..storage.mutations import ANY, Expect, Fence, Outcome
+from .document_arguments import document_kind, expiry_from_ttl, key_text
+from .steps import Response
 
 
 def id_arg(args: dict[str, Any], name: str) -> str:

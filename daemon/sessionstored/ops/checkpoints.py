@@ -12,23 +12,15 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import RawCBOR, Request, ok_response
 from sessionstore.wire.shared import CanonicalItem, Refusal
 
-from ..document_arguments import prepared_txn
-from ..offload import OFFLOAD_ABOVE_BYTES
-from ..prepare import checkpoint_document, prepare_checkpoint, prepare_txn
-from ..steps import Prepare, Read, Response, Step
 from ..storage.documents import NEVER, Entry, KeyRange
 from ..storage.mutations import Put, Remove, Txn
-from .args import (
-    checkpoint_kind,
-    expires_field,
-    id_arg,
-    is_int,
-    lease_arg,
-    refresh_arg,
-    ttl_arg,
-)
+from ..workers.offload import OFFLOAD_ABOVE_BYTES
+from .args import checkpoint_kind, expires_field, id_arg, is_int, lease_arg, refresh_arg, ttl_arg
 from .context import OpContext
+from .document_arguments import prepared_txn
+from .prepare import checkpoint_document, prepare_checkpoint, prepare_txn
 from .registry import Op
+from .steps import Prepare, Read, Response, Step
 
 SCAN_DEFAULT_LIMIT = 100
 SCAN_MAX_LIMIT = 1000

@@ -14,16 +14,16 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, error_response
 from sessionstore.wire.shared import Refusal
 
-from ..jobs import MutationJob
-from ..offload import OFFLOAD_ABOVE_BYTES, Offload
-from ..steps import Reply, Response, Step, Write
+from ..front.watch import Broadcaster
 from ..storage.documents import Document, Entry
 from ..storage.engine import Engine
 from ..storage.errors import CorruptRecord
 from ..storage.generations import generation_at
 from ..storage.mutations import Mutation, Outcome, Rewrite
-from ..watch import Broadcaster
-from ..writer import Writer
+from ..workers.offload import OFFLOAD_ABOVE_BYTES, Offload
+from ..writer.jobs import MutationJob
+from ..writer.writer import Writer
+from .steps import Reply, Response, Step, Write
 
 log = logging.getLogger("sessionstored.ops")
 T = TypeVar("T")

@@ -12,11 +12,11 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, ok_response
 from sessionstore.wire.shared import Refusal
 
-from ..steps import Read, Response, Step
 from ..storage.mutations import LEASE, LEASE_ID, Rewrite
 from .args import is_int
 from .context import OpContext
 from .registry import Op
+from .steps import Read, Response, Step
 
 
 def lease_acquire(ops: OpContext, request: Request) -> Step:

@@ -16,9 +16,12 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, ok_response
 from sessionstore.wire.shared import Refusal
 
-from ..steps import Read, Response, Step
 from ..storage.documents import Entry, KeyRange
-from ..vectors import (
+from .args import checkpoint_kind, is_int
+from .context import OpContext
+from .registry import Op
+from .steps import Read, Response, Step
+from .vectors import (
     FLOAT32_BYTES,
     MAX_DIMENSIONS,
     Scorer,
@@ -27,9 +30,6 @@ from ..vectors import (
     query_values,
     top,
 )
-from .args import checkpoint_kind, is_int
-from .context import OpContext
-from .registry import Op
 
 RANK_DEFAULT_LIMIT = 10
 RANK_MAX_LIMIT = 10_000

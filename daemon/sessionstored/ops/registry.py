@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from sessionstore.wire.protocol import Request
 
-from ..prepare import Preparer
-from ..steps import Step
 from .context import OpContext
+from .prepare import Preparer
+from .steps import Step
 
 
 @dataclass(frozen=True)

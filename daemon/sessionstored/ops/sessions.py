@@ -7,16 +7,6 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import RawCBOR, Request, ok_response
 from sessionstore.wire.shared import CanonicalItem, Refusal
 
-from ..prepare import (
-    Encoded,
-    encoded_argument,
-    forked_body,
-    prepare_snapshot,
-    snapshot_document,
-    updated_body,
-)
-from ..snapshot import UPDATABLE
-from ..steps import Read, Response, Step
 from ..storage.documents import NEVER
 from ..storage.generations import MAX_KEEP_GENERATIONS
 from ..storage.mutations import SESSION, Outcome, Put, Remove, Rewrite
@@ -33,7 +23,17 @@ from .args import (
     ttl_arg,
 )
 from .context import OpContext, same_body
+from .prepare import (
+    Encoded,
+    encoded_argument,
+    forked_body,
+    prepare_snapshot,
+    snapshot_document,
+    updated_body,
+)
 from .registry import Op
+from .snapshot import UPDATABLE
+from .steps import Read, Response, Step
 
 LIST_DEFAULT_LIMIT = 1000
 LIST_MAX_LIMIT = 10000

@@ -22,13 +22,7 @@ from .index import Index
 from .index_checkpoint import Checkpoints, CheckpointState
 from .records import encode_data
 from .recovery import open_store
-from .segments import (
-    COMPACTED,
-    LOG_DIR,
-    SEGMENT_HEADER_BYTES,
-    encode_segment_header,
-    segment_name,
-)
+from .segments import COMPACTED, LOG_DIR, SEGMENT_HEADER_BYTES, encode_segment_header, segment_name
 
 SEGMENT_TARGET_BYTES = 64 * 1024 * 1024  # a new segment once one holds this much
 

@@ -30,11 +30,7 @@ from typing import Any, NamedTuple
 
 from ..errors import CorruptRecord
 from ..sealing import Sealer
-from .damage import (
-    all_regions_look_torn,
-    raw_header,
-    rows_for_damaged_header,
-)
+from .damage import all_regions_look_torn, raw_header, rows_for_damaged_header
 from .index_checkpoint import DamageRow
 from .records import (
     COMMIT,

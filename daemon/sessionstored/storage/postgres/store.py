@@ -51,16 +51,7 @@ from ..engine import CompactResult, Problem
 from ..errors import CorruptRecord, FatalStorageError, RestoreRefused
 from ..generations import DEFAULT_KEEP_GENERATIONS
 from ..history import History
-from ..mutations import (
-    LEASE,
-    LEASE_ID,
-    SESSION,
-    Batch,
-    Committed,
-    Expire,
-    Mutation,
-    refused,
-)
+from ..mutations import LEASE, LEASE_ID, SESSION, Batch, Committed, Expire, Mutation, refused
 from ..sealing import Key, Sealer, SealError
 from .backup import PgBackup
 from .batch import BatchCommitter

@@ -11,7 +11,7 @@ import trio
 
 from sessionstore.wire.codes import ErrorCode
 
-from .storage.mutations import Mutation, Outcome, Txn, refused
+from ..storage.mutations import Mutation, Outcome, Txn, refused
 
 
 class Job:

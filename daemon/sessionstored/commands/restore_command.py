@@ -15,11 +15,11 @@ from collections.abc import Iterator, Sequence
 from sessionstore.backup_file import Backup, DamagedBackup, read_backup
 from sessionstore.tools.helpformat import DefaultsShown
 
-from . import backup_payload
+from ..ops import backup_payload
+from ..storage.documents import SESSION, Document
+from ..storage.errors import RestoreRefused, StoreFormatError, StoreLocked
+from ..storage.sealing import Key, KeyFileError, Sealer
 from .keyfile import read_key_file
-from .storage.documents import SESSION, Document
-from .storage.errors import RestoreRefused, StoreFormatError, StoreLocked
-from .storage.sealing import Key, KeyFileError, Sealer
 
 EXIT_BAD_USAGE = 2
 EXIT_FAILED = 1
@@ -91,8 +91,8 @@ def restore_main(argv: Sequence[str]) -> int:
             pass
         seq = backup.trailer.seq
         if args.state_dir:
-            from .storage.log.fs import RealFileSystem
-            from .storage.log.restore import restore_log
+            from ..storage.log.fs import RealFileSystem
+            from ..storage.log.restore import restore_log
 
             where = os.path.abspath(args.state_dir)
             os.makedirs(os.path.dirname(where), mode=0o700, exist_ok=True)
@@ -114,7 +114,7 @@ def restore_main(argv: Sequence[str]) -> int:
 
 
 def _restore_database(url: str, key: Key | None, backup: Backup, sealer: Sealer) -> tuple[str, int]:
-    from .storage.postgres.store import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
+    from ..storage.postgres.store import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
 
     store = PgStore(url, key=key, password=os.environ.get("SESSIONSTORED_DATABASE_PASSWORD"))
     try:

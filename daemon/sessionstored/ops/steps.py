@@ -13,9 +13,9 @@ from typing import Any
 
 from sessionstore.wire.protocol import Request, error_response
 
-from .jobs import ExclusiveJob, MutationJob
-from .storage.mutations import Outcome
-from .watch import Sink
+from ..front.watch import Sink
+from ..storage.mutations import Outcome
+from ..writer.jobs import ExclusiveJob, MutationJob
 
 Response = dict[str, Any]
 

@@ -16,18 +16,18 @@ import trio
 from sessionstore.errors import UnsafeSocketDirectory
 from sessionstore.paths import FALLBACK, Choice, refuse_unsafe
 
-from .config import Config, ConfigError, build_config
-from .failpoints import Failpoints
+from ..config import Config, ConfigError, build_config
+from ..failpoints import Failpoints
+from ..front.server import Server, StartupError, open_listener
+from ..notify import notify
+from ..storage.engine import Engine, StartReport
+from ..storage.errors import StoreFormatError, StoreLocked
+from ..storage.log.fs import RealFileSystem
+from ..storage.log.recovery import open_store
+from ..storage.sealing import Key, KeyFileError
 from .keyfile import PREVIOUS_CREDENTIAL_NAME, load_key
-from .notify import notify
 from .rekey_command import rekey_main
 from .restore_command import restore_main
-from .server import Server, StartupError, open_listener
-from .storage.engine import Engine, StartReport
-from .storage.errors import StoreFormatError, StoreLocked
-from .storage.log.fs import RealFileSystem
-from .storage.log.recovery import open_store
-from .storage.sealing import Key, KeyFileError
 
 log = logging.getLogger("sessionstored")
 
@@ -112,7 +112,7 @@ def _open_database(
 ) -> tuple[Engine, StartReport] | int:
     """The PostgreSQL store, open; while the database does not answer, say so in STATUS=
     and retry with backoff; a refusal (bad URL, credentials, key) exits at once."""
-    from .storage.postgres.store import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
+    from ..storage.postgres.store import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
 
     assert config.database_url is not None
     store = PgStore(

@@ -16,10 +16,10 @@ import cbor2
 
 from sessionstore.wire.canonical import digest_bytes_of_canonical
 
+from ..storage.documents import Document
+from ..storage.mutations import LEASE
+from ..storage.sealing import Sealer, SealError
 from . import document_arguments
-from .storage.documents import Document
-from .storage.mutations import LEASE
-from .storage.sealing import Sealer, SealError
 
 KIND_NAMES = {**document_arguments.KIND_NAMES, LEASE: "lease"}  # storage kind -> its wire name
 KINDS = {name: kind for kind, name in KIND_NAMES.items()}

@@ -46,15 +46,15 @@ import trio
 
 from sessionstore.wire.codes import ErrorCode
 
+from ..notify import notify
+from ..storage.engine import CompactionRun, Engine, LogMaintenance
+from ..storage.errors import FatalStorageError, InjectedFault, NoSpace
+from ..storage.mutations import Batch, mutation_keys, needs_whole_store, split_batches
 from .collector import Collector
 from .jobs import ExclusiveJob, Job, MutationJob
-from .notify import notify
-from .storage.engine import CompactionRun, Engine, LogMaintenance
-from .storage.errors import FatalStorageError, InjectedFault, NoSpace
-from .storage.mutations import Batch, mutation_keys, needs_whole_store, split_batches
 from .worker_thread import WorkerThread, name_os_thread
 
-log = logging.getLogger("sessionstored.writer")
+log = logging.getLogger("sessionstored.writer.writer")
 T = TypeVar("T")
 
 QUEUE_DEPTH = 64

@@ -31,8 +31,8 @@ import trio
 
 from sessionstore.wire.canonical import digest_text
 
-from .storage.engine import Engine
-from .storage.mutations import (
+from ..storage.engine import Engine
+from ..storage.mutations import (
     KV_DOCUMENT,
     LEASE,
     LOOP_CHECKPOINT,
@@ -41,7 +41,7 @@ from .storage.mutations import (
     Committed,
 )
 
-log = logging.getLogger("sessionstored.watch")
+log = logging.getLogger("sessionstored.front.watch")
 
 WATCH_BATCH_EVENTS = 256  # at ~150 bytes each, well inside the room a writable socket has
 DEFAULT_MAX_LAG_CHANGES = 10_000

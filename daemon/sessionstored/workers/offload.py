@@ -52,7 +52,7 @@ def _start_worker(limit_bytes: int) -> None:
 
 
 _CONTEXT = multiprocessing.get_context("forkserver")
-_CONTEXT.set_forkserver_preload(["__main__", "sessionstored.fork_server_preload"])
+_CONTEXT.set_forkserver_preload(["__main__", "sessionstored.workers.fork_server_preload"])
 
 
 def ensure_fork_server() -> None:

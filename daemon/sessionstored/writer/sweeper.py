@@ -15,9 +15,9 @@ import time
 
 import trio
 
+from ..storage.engine import Engine
+from ..storage.mutations import Expire, Sweep
 from .jobs import MutationJob
-from .storage.engine import Engine
-from .storage.mutations import Expire, Sweep
 from .writer import Writer
 
 SWEEP_BATCH = 10_000  # due generations handed to the writer per round

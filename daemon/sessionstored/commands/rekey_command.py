@@ -20,22 +20,22 @@ from collections.abc import Iterator, Sequence
 
 from sessionstore.tools.helpformat import DefaultsShown
 
-from .config import resolve_state_dir
+from ..config import resolve_state_dir
+from ..storage.errors import StoreFormatError, StoreLocked
+from ..storage.log.compaction import Progress
+from ..storage.log.fs import RealFileSystem
+from ..storage.log.metadata import read_metadata
+from ..storage.log.recovery import open_store
+from ..storage.log.rekey import begin_rekey
+from ..storage.sealing import Key, KeyFileError
 from .keyfile import read_key_file
-from .storage.errors import StoreFormatError, StoreLocked
-from .storage.log.compaction import Progress
-from .storage.log.fs import RealFileSystem
-from .storage.log.metadata import read_metadata
-from .storage.log.recovery import open_store
-from .storage.log.rekey import begin_rekey
-from .storage.sealing import Key, KeyFileError
 
 EXIT_BAD_USAGE = 2
 EXIT_FAILED = 1
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .storage.postgres.rekey import ROWS_PER_TRANSACTION
+    from ..storage.postgres.rekey import ROWS_PER_TRANSACTION
 
     parser = argparse.ArgumentParser(
         prog="sessionstored rekey",
@@ -145,8 +145,8 @@ def rekey_main(argv: Sequence[str]) -> int:
 def _rekey_database(url: str, old: Key, new: Key, rows_per_transaction: int) -> int:
     import psycopg
 
-    from .storage.postgres.rekey import RekeyRefused
-    from .storage.postgres.store import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
+    from ..storage.postgres.rekey import RekeyRefused
+    from ..storage.postgres.store import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
 
     password = os.environ.get("SESSIONSTORED_DATABASE_PASSWORD")
     store = PgStore(url, key=new, previous_key=old, password=password)

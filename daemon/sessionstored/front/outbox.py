@@ -21,9 +21,9 @@ from typing import Any
 
 import trio
 
-from .jobs import Job
+from ..ops.steps import Exclusive, Response, Step, Write
+from ..writer.jobs import Job
 from .socket_io import SocketIO
-from .steps import Exclusive, Response, Step, Write
 
 
 class Outbox:

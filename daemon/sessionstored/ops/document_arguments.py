@@ -18,10 +18,10 @@ from sessionstore.wire.canonical import (
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.shared import MAX_TTL_S, CanonicalItem, Refusal
 
+from ..storage.documents import NEVER
+from ..storage.mutations import KV_DOCUMENT, LOOP_CHECKPOINT, SESSION, WORKFLOW_CHECKPOINT
+from ..storage.txn import Require, TxnAppend, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut
 from .snapshot import id_problem
-from .storage.documents import NEVER
-from .storage.mutations import KV_DOCUMENT, LOOP_CHECKPOINT, SESSION, WORKFLOW_CHECKPOINT
-from .storage.txn import Require, TxnAppend, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut
 
 MAX_TXN_OPS = 10_000
 OP_DOCUMENTS = frozenset({"value"})  # what an op of a txn may carry as CanonicalItem

@@ -58,30 +58,30 @@ from sessionstore.wire.protocol import (
     parse_request,
 )
 
-from .access import Access, peer_of
-from .config import Config
-from .jobs import Job
-from .metrics import Metrics, serve_metrics
-from .notify import notify, watchdog_interval_s
-from .offload import (
+from ..config import Config
+from ..notify import notify, watchdog_interval_s
+from ..ops import ARGUMENTS, DOCUMENTS, PREPARERS, Ops
+from ..ops.admin import stats_snapshot
+from ..ops.prepare import prepare_large
+from ..ops.steps import Exclusive, Prepare, Read, Step, Stream, Write
+from ..storage.engine import Engine, Follower, StartReport
+from ..storage.errors import FatalStorageError
+from ..workers.offload import (
     MAX_REQUEST_ITEMS,
     OFFLOAD_ABOVE_BYTES,
     OFFLOAD_CANONICAL_ABOVE_BYTES,
     WorkerLost,
 )
-from .ops import ARGUMENTS, DOCUMENTS, PREPARERS, Ops
-from .ops.admin import stats_snapshot
+from ..writer.jobs import Job
+from ..writer.sweeper import Sweeper
+from ..writer.writer import Writer
+from .access import Access, peer_of
+from .metrics import Metrics, serve_metrics
 from .outbox import Outbox
-from .prepare import prepare_large
 from .socket_io import SocketIO
-from .steps import Exclusive, Prepare, Read, Step, Stream, Write
-from .storage.engine import Engine, Follower, StartReport
-from .storage.errors import FatalStorageError
-from .sweeper import Sweeper
 from .watch import Broadcaster, SocketSink
-from .writer import Writer
 
-log = logging.getLogger("sessionstored.server")
+log = logging.getLogger("sessionstored.front.server")
 
 RECEIVE_BYTES = 256 * 1024
 # out of file descriptors or memory for now: wait and accept again (as trio's own
