@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sessionstored.writer.writer.collector import FULL_COLLECTION_EVERY_FREEZES, Collector
+from sessionstored.writer.collector import FULL_COLLECTION_EVERY_FREEZES, Collector
 
 
 class _Node:

@@ -19,7 +19,7 @@ from sessionstored.front.watch import Broadcaster
 from sessionstored.ops import ARGUMENTS, REGISTRY, Ops
 from sessionstored.ops.steps import Exclusive, Read, Reply, Write
 from sessionstored.storage.log.cache import DocumentCache
-from sessionstored.writer.writer.writer import Writer
+from sessionstored.writer.writer import Writer
 
 from .storage_helpers import new_fs, open_store
 
@@ -35,9 +35,12 @@ class Harness:
     async def call(self, op: str, access: Access = Access.FULL, **args: Any) -> dict[str, Any]:
         request: Request = parse_request({"op": op, **args})
         step = self.ops.dispatch(request, access)
-        if isinstance(step, (Write, Exclusive)):
+        if isinstance(step, (Write, Exclusive)):  # as the server does, through the outbox
             await self.ops.writer.enqueue(step.job)
-        reply = await step.resolve()
+            await step.job.done.wait()
+            reply = step.reply()
+        else:
+            reply = await step.resolve()
         for name, value in reply.items():  # what the wire would carry
             if isinstance(value, RawCBOR):
                 reply[name] = cbor2.loads(value.data)

@@ -15,7 +15,7 @@ from sessionstored.front.outbox import Outbox
 from sessionstored.front.socket_io import SocketIO
 from sessionstored.ops.steps import Write
 from sessionstored.storage.mutations import Outcome
-from sessionstored.writer.writer.jobs import MutationJob
+from sessionstored.writer.jobs import MutationJob
 
 from .storage_helpers import put
 

@@ -13,9 +13,9 @@ import trio
 import trio.testing
 
 from sessionstored.storage.mutations import Outcome
-from sessionstored.writer.writer.jobs import MutationJob
-from sessionstored.writer.writer.worker_thread import WorkerThread
-from sessionstored.writer.writer.writer import Writer
+from sessionstored.writer.jobs import MutationJob
+from sessionstored.writer.worker_thread import WorkerThread
+from sessionstored.writer.writer import Writer
 
 from .storage_helpers import assert_clean, body_for, new_fs, open_store, put
 

@@ -17,6 +17,7 @@ from sessionstore.errors import UnsafeSocketDirectory
 from sessionstore.paths import FALLBACK, Choice, refuse_unsafe
 
 from ..config import Config, ConfigError, build_config
+from ..exit_codes import ExitCode, refuse
 from ..failpoints import Failpoints
 from ..front.server import Server, StartupError, open_listener
 from ..notify import notify
@@ -29,10 +30,10 @@ from .keyfile import PREVIOUS_CREDENTIAL_NAME, load_key
 from .rekey_command import rekey_main
 from .restore_command import restore_main
 
+PROGRAM = "sessionstored"
+
 log = logging.getLogger("sessionstored")
 
-EXIT_BAD_CONFIG = 2
-EXIT_CANNOT_START = 1
 SYSLOG_PRIORITY = {
     logging.DEBUG: 7,
     logging.INFO: 6,
@@ -58,11 +59,6 @@ def _setup_logging(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"sessionstored: {message}", file=sys.stderr)
-    return code
 
 
 def _raise_open_files_limit() -> None:
@@ -133,10 +129,10 @@ def _open_database(
             log.info("connected to %s", report.summary())
             return store, report
         except DatabaseRefused as error:
-            return _fail(str(error), EXIT_BAD_CONFIG)
+            return refuse(PROGRAM, str(error), ExitCode.BAD_USAGE)
         except DatabaseUnreachable as error:
             if error.unresolved and attempt == 0:  # a typo in the URL, not an outage
-                return _fail(f"{error} (the host does not resolve)", EXIT_BAD_CONFIG)
+                return refuse(PROGRAM, f"{error} (the host does not resolve)", ExitCode.BAD_USAGE)
             wait_s = DATABASE_RETRY_S[min(attempt, len(DATABASE_RETRY_S) - 1)]
             attempt += 1
             notify(f"STATUS=waiting for PostgreSQL at {redacted(config.database_url)}: {error}")
@@ -151,7 +147,7 @@ def run(config: Config) -> int:
         try:  # before anything is opened (the listener checks again when it binds)
             refuse_unsafe(Choice(config.socket_path, FALLBACK), os.getuid())
         except UnsafeSocketDirectory as error:
-            return _fail(str(error), EXIT_CANNOT_START)
+            return refuse(PROGRAM, str(error), ExitCode.FAILED)
     try:
         key = load_key(config.key_file, os.environ)
         previous_key = load_key(
@@ -161,15 +157,16 @@ def run(config: Config) -> int:
             credential_name=PREVIOUS_CREDENTIAL_NAME,
         )
     except KeyFileError as error:
-        return _fail(str(error), EXIT_BAD_CONFIG)
+        return refuse(PROGRAM, str(error), ExitCode.BAD_USAGE)
     if previous_key is not None and config.database_url is None:
-        return _fail(
+        return refuse(
+            PROGRAM,
             "a previous key is for a PostgreSQL store's online rekey; the embedded log is "
             "rekeyed offline (sessionstored rekey --state-dir)",
-            EXIT_BAD_CONFIG,
+            ExitCode.BAD_USAGE,
         )
     if previous_key is not None and key is None:
-        return _fail("a previous key needs a key (--key-file) too", EXIT_BAD_CONFIG)
+        return refuse(PROGRAM, "a previous key needs a key (--key-file) too", ExitCode.BAD_USAGE)
     if config.database_url is not None:
         opened = _open_database(config, key, previous_key)
         if isinstance(opened, int):
@@ -178,7 +175,11 @@ def run(config: Config) -> int:
     try:
         os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
     except OSError as error:
-        return _fail(f"cannot create state directory {config.state_dir}: {error.strerror}", 1)
+        return refuse(
+            PROGRAM,
+            f"cannot create state directory {config.state_dir}: {error.strerror}",
+            ExitCode.FAILED,
+        )
     failpoints = Failpoints(config.failpoints)
     notify(f"STATUS=recovering {config.state_dir}")
     try:
@@ -197,9 +198,9 @@ def run(config: Config) -> int:
                 key=key,
             )
     except (StoreLocked, StoreFormatError) as error:
-        return _fail(str(error), EXIT_CANNOT_START)
+        return refuse(PROGRAM, str(error), ExitCode.FAILED)
     except OSError as error:
-        return _fail(f"cannot open store in {config.state_dir}: {error}", EXIT_CANNOT_START)
+        return refuse(PROGRAM, f"cannot open store in {config.state_dir}: {error}", ExitCode.FAILED)
     # corruption is an error, a torn tail (a crash mid-write) a warning
     level = logging.INFO
     if report.corruption:
@@ -231,11 +232,11 @@ def _serve(config: Config, store: Engine, report: StartReport) -> int:
                 metrics = await trio.open_tcp_listeners(port, host=host)
             except OSError as error:
                 reason = f"cannot serve metrics on {host}:{port}: {error.strerror or error}"
-                return _fail(reason, EXIT_CANNOT_START)
+                return refuse(PROGRAM, reason, ExitCode.FAILED)
         try:
             listener, path = await open_listener(config)
         except StartupError as error:
-            return _fail(str(error), EXIT_CANNOT_START)
+            return refuse(PROGRAM, str(error), ExitCode.FAILED)
         served = True
         return await Server(config, store, report).run(listener, path, metrics)
 
@@ -260,5 +261,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             gid=os.getgid(),
         )
     except ConfigError as error:
-        return _fail(str(error), EXIT_BAD_CONFIG)
+        return refuse(PROGRAM, str(error), ExitCode.BAD_USAGE)
     return run(config)

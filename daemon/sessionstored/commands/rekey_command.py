@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from sessionstore.tools.helpformat import DefaultsShown
 
 from ..config import resolve_state_dir
+from ..exit_codes import ExitCode, refuse
 from ..storage.errors import StoreFormatError, StoreLocked
 from ..storage.log.compaction import Progress
 from ..storage.log.fs import RealFileSystem
@@ -30,8 +31,7 @@ from ..storage.log.rekey import begin_rekey
 from ..storage.sealing import Key, KeyFileError
 from .keyfile import read_key_file
 
-EXIT_BAD_USAGE = 2
-EXIT_FAILED = 1
+PROGRAM = "sessionstored rekey"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,31 +79,27 @@ def _progress_bar(unit: str = " documents") -> Iterator[Progress | None]:
         yield update
 
 
-def _fail(message: str, code: int) -> int:
-    print(f"sessionstored rekey: {message}", file=sys.stderr)
-    return code
-
-
 def rekey_main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
     if not args.old_key_file and not args.new_key_file:
-        return _fail("give --old-key-file, --new-key-file, or both", EXIT_BAD_USAGE)
+        return refuse(PROGRAM, "give --old-key-file, --new-key-file, or both", ExitCode.BAD_USAGE)
     if args.rows_per_transaction < 1:
-        return _fail("--rows-per-transaction must be at least 1", EXIT_BAD_USAGE)
+        return refuse(PROGRAM, "--rows-per-transaction must be at least 1", ExitCode.BAD_USAGE)
     try:
         old = read_key_file(args.old_key_file) if args.old_key_file else None
         new = read_key_file(args.new_key_file) if args.new_key_file else None
     except KeyFileError as error:
-        return _fail(str(error), EXIT_BAD_USAGE)
+        return refuse(PROGRAM, str(error), ExitCode.BAD_USAGE)
     new_id = new.key_id_hex if new else None
     if old is not None and new is not None and old.key_id == new.key_id:
-        return _fail("the old and the new key are the same key", EXIT_BAD_USAGE)
+        return refuse(PROGRAM, "the old and the new key are the same key", ExitCode.BAD_USAGE)
     if args.database:
         if old is None or new is None:
-            return _fail(
+            return refuse(
+                PROGRAM,
                 "a PostgreSQL store rotates from one key to another: give --old-key-file and "
                 "--new-key-file (to seal or unseal one, back it up and restore it)",
-                EXIT_BAD_USAGE,
+                ExitCode.BAD_USAGE,
             )
         return _rekey_database(args.database, old, new, args.rows_per_transaction)
     state_dir = resolve_state_dir(args.state_dir, os.environ)
@@ -117,10 +113,11 @@ def rekey_main(argv: Sequence[str]) -> int:
             )
             return 0
         if pending is not None and pending.to_id != new_id:
-            return _fail(
+            return refuse(
+                PROGRAM,
                 f"an unfinished rotation {pending.describe()} is in the way; rerun it with "
                 "that new key first",
-                EXIT_FAILED,
+                ExitCode.FAILED,
             )
         opener: Key | None = new if pending is not None and new is not None else old
         store, report = open_store(fs, state_dir, key=opener)
@@ -133,9 +130,9 @@ def rekey_main(argv: Sequence[str]) -> int:
         finally:
             store.close()
     except (StoreLocked, StoreFormatError) as error:
-        return _fail(str(error), EXIT_FAILED)
+        return refuse(PROGRAM, str(error), ExitCode.FAILED)
     except OSError as error:
-        return _fail(f"{state_dir}: {error}", EXIT_FAILED)
+        return refuse(PROGRAM, f"{state_dir}: {error}", ExitCode.FAILED)
     old_name = f"key id {old.key_id_hex}" if old else "plaintext"
     new_name = f"key id {new_id}" if new else "plaintext"
     print(f"sessionstored rekey: {state_dir}: {old_name} -> {new_name}: {done}")
@@ -159,9 +156,11 @@ def _rekey_database(url: str, old: Key, new: Key, rows_per_transaction: int) -> 
                 progress=progress,
             )
     except (RekeyRefused, DatabaseRefused, DatabaseUnreachable) as error:
-        return _fail(str(error), EXIT_FAILED)
+        return refuse(PROGRAM, str(error), ExitCode.FAILED)
     except psycopg.Error as error:
-        return _fail(f"{redacted(url)}: {str(error).strip().splitlines()[0]}", EXIT_FAILED)
+        return refuse(
+            PROGRAM, f"{redacted(url)}: {str(error).strip().splitlines()[0]}", ExitCode.FAILED
+        )
     finally:
         store.close()
     where = f"{redacted(url)}: key id {old.key_id_hex} -> key id {new.key_id_hex}"

@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Iterator, Sequence
 
 from sessionstore.backup_file import Backup, DamagedBackup, read_backup
 from sessionstore.tools.helpformat import DefaultsShown
 
+from ..exit_codes import ExitCode, refuse
 from ..ops import backup_payload
 from ..storage.documents import SESSION, Document
 from ..storage.errors import RestoreRefused, StoreFormatError, StoreLocked
 from ..storage.sealing import Key, KeyFileError, Sealer
 from .keyfile import read_key_file
 
-EXIT_BAD_USAGE = 2
-EXIT_FAILED = 1
+PROGRAM = "sessionstored restore"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,11 +38,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--key-file", help="the key the backup is sealed with")
     parser.add_argument("--new-key-file", help="seal the new store with this key instead")
     return parser
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"sessionstored restore: {message}", file=sys.stderr)
-    return code
 
 
 def _documents(backup: Backup, sealer: Sealer) -> Iterator[Document]:
@@ -100,11 +94,13 @@ def restore_main(argv: Sequence[str]) -> int:
         else:
             where, count = _restore_database(args.database, sealing, backup, sealer)
     except KeyFileError as error:
-        return _fail(str(error), EXIT_BAD_USAGE)
+        return refuse(PROGRAM, str(error), ExitCode.BAD_USAGE)
     except (DamagedBackup, RestoreRefused, StoreFormatError, StoreLocked) as error:
-        return _fail(str(error), EXIT_FAILED)
+        return refuse(PROGRAM, str(error), ExitCode.FAILED)
     except OSError as error:
-        return _fail(f"{error.filename or args.file}: {error.strerror or error}", EXIT_FAILED)
+        return refuse(
+            PROGRAM, f"{error.filename or args.file}: {error.strerror or error}", ExitCode.FAILED
+        )
     sealed = f"sealed with key id {sealing.key_id_hex}" if sealing else "plaintext"
     print(
         f"sessionstored restore: {where}: {count} documents at seq {seq} ({sealed}) from "

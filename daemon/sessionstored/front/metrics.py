@@ -31,7 +31,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-log = logging.getLogger("sessionstored.front.metrics")
+log = logging.getLogger("sessionstored.metrics")
 
 LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,

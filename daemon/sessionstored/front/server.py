@@ -59,6 +59,7 @@ from sessionstore.wire.protocol import (
 )
 
 from ..config import Config
+from ..exit_codes import ExitCode
 from ..notify import notify, watchdog_interval_s
 from ..ops import ARGUMENTS, DOCUMENTS, PREPARERS, Ops
 from ..ops.admin import stats_snapshot
@@ -81,19 +82,17 @@ from .outbox import Outbox
 from .socket_io import SocketIO
 from .watch import Broadcaster, SocketSink
 
-log = logging.getLogger("sessionstored.front.server")
+log = logging.getLogger("sessionstored.server")
 
 RECEIVE_BYTES = 256 * 1024
 # out of file descriptors or memory for now: wait and accept again (as trio's own
 # serve_listeners does); any other accept error means the listener is broken
 ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 ACCEPT_BACKOFF_S = 0.1
-EXIT_LISTENER_FAILURE = 1
 # bytes of a large item walked per event-loop step: ~15 ms at worst (dense small maps)
 SCAN_BUDGET_BYTES = 32 * 1024
 MAX_PIPELINED_REQUESTS = 128
 LISTEN_BACKLOG = 512
-EXIT_STORAGE_FAILURE = 3
 
 
 FOLLOW_POLL_S = 0.5
@@ -184,7 +183,7 @@ class Server:
         self.config = config
         self.store = store
         self.report = report
-        self.exit_code = 0
+        self.exit_code = ExitCode.OK
         self.connections = 0
         self.connections_total = 0
         self.refused_overloaded = 0
@@ -240,7 +239,7 @@ class Server:
         }
 
     def _on_fatal(self, reason: str) -> None:
-        self.exit_code = EXIT_STORAGE_FAILURE
+        self.exit_code = ExitCode.STORAGE_FAILURE
         self._stop.set()
 
     async def run(
@@ -290,9 +289,9 @@ class Server:
         if socket_path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(socket_path)
-        if self.exit_code == 0:
+        if self.exit_code == ExitCode.OK:
             await trio.to_thread.run_sync(self.store.close)
-        return self.exit_code
+        return int(self.exit_code)
 
     async def _follow_database(self, follower: Follower, scope: trio.CancelScope) -> None:
         """Every host's commits into the watch history, in seq order: woken by NOTIFY, by
@@ -355,7 +354,7 @@ class Server:
                     except OSError as error:
                         if error.errno not in ACCEPT_CAPACITY_ERRNOS:
                             log.critical("accept failed, cannot serve: %s", error)
-                            self.exit_code = EXIT_LISTENER_FAILURE
+                            self.exit_code = ExitCode.FAILED
                             self._stop.set()
                             return
                         log.warning("accept failed (%s): backing off, still serving", error)

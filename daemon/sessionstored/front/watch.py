@@ -41,7 +41,7 @@ from ..storage.mutations import (
     Committed,
 )
 
-log = logging.getLogger("sessionstored.front.watch")
+log = logging.getLogger("sessionstored.watch")
 
 WATCH_BATCH_EVENTS = 256  # at ~150 bytes each, well inside the room a writable socket has
 DEFAULT_MAX_LAG_CHANGES = 10_000

@@ -13,9 +13,9 @@ from sessionstore.wire.shared import Refusal
 from ..front.watch import Sink
 from ..storage.errors import InjectedFault, NoSpace
 from ..writer.jobs import ExclusiveJob
-from .args import is_int
 from .context import OpContext
 from .registry import Op
+from .snapshot import is_int
 from .steps import Exclusive, Read, Reply, Response, Step, Stream
 from .vectors import numpy_installed_and_not_refused
 

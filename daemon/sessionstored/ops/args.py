@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeGuard
+from typing import Any
 
 from sessionstore.wire.canonical import digest_text, parse_digest
 from sessionstore.wire.codes import ErrorCode
@@ -12,6 +12,7 @@ from sessionstore.wire.shared import Refusal
 
 from ..storage.mutations import ANY, Expect, Fence, Outcome
 from .document_arguments import document_kind, expiry_from_ttl, key_text
+from .snapshot import is_int
 from .steps import Response
 
 
@@ -84,10 +85,6 @@ def refresh_arg(args: dict[str, Any]) -> Refresh | None:
 def expires_field(expires_at_ms: int) -> dict[str, int]:
     """A reply's expires_at_ms, there only for a generation that expires."""
     return {"expires_at_ms": expires_at_ms} if expires_at_ms else {}
-
-
-def is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def checkpoint_kind(args: dict[str, Any]) -> tuple[str, str | None]:

@@ -15,11 +15,12 @@ from sessionstore.wire.shared import CanonicalItem, Refusal
 from ..storage.documents import NEVER, Entry, KeyRange
 from ..storage.mutations import Put, Remove, Txn
 from ..workers.offload import OFFLOAD_ABOVE_BYTES
-from .args import checkpoint_kind, expires_field, id_arg, is_int, lease_arg, refresh_arg, ttl_arg
+from .args import checkpoint_kind, expires_field, id_arg, lease_arg, refresh_arg, ttl_arg
 from .context import OpContext
 from .document_arguments import prepared_txn
 from .prepare import checkpoint_document, prepare_checkpoint, prepare_txn
 from .registry import Op
+from .snapshot import is_int
 from .steps import Prepare, Read, Response, Step
 
 SCAN_DEFAULT_LIMIT = 100

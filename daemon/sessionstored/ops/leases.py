@@ -13,9 +13,9 @@ from sessionstore.wire.protocol import Request, ok_response
 from sessionstore.wire.shared import Refusal
 
 from ..storage.mutations import LEASE, LEASE_ID, Rewrite
-from .args import is_int
 from .context import OpContext
 from .registry import Op
+from .snapshot import is_int
 from .steps import Read, Response, Step
 
 

@@ -17,9 +17,10 @@ from sessionstore.wire.protocol import Request, ok_response
 from sessionstore.wire.shared import Refusal
 
 from ..storage.documents import Entry, KeyRange
-from .args import checkpoint_kind, is_int
+from .args import checkpoint_kind
 from .context import OpContext
 from .registry import Op
+from .snapshot import is_int
 from .steps import Read, Response, Step
 from .vectors import (
     FLOAT32_BYTES,

@@ -16,7 +16,6 @@ from .args import (
     expect_arg,
     expires_field,
     id_arg,
-    is_int,
     lease_arg,
     refresh_arg,
     rewritten_reply,
@@ -32,7 +31,7 @@ from .prepare import (
     updated_body,
 )
 from .registry import Op
-from .snapshot import UPDATABLE
+from .snapshot import UPDATABLE, is_int
 from .steps import Read, Response, Step
 
 LIST_DEFAULT_LIMIT = 1000

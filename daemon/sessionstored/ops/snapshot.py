@@ -55,7 +55,8 @@ def id_problem(value: Any) -> str | None:
     return None
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
+def is_int(value: Any) -> TypeGuard[int]:
+    """An integer as the wire has it: Python's bool is an int, a CBOR true is not."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -102,7 +103,7 @@ def _validate_run_records(records: list[Any], session_id: str) -> None:
         largest = -1
         for event_position, event in enumerate(events):
             sequence = event.get("sequence") if isinstance(event, dict) else None
-            if not _is_int(sequence):
+            if not is_int(sequence):
                 raise InvalidSnapshot(
                     f"{where}.events[{event_position}].sequence must be an integer"
                 )
@@ -111,7 +112,7 @@ def _validate_run_records(records: list[Any], session_id: str) -> None:
             largest = sequence
         event_count = snapshot.get("event_count")
         if event_count is not None:
-            if not _is_int(event_count):
+            if not is_int(event_count):
                 raise InvalidSnapshot(f"{where}.snapshot.event_count must be an integer")
             if event_count < largest + 1:
                 raise InvalidSnapshot(
@@ -135,7 +136,7 @@ def validate_snapshot(snapshot: Any) -> str:
     if not isinstance(snapshot, dict):
         raise InvalidSnapshot("snapshot must be a map")
     version = snapshot.get("schema_version")
-    if not _is_int(version) or version != SCHEMA_VERSION:
+    if not is_int(version) or version != SCHEMA_VERSION:
         raise InvalidSnapshot(f"schema_version must be {SCHEMA_VERSION}, got {version!r}")
     if "session" not in snapshot:
         raise InvalidSnapshot("session is missing")
@@ -154,7 +155,7 @@ def validate_snapshot_bytes(data: bytes) -> str:
     """validate_snapshot for the canonical bytes of a map (a CanonicalItem's)."""
     fields = map_fields(data)
     version = decode_span(data, fields["schema_version"]) if "schema_version" in fields else None
-    if not _is_int(version) or version != SCHEMA_VERSION:
+    if not is_int(version) or version != SCHEMA_VERSION:
         raise InvalidSnapshot(f"schema_version must be {SCHEMA_VERSION}, got {version!r}")
     if "session" not in fields:
         raise InvalidSnapshot("session is missing")

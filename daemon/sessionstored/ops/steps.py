@@ -33,7 +33,10 @@ class Step:
         self.request = request
 
     async def resolve(self) -> Response:
-        raise NotImplementedError
+        """A Reply's or a Read's response. The server answers the other steps on paths
+        of their own: a Write or an Exclusive through the outbox once its job is done
+        (reply()), a Prepare by the step it builds, a Stream through its sink."""
+        raise AssertionError(f"a {type(self).__name__} is not answered by resolve()")
 
 
 class Reply(Step):
@@ -62,11 +65,6 @@ class Write(Step):
         self.job = job
         self.respond = respond
 
-    async def resolve(self) -> Response:
-        if not self.job.done.is_set():  # waiting on a set Event still costs a scheduler pass
-            await self.job.done.wait()
-        return self.reply()
-
     def reply(self) -> Response:
         """The reply, once the job is done."""
         outcome = self.job.outcome
@@ -82,19 +80,11 @@ class Prepare(Step):
         super().__init__(request)
         self.build = build
 
-    async def resolve(self) -> Response:
-        raise AssertionError("the server resolves the step that build makes")
-
 
 class Exclusive(Step):
     def __init__(self, request: Request, job: ExclusiveJob) -> None:
         super().__init__(request)
         self.job = job
-
-    async def resolve(self) -> Response:
-        if not self.job.done.is_set():
-            await self.job.done.wait()
-        return self.reply()
 
     def reply(self) -> Response:
         """The reply, once the job is done."""
@@ -110,6 +100,3 @@ class Stream(Step):
     def __init__(self, request: Request, run: Callable[[Sink], Awaitable[None]]) -> None:
         super().__init__(request)
         self.run = run
-
-    async def resolve(self) -> Response:
-        raise AssertionError("a stream answers through its sink")

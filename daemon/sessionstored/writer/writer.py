@@ -54,7 +54,7 @@ from .collector import Collector
 from .jobs import ExclusiveJob, Job, MutationJob
 from .worker_thread import WorkerThread, name_os_thread
 
-log = logging.getLogger("sessionstored.writer.writer")
+log = logging.getLogger("sessionstored.writer")
 T = TypeVar("T")
 
 QUEUE_DEPTH = 64
@@ -401,7 +401,8 @@ def _documents(jobs: list[MutationJob]) -> frozenset[tuple[str, str]] | None:
     """The documents a batch touches; None when it needs the whole store."""
     touched: set[tuple[str, str]] = set()
     for job in jobs:
-        if needs_whole_store(job.mutation):
+        keys = mutation_keys(job.mutation)
+        if keys is None or needs_whole_store(job.mutation):
             return None
-        touched |= mutation_keys(job.mutation) or set()
+        touched |= keys
     return frozenset(touched)

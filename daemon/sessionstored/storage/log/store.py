@@ -330,10 +330,6 @@ class Store:
             outcomes.extend(result.outcomes)
         return outcomes
 
-    def _read_committed(self, kind: str, doc_id: str) -> bytes | None:
-        doc = self.read(kind, doc_id, cached=False)  # the writer's thread: no cache
-        return doc.body if doc is not None else None
-
     def commit_durably(self, mutations: Sequence[Mutation]) -> Batch:
         """Make one batch durable (see split_batches for what may share one). Then publish()."""
         if self._failed:

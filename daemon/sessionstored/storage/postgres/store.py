@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import cbor2
@@ -176,7 +176,6 @@ class PgReport:
     created_schema: bool = False
     database: str = ""
     duration_ms: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -224,7 +223,6 @@ class PgStore:
         self.seq = 0
         self._acknowledged = 0
         self.lease: dict[str, Any] | None = None
-        self.checkpoint_seq = 0
         self.batches = 0
         self._writer: psycopg.Connection[Any] | None = None
         self._failed = False

@@ -1,0 +1,23 @@
+# How sessionstored and its subcommands end: one set of numbers for all of them, for
+# systemd, scripts and the tests alike. A refusal prints one line to stderr first.
+from __future__ import annotations
+
+import enum
+import sys
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    # could not start (the listener, the store) or the command failed; a retry may work
+    FAILED = 1
+    # a bad flag, value or combination: fix the command line or the environment
+    BAD_USAGE = 2
+    # a write or an fsync failed while serving: systemd restarts the daemon and recovery
+    # runs (the fail-stop rule)
+    STORAGE_FAILURE = 3
+
+
+def refuse(program: str, message: str, code: ExitCode) -> int:
+    """Print `program: message` to stderr; the exit code to return."""
+    print(f"{program}: {message}", file=sys.stderr)
+    return int(code)
