@@ -11,14 +11,14 @@ import xxhash
 
 from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonical
 from sessionstored.storage.documents import Document
-from sessionstored.storage.errors import CorruptRecord, StoreFormatError
+from sessionstored.storage.errors import CorruptRecord, KeyFileError, StoreFormatError
 from sessionstored.storage.log.check import check
 from sessionstored.storage.log.metadata import REKEY_FILE
 from sessionstored.storage.log.records import HEADER, HEADER_BYTES, HEADER_CHECK, encode_data
 from sessionstored.storage.log.rekey import begin_rekey
 from sessionstored.storage.log.store import Store
 from sessionstored.storage.mutations import LEASE, LEASE_ID, Put, Rewrite
-from sessionstored.storage.sealing import PLAINTEXT, Key, KeyFileError, Sealer, parse_key
+from sessionstored.storage.sealing import PLAINTEXT, Key, Sealer, parse_key
 
 from .simfs import SimFileSystem, SimulatedCrash
 from .storage_helpers import ROOT, all_documents, assert_clean, new_fs, open_store, put, remove

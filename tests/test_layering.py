@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import os
+import pkgutil
 import shutil
 import subprocess
 import sys
@@ -184,6 +187,20 @@ def test_the_data_path_never_runs_back_up() -> None:
 def test_the_shared_top_level_modules_stay_few() -> None:
     top = sorted(p.stem for p in (ROOT / "daemon" / "sessionstored").glob("*.py"))
     assert top == ["__init__", "__main__", "config", "exit_codes", "failpoints", "notify"]
+
+
+def test_every_storage_exception_lives_in_storage_errors() -> None:
+    import sessionstored.storage
+
+    defined = {}
+    for info in pkgutil.walk_packages(sessionstored.storage.__path__, "sessionstored.storage."):
+        module = importlib.import_module(info.name)
+        for name, member in vars(module).items():
+            ours = inspect.isclass(member) and member.__module__.startswith(info.name)
+            if ours and issubclass(member, BaseException):
+                defined[name] = member.__module__
+    assert len(defined) >= 17
+    assert set(defined.values()) == {"sessionstored.storage.errors"}, defined
 
 
 def test_storage_imports_no_trio() -> None:

@@ -22,10 +22,10 @@ from ..failpoints import Failpoints
 from ..front.server import Server, StartupError, open_listener
 from ..notify import notify
 from ..storage.engine import Engine, StartReport
-from ..storage.errors import StoreFormatError, StoreLocked
+from ..storage.errors import KeyFileError, StoreFormatError, StoreLocked
 from ..storage.log.fs import RealFileSystem
 from ..storage.log.recovery import open_store
-from ..storage.sealing import Key, KeyFileError
+from ..storage.sealing import Key
 from .keyfile import PREVIOUS_CREDENTIAL_NAME, load_key
 from .rekey_command import rekey_main
 from .restore_command import restore_main
@@ -108,7 +108,8 @@ def _open_database(
 ) -> tuple[Engine, StartReport] | int:
     """The PostgreSQL store, open; while the database does not answer, say so in STATUS=
     and retry with backoff; a refusal (bad URL, credentials, key) exits at once."""
-    from ..storage.postgres.store import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
+    from ..storage.errors import DatabaseRefused, DatabaseUnreachable
+    from ..storage.postgres.store import PgStore, redacted
 
     assert config.database_url is not None
     store = PgStore(

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from ..storage.sealing import KEY_BYTES, Key, KeyFileError, parse_key
+from ..storage.errors import KeyFileError
+from ..storage.sealing import KEY_BYTES, Key, parse_key
 
 CREDENTIAL_NAME = "sessionstored.key"
 PREVIOUS_CREDENTIAL_NAME = "sessionstored.previous-key"

@@ -22,13 +22,13 @@ from sessionstore.tools.helpformat import DefaultsShown
 
 from ..config import resolve_state_dir
 from ..exit_codes import ExitCode, refuse
-from ..storage.errors import StoreFormatError, StoreLocked
+from ..storage.errors import KeyFileError, StoreFormatError, StoreLocked
 from ..storage.log.compaction import Progress
 from ..storage.log.fs import RealFileSystem
 from ..storage.log.metadata import read_metadata
 from ..storage.log.recovery import open_store
 from ..storage.log.rekey import begin_rekey
-from ..storage.sealing import Key, KeyFileError
+from ..storage.sealing import Key
 from .keyfile import read_key_file
 
 PROGRAM = "sessionstored rekey"
@@ -142,8 +142,8 @@ def rekey_main(argv: Sequence[str]) -> int:
 def _rekey_database(url: str, old: Key, new: Key, rows_per_transaction: int) -> int:
     import psycopg
 
-    from ..storage.postgres.rekey import RekeyRefused
-    from ..storage.postgres.store import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
+    from ..storage.errors import DatabaseRefused, DatabaseUnreachable, RekeyRefused
+    from ..storage.postgres.store import PgStore, redacted
 
     password = os.environ.get("SESSIONSTORED_DATABASE_PASSWORD")
     store = PgStore(url, key=new, previous_key=old, password=password)

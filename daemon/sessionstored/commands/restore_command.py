@@ -17,8 +17,8 @@ from sessionstore.tools.helpformat import DefaultsShown
 from ..exit_codes import ExitCode, refuse
 from ..ops import backup_payload
 from ..storage.documents import SESSION, Document
-from ..storage.errors import RestoreRefused, StoreFormatError, StoreLocked
-from ..storage.sealing import Key, KeyFileError, Sealer
+from ..storage.errors import KeyFileError, RestoreRefused, StoreFormatError, StoreLocked
+from ..storage.sealing import Key, Sealer
 from .keyfile import read_key_file
 
 PROGRAM = "sessionstored restore"
@@ -110,7 +110,8 @@ def restore_main(argv: Sequence[str]) -> int:
 
 
 def _restore_database(url: str, key: Key | None, backup: Backup, sealer: Sealer) -> tuple[str, int]:
-    from ..storage.postgres.store import DatabaseRefused, DatabaseUnreachable, PgStore, redacted
+    from ..storage.errors import DatabaseRefused, DatabaseUnreachable
+    from ..storage.postgres.store import PgStore, redacted
 
     store = PgStore(url, key=key, password=os.environ.get("SESSIONSTORED_DATABASE_PASSWORD"))
     try:

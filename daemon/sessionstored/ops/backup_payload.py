@@ -17,8 +17,9 @@ import cbor2
 from sessionstore.wire.canonical import digest_bytes_of_canonical
 
 from ..storage.documents import Document
+from ..storage.errors import SealError
 from ..storage.mutations import LEASE
-from ..storage.sealing import Sealer, SealError
+from ..storage.sealing import Sealer
 from . import document_arguments
 
 KIND_NAMES = {**document_arguments.KIND_NAMES, LEASE: "lease"}  # storage kind -> its wire name

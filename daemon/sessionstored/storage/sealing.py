@@ -33,23 +33,14 @@ import xxhash
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from .errors import KeyFileError, SealError
+
 KEY_BYTES = 32
 KEY_ID_BYTES = 8
 NONCE_BYTES = 12
 TAG_BYTES = 16
 SEAL_MAGIC = b"SSEAL\x00\x01\n"
 ENVELOPE_HEAD_BYTES = len(SEAL_MAGIC) + KEY_ID_BYTES + NONCE_BYTES
-
-
-class KeyFileError(Exception):
-    """A key file that cannot be used; the message is one line naming the file."""
-
-
-class SealError(Exception):
-    def __init__(self, offset: int, reason: str) -> None:
-        super().__init__(reason)
-        self.offset = offset
-        self.reason = reason
 
 
 def _derive(material: bytes, purpose: bytes) -> bytes:

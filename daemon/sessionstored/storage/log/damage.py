@@ -35,7 +35,8 @@ from collections.abc import Callable, Iterable
 
 from xxhash import xxh3_64_intdigest
 
-from ..sealing import Sealer, SealError
+from ..errors import SealError
+from ..sealing import Sealer
 from .index_checkpoint import DamageRow
 from .records import (
     ASSOCIATED_BYTES,

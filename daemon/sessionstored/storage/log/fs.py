@@ -10,6 +10,8 @@ import os
 import stat
 from typing import Protocol
 
+from ..errors import FileTooLarge
+
 ENOSPC_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -35,10 +37,6 @@ class FileSystem(Protocol):
     def free_bytes(self, path: str) -> int | None: ...  # room left on its file system
     def read_file(self, path: str, max_bytes: int) -> bytes: ...
     def lock_exclusive(self, path: str) -> int | None: ...
-
-
-class FileTooLarge(OSError):
-    pass
 
 
 class RealFileSystem:

@@ -34,7 +34,8 @@ import xxhash
 from sessionstore.wire.cbor_bytes_python import head  # shortest form, as cbor2 writes it
 
 from ..documents import Entry
-from ..sealing import Sealer, SealError
+from ..errors import CheckpointError, SealError
+from ..sealing import Sealer
 from .durable import Failpoint, no_failpoint, replace_file
 from .fs import FileSystem
 from .index import Index
@@ -74,10 +75,6 @@ class CheckpointState:
     history: list[HistoryRow] = field(default_factory=list)
     damaged: list[DamageRow] = field(default_factory=list)
     path: str = ""
-
-
-class CheckpointError(Exception):
-    pass
 
 
 # The writer's thread encodes a checkpoint while the event loop serves, and both need

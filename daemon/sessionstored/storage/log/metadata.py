@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import cbor2
 import xxhash
 
-from ..errors import StoreFormatError
-from ..sealing import Key, Sealer, SealError
+from ..errors import SealError, StoreFormatError
+from ..sealing import Key, Sealer
 from .durable import Failpoint, no_failpoint, replace_file
 from .fs import FileSystem
 

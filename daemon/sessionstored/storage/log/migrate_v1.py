@@ -32,8 +32,8 @@ import xxhash
 from sessionstore.wire.canonical import digest_bytes_of_canonical
 
 from ..documents import Document, Entry
-from ..errors import StoreFormatError
-from ..sealing import Key, Sealer, SealError
+from ..errors import SealError, StoreFormatError
+from ..sealing import Key, Sealer
 from .durable import replace_file
 from .fs import FileSystem
 from .index import Index

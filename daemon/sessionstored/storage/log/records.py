@@ -33,8 +33,8 @@ from typing import NamedTuple
 import xxhash
 
 from ..documents import Document
-from ..errors import CorruptRecord
-from ..sealing import Sealer, SealError
+from ..errors import CorruptRecord, SealError
+from ..sealing import Sealer
 
 RECORD_MAGIC = b"\xa5SL2"
 HEADER = struct.Struct("<4sBBHQQQIQ")

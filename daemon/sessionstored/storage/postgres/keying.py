@@ -24,16 +24,13 @@ from typing import Any
 
 import psycopg
 
+from ..errors import KeyingRefused
 from ..sealing import Key, Sealer
 
 SEALED_WITH = "sealed_with"
 REKEY_TO = "rekey_to"
 DAEMON_APPLICATION = "sessionstored keys="  # + the key ids a daemon holds, comma-separated
 SCHEMA_MARK = " schema=5"  # then this: the daemon commits the way schema.py's version 5 says
-
-
-class KeyingRefused(Exception):
-    """This daemon does not hold the keys the database needs; the message says which."""
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ from typing import Any
 
 import psycopg
 
-from ..sealing import KEY_ID_BYTES, SEAL_MAGIC, Key, Sealer, SealError
+from ..errors import RekeyRefused, SealError
+from ..sealing import KEY_ID_BYTES, SEAL_MAGIC, Key, Sealer
 from .keying import REKEY_TO, SEALED_WITH, daemons_lacking, read_keying, row_key
 from .schema import NOTIFY_CHANNEL, lock_schema, lock_writers
 
@@ -40,10 +41,6 @@ NOT_UNDER = f"substring(name from {KEY_ID_AT} for {KEY_ID_BYTES}) <> %s"
 
 Progress = Callable[[int, int], None]  # (rows resealed, rows to reseal)
 RESEALED_TABLES = ("ss_documents", "ss_generations", "ss_changes")
-
-
-class RekeyRefused(Exception):
-    """The rotation cannot start or go on; one line says why."""
 
 
 @dataclass

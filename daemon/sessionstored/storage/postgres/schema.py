@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 
+from ..errors import OlderDaemonsConnected
 from .keying import DAEMON_APPLICATION, SCHEMA_MARK, SEALED_WITH
 
 # 2: ss_counter.key_epoch (online rekey); 3: batches overlap (ss_stage); 4: expiry;
@@ -238,10 +239,6 @@ END $$
 """
 FUNCTIONS = (STAGE, TAKE_SEQS, HOLD_WRITERS)
 MIGRATE_FROM_1 = "ALTER TABLE ss_counter ADD COLUMN key_epoch bigint NOT NULL DEFAULT 0"
-
-
-class OlderDaemonsConnected(Exception):
-    """Daemons of an earlier schema version still use the database: the message says so."""
 
 
 def lock_schema(conn: psycopg.Connection[Any]) -> None:

@@ -48,30 +48,30 @@ from sessionstore.wire.shared import Refusal
 
 from ..documents import Document, Entry, Found, KeyRange, expired, session_page
 from ..engine import CompactResult, Problem
-from ..errors import CorruptRecord, FatalStorageError, RestoreRefused
+from ..errors import (
+    CorruptRecord,
+    DatabaseRefused,
+    DatabaseUnavailable,
+    DatabaseUnreachable,
+    FatalStorageError,
+    KeyingRefused,
+    OlderDaemonsConnected,
+    RestoreRefused,
+    SealError,
+)
 from ..generations import DEFAULT_KEEP_GENERATIONS
 from ..history import History
 from ..mutations import LEASE, LEASE_ID, SESSION, Batch, Committed, Expire, Mutation, refused
-from ..sealing import Key, Sealer, SealError
+from ..sealing import Key, Sealer
 from .backup import PgBackup
 from .batch import BatchCommitter
-from .keying import (
-    REKEY_TO,
-    SEALED_WITH,
-    Keying,
-    KeyingRefused,
-    application_name,
-    read_keying,
-    row_key,
-    row_keys,
-)
+from .keying import REKEY_TO, SEALED_WITH, Keying, application_name, read_keying, row_key, row_keys
 from .rekey import Progress, RekeyResult, rekey_database
 from .schema import (
     NOTIFY_CHANNEL,
     ROWS_BY_KEY,
     SCHEMA_VERSION,
     SWEEPER_LOCK,
-    OlderDaemonsConnected,
     ensure_schema,
     lock_writers,
     schema_exists,
@@ -99,26 +99,10 @@ RESTORE_ROWS = 1000  # documents per INSERT round trip of a restore
 READ_TIMEOUT_S = 10.0  # a read waits this long for a pooled connection, then io_error
 
 
-class DatabaseUnreachable(Exception):
-    """PostgreSQL does not answer (yet): the daemon waits and retries."""
-
-    def __init__(self, message: str, *, unresolved: bool = False) -> None:
-        super().__init__(message)
-        self.unresolved = unresolved  # the host name does not resolve (not a DNS outage)
-
-
 # getaddrinfo's words (glibc, musl, BSD) for a name that does not exist (EAI_NONAME), as
 # psycopg and libpq pass them on; a DNS server that does not answer says "Temporary
 # failure in name resolution" (EAI_AGAIN) instead: an outage, retried
 UNRESOLVED_HOST = ("Name or service not known", "Name does not resolve", "nodename nor servname")
-
-
-class DatabaseUnavailable(OSError):
-    """A read that the database failed or did not answer in time (io_error)."""
-
-
-class DatabaseRefused(Exception):
-    """A bad URL, bad credentials, a missing database, a key mismatch: exit with this."""
 
 
 FATAL_SQLSTATES = {"28P01", "28000", "3D000", "42501"}  # password, authorization, no db, privilege
