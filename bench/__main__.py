@@ -10,18 +10,13 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from sessionstore.client import Client
 
 from . import (
     adapters,
@@ -37,100 +32,15 @@ from . import (
     space,
     store,
 )
+from .daemon import Daemon
 from .frontend_cost import frontend_cost
 from .load import Sample, run_clients, run_in_processes
+from .rows import KIB, Row, format_row, percentile_ms, row_of
 from .sealing_cost import sealing_cost
-from .verdicts import verdict
+from .targets import best_row, fast_path_targets, find_row, rate_of, targets
 from .workload import make_snapshot, snapshot_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results"
-KIB = 1024
-
-
-@dataclass
-class Row:
-    name: str
-    clients: int
-    size: int
-    ops_per_s: float
-    p50_ms: float
-    p99_ms: float
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-
-def _row(name: str, clients: int, size: int, samples: list[Sample]) -> Row:
-    rates = [s.operations / s.elapsed_s for s in samples]
-    latencies = [lat for s in samples for lat in s.latencies_s]
-    errors = sum(s.errors for s in samples)
-    if errors:
-        raise SystemExit(f"bench: {name} had {errors} failed requests")
-    return Row(
-        name, clients, size, statistics.median(rates), _pct(latencies, 0.5), _pct(latencies, 0.99)
-    )
-
-
-class Daemon:
-    def __init__(self, workdir: Path, *extra: str) -> None:
-        self.socket = str(workdir / "sock")
-        self.log = open(workdir / "daemon.log", "ab")  # noqa: SIM115 - lives as long as the daemon
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sessionstored",
-                "--state-dir",
-                str(workdir / "state"),
-                "--socket",
-                self.socket,
-                "--log-level",
-                "warning",
-                *extra,
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with Client(self.socket, timeout=5) as client:
-                    client.ping()
-                return
-            except Exception:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("bench: daemon did not start") from None
-                time.sleep(0.05)
-
-    def cpu_s(self) -> float:
-        """User plus system CPU time of the daemon process so far."""
-        with open(f"/proc/{self.proc.pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def written_bytes(self) -> int:
-        with open(f"/proc/{self.proc.pid}/io") as io:
-            for line in io:
-                if line.startswith("write_bytes:"):
-                    return int(line.split()[1])
-        return 0
-
-    def rss_kib(self) -> int:
-        with open(f"/proc/{self.proc.pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return 0
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(60)
-        self.log.close()
 
 
 def bench_daemon(
@@ -149,11 +59,12 @@ def bench_daemon(
                     for r in range(args.repeats)
                 ]
                 cpu = daemon.cpu_s() - cpu_before
-                rows.append(_row(f"{name} save", clients, size, samples))
+                rows.append(row_of(f"{name} save", clients, size, samples))
                 saves = sum(sample.operations for sample in samples)
                 rows[-1].extra["daemon_cpu_us_per_save"] = round(cpu / saves * 1e6, 1)
                 print(
-                    _format(rows[-1]) + f"  cpu {rows[-1].extra['daemon_cpu_us_per_save']} us/save",
+                    format_row(rows[-1])
+                    + f"  cpu {rows[-1].extra['daemon_cpu_us_per_save']} us/save",
                     flush=True,
                 )
         samples = [
@@ -167,9 +78,9 @@ def bench_daemon(
             )
             for _ in range(args.repeats)
         ]
-        rows.append(_row(f"{name} load", args.load_clients, 4 * KIB, samples))
+        rows.append(row_of(f"{name} load", args.load_clients, 4 * KIB, samples))
         rows[-1].extra["rss_kib_after"] = daemon.rss_kib()
-        print(_format(rows[-1]), flush=True)
+        print(format_row(rows[-1]), flush=True)
     finally:
         daemon.stop()
     return rows
@@ -222,8 +133,8 @@ def _anchor_rows(
                 )
                 latencies = [lat for lats in results for lat in lats]
                 samples.append(Sample(len(latencies), args.seconds, latencies, 0))
-            rows.append(_row(name, processes, size, samples))
-            print(_format(rows[-1]), flush=True)
+            rows.append(row_of(name, processes, size, samples))
+            print(format_row(rows[-1]), flush=True)
     return rows
 
 
@@ -234,13 +145,6 @@ def _cpu_costs(what: str, measure: Callable[[int], dict[str, float]]) -> dict[st
         figures = ", ".join(f"{name} {value:.1f}" for name, value in cost.items())
         print(f"cpu: {what.format(size)}: {figures}", flush=True)
     return costs
-
-
-def _format(row: Row) -> str:
-    return (
-        f"{row.name:<28} {row.clients:>4} {row.size // KIB:>4} KiB "
-        f"{row.ops_per_s:>10.0f}/s  p50 {row.p50_ms:>7.2f} ms  p99 {row.p99_ms:>7.2f} ms"
-    )
 
 
 def main() -> None:
@@ -299,8 +203,8 @@ def main() -> None:
                 1,
                 64,
                 1 / statistics.median(fsyncs),
-                _pct(fsyncs, 0.5),
-                _pct(fsyncs, 0.99),
+                percentile_ms(fsyncs, 0.5),
+                percentile_ms(fsyncs, 0.99),
             )
         )
         rows.append(
@@ -309,8 +213,8 @@ def main() -> None:
                 1,
                 4 * KIB,
                 1 / statistics.median(appends),
-                _pct(appends, 0.5),
-                _pct(appends, 0.99),
+                percentile_ms(appends, 0.5),
+                percentile_ms(appends, 0.99),
             )
         )
         rows.append(
@@ -319,12 +223,12 @@ def main() -> None:
                 1,
                 4 * KIB,
                 1 / statistics.median(renames),
-                _pct(renames, 0.5),
-                _pct(renames, 0.99),
+                percentile_ms(renames, 0.5),
+                percentile_ms(renames, 0.99),
             )
         )
         for row in rows:
-            print(_format(row), flush=True)
+            print(format_row(row), flush=True)
         sealing = _cpu_costs("sealing one {} document", sealing_cost)
         frontend = _cpu_costs("one {} save before the disk", frontend_cost)
 
@@ -362,7 +266,7 @@ def main() -> None:
                 float("nan"),
             )
         )
-        print(_format(rows[-1]), flush=True)
+        print(format_row(rows[-1]), flush=True)
 
         naive_dir = base / "naive"
         naive_dir.mkdir()
@@ -453,8 +357,8 @@ def main() -> None:
         "item_cost": per_item,
         "item_cost_targets": item_cost.targets(
             per_item,
-            _rate(_find(rows, "sqlite WAL sync=FULL save", 64, 64 * KIB)),
-            _rate(_best(rows, "sqlite WAL sync=FULL save", 4 * KIB)),
+            rate_of(find_row(rows, "sqlite WAL sync=FULL save", 64, 64 * KIB)),
+            rate_of(best_row(rows, "sqlite WAL sync=FULL save", 4 * KIB)),
         ),
     }
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2))
@@ -467,145 +371,6 @@ def main() -> None:
     for line, (value, judged) in out["item_cost_targets"].items():
         print(f"  {line:<70} {value:>8}  {judged}")
     print(f"bench: wrote {RESULTS / 'latest.json'}")
-
-
-def fast_path_targets(
-    rows: list[Row], cpu_figures: dict[str, Any], frameworks: dict[str, Any], pg: dict[str, Any]
-) -> dict[str, tuple[Any, str]]:
-    """The fast path's targets (issue 21), each as (figure of this run, met or missed)."""
-
-    def ours(name: str, clients: int) -> dict[str, Any]:
-        figures: dict[str, Any] = cpu_figures.get(f"sessionstored: {name}, {clients} clients", {})
-        return figures
-
-    sqlite = "sqlite WAL sync=FULL save"
-    best_sqlite = _best(rows, sqlite, 4 * KIB)
-    ours64 = _find(rows, "sessionstored save", 64, 4 * KIB)
-    ours1 = _find(rows, "sessionstored save", 1, 4 * KIB)
-    sqlite1 = _find(rows, sqlite, 1, 4 * KIB)
-    adapter = frameworks.get("targets", {})
-    on_pg = pg.get("targets", {})
-    out = {
-        "ping, 1 client: daemon CPU x the floor server's": verdict(
-            ours("ping", 1).get("x_floor_server"), 1.5, True
-        ),
-        "ping, 64 clients: daemon CPU x the floor server's": verdict(
-            ours("ping", 64).get("x_floor_server"), 1.5, True
-        ),
-        "1 KiB kv put, 64 clients: daemon CPU, us": verdict(
-            ours("kv put 1 KiB", 64).get("cpu_us"), 60, True
-        ),
-        "1 KiB kv put, 64 clients: daemon CPU x the floor server's": verdict(
-            ours("kv put 1 KiB", 64).get("x_floor_server"), 1.5, True
-        ),
-        "4 KiB save, 64 clients: daemon CPU x the floor server's": verdict(
-            ours("save 4 KiB", 64).get("x_floor_server"), 1.5, True
-        ),
-        "4 KiB save, 64 clients: saves/s x the best SQLite setup": verdict(
-            round(ours64.ops_per_s / best_sqlite.ops_per_s, 2) if ours64 and best_sqlite else None,
-            1,
-            False,
-        ),
-        "4 KiB save, 1 client: p50 x SQLite's one commit": verdict(
-            round(ours1.p50_ms / sqlite1.p50_ms, 2) if ours1 and sqlite1 else None, 2, True
-        ),
-        "LangGraph saver put p50 x SqliteSaver.put": verdict(
-            adapter.get("saver put p50: x SqliteSaver.put (<= 2)"), 2, True
-        ),
-        "LangGraph saver, 8 processes x SqliteSaver's total": verdict(
-            adapter.get("8 processes: x SqliteSaver puts/s (>= 2)"), 2, False
-        ),
-        "Agents add_items p50 x SQLiteSession's": verdict(
-            adapter.get("add_items p50: x SQLiteSession (<= 1)"), 1, True
-        ),
-        "PostgreSQL, 64 clients x one transaction per save (64 psycopg)": verdict(
-            on_pg.get("64 clients, one daemon: x one commit per save (>= 2)"), 2, False
-        ),
-        "PostgreSQL, 64 clients: three daemons x one": verdict(
-            on_pg.get("64 clients, three daemons: x one daemon (>= 1)"), 1, False
-        ),
-        "PostgreSQL, LangGraph 8 processes: our saver x PostgresSaver": verdict(
-            on_pg.get("8 processes: SessionStoreSaver on PostgreSQL x PostgresSaver (>= 1)"),
-            1,
-            False,
-        ),
-        "PostgreSQL, LangGraph put p50: our saver x PostgresSaver": verdict(
-            on_pg.get("1 thread: SessionStoreSaver put p50 x PostgresSaver's (<= 1.5)"), 1.5, True
-        ),
-        "PostgreSQL, Agents 8 processes: our session x SQLAlchemySession": verdict(
-            on_pg.get("8 processes: SessionStoreSession x SQLAlchemySession (>= 1)"), 1, False
-        ),
-        "PostgreSQL, Agents add_items p50: our session x SQLAlchemySession": verdict(
-            on_pg.get("1 caller: SessionStoreSession add_items p50 x SQLAlchemySession's (<= 1.5)"),
-            1.5,
-            True,
-        ),
-    }
-    return out
-
-
-def _rate(row: Row | None) -> float | None:
-    return row.ops_per_s if row is not None else None
-
-
-def _find(rows: list[Row], name: str, clients: int, size: int) -> Row | None:
-    return next((r for r in rows if (r.name, r.clients, r.size) == (name, clients, size)), None)
-
-
-def _best(rows: list[Row], name: str, size: int) -> Row | None:
-    """The row of `name` at `size` with the most operations a second."""
-    candidates = (r for r in rows if r.name == name and r.size == size)
-    return max(candidates, key=lambda r: r.ops_per_s, default=None)
-
-
-def targets(rows: list[Row]) -> dict[str, Any]:
-    """The log engine's targets (issue 11), as ratios of figures measured in this run."""
-
-    def find(name: str, clients: int, size: int) -> Row | None:
-        return _find(rows, name, clients, size)
-
-    out: dict[str, Any] = {}
-    sqlite, naive = "sqlite WAL sync=FULL save", "naive upstream save"
-    ours64 = find("sessionstored save", 64, 4 * KIB)
-    best_sqlite = _best(rows, sqlite, 4 * KIB)
-    ratios = (  # label, ours, theirs, which figure; throughput up is better, latency down
-        ("64 clients 4 KiB: x best SQLite commits/s (>= 1.5, aim 2)", ours64, best_sqlite, "ops"),
-        (
-            "1 client p50: x SQLite single-commit p50 (<= 2.5, aim 2)",
-            find("sessionstored save", 1, 4 * KIB),
-            find(sqlite, 1, 4 * KIB),
-            "p50",
-        ),
-        (
-            "1 client p50: x the append+fdatasync floor",
-            find("sessionstored save", 1, 4 * KIB),
-            find("floor: append+fdatasync", 1, 4 * KIB),
-            "p50",
-        ),
-        (
-            "64 clients 64 KiB: x SQLite commits/s (>= 1)",
-            find("sessionstored save", 64, 64 * KIB),
-            find(sqlite, 64, 64 * KIB),
-            "ops",
-        ),
-        (
-            "64 clients 64 KiB: x naive upstream (>= 10)",
-            find("sessionstored save", 64, 64 * KIB),
-            find(naive, 64, 64 * KIB),
-            "ops",
-        ),
-    )
-    for label, ours, theirs, figure in ratios:
-        if ours and theirs:
-            if figure == "ops":
-                out[label] = round(ours.ops_per_s / theirs.ops_per_s, 2)
-            else:
-                out[label] = round(ours.p50_ms / theirs.p50_ms, 2)
-    if ours64:
-        out["daemon CPU per 4 KiB save at 64 clients, us (<= 100)"] = ours64.extra.get(
-            "daemon_cpu_us_per_save"
-        )
-    return out
 
 
 if __name__ == "__main__":

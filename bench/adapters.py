@@ -28,7 +28,7 @@ def _p50_ms(latencies: list[float]) -> float:
     return statistics.median(latencies) * 1000 if latencies else float("nan")
 
 
-def _figures(latencies: list[float], seconds: float, errors: int = 0) -> dict[str, Any]:
+def figures_of(latencies: list[float], seconds: float, errors: int = 0) -> dict[str, Any]:
     return {
         "ops_per_s": round(len(latencies) / seconds, 1),
         "p50_ms": round(_p50_ms(latencies), 3),
@@ -61,7 +61,7 @@ def _ours(socket_path: str) -> Any:
     return SessionStoreSaver(socket_path)
 
 
-def _put_for(saver: Any, thread: str, deadline: float) -> tuple[list[float], int]:
+def put_for(saver: Any, thread: str, deadline: float) -> tuple[list[float], int]:
     """Puts on one thread until the deadline, each on the previous: latencies, errors."""
     config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
     latencies: list[float] = []
@@ -95,7 +95,7 @@ def _put_process(args: tuple[str, str, str, float, float]) -> tuple[list[float],
     which, where, thread, start, deadline = args
     saver = SAVERS[which](where)
     time.sleep(max(0.0, start - time.time()))
-    return _put_for(saver, thread, time.perf_counter() + (deadline - time.time()))
+    return put_for(saver, thread, time.perf_counter() + (deadline - time.time()))
 
 
 def puts_in_processes(which: str, where: str, seconds: float) -> dict[str, Any]:
@@ -105,7 +105,7 @@ def puts_in_processes(which: str, where: str, seconds: float) -> dict[str, Any]:
     with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
         results = pool.map(_put_process, jobs)
     latencies = [x for lats, _ in results for x in lats]
-    return _figures(latencies, seconds, sum(e for _, e in results))
+    return figures_of(latencies, seconds, sum(e for _, e in results))
 
 
 async def _aput_for(saver: Any, thread: str, seconds: float) -> list[float]:
@@ -173,14 +173,14 @@ def run(socket_path: str, workdir: Path, seconds: float) -> dict[str, Any]:
     probe.close()
 
     saver_sqlite = _sqlite_saver(db)
-    lat, err = _put_for(saver_sqlite, "one", time.perf_counter() + seconds)
-    out["SqliteSaver.put 1 thread"] = _figures(lat, seconds, err)
-    lat, err = _put_for(_ours(socket_path), "one", time.perf_counter() + seconds)
-    out["SessionStoreSaver.put 1 thread"] = _figures(lat, seconds, err)
-    out["AsyncSqliteSaver.aput 1 task"] = _figures(
+    lat, err = put_for(saver_sqlite, "one", time.perf_counter() + seconds)
+    out["SqliteSaver.put 1 thread"] = figures_of(lat, seconds, err)
+    lat, err = put_for(_ours(socket_path), "one", time.perf_counter() + seconds)
+    out["SessionStoreSaver.put 1 thread"] = figures_of(lat, seconds, err)
+    out["AsyncSqliteSaver.aput 1 task"] = figures_of(
         _run(_async_sqlite(str(workdir / "async.db"), seconds)), seconds
     )
-    out["SessionStoreSaver.aput 1 task"] = _figures(
+    out["SessionStoreSaver.aput 1 task"] = figures_of(
         _run(_async_ours(socket_path, seconds)), seconds
     )
 
@@ -189,21 +189,21 @@ def run(socket_path: str, workdir: Path, seconds: float) -> dict[str, Any]:
 
     async def sessions() -> None:
         sqlite_session = SQLiteSession("bench", str(workdir / "agents.db"))
-        out["SQLiteSession.add_items 1 caller"] = _figures(
+        out["SQLiteSession.add_items 1 caller"] = figures_of(
             await _add_items_for(sqlite_session, seconds), seconds
         )
         ours = SessionStoreSession("bench", socket_path)
-        out["SessionStoreSession.add_items 1 caller"] = _figures(
+        out["SessionStoreSession.add_items 1 caller"] = figures_of(
             await _add_items_for(ours, seconds), seconds
         )
         short = SessionStoreSession("at-10", socket_path)
         await _prefill(short, 10)
-        out["SessionStoreSession.add_items at 10 items"] = _figures(
+        out["SessionStoreSession.add_items at 10 items"] = figures_of(
             await _add_items_for(short, seconds), seconds
         )
         long = SessionStoreSession("at-10000", socket_path)
         await _prefill(long, 10_000)
-        out["SessionStoreSession.add_items at 10,000 items"] = _figures(
+        out["SessionStoreSession.add_items at 10,000 items"] = figures_of(
             await _add_items_for(long, seconds), seconds
         )
         for session in (ours, short, long):

@@ -18,7 +18,7 @@ from typing import Any
 
 from sessionstore.client import Client
 
-from .loop_stall import _summary
+from .loop_stall import summary_of
 
 KIB = 1024
 
@@ -71,8 +71,8 @@ def run(daemon_class: Any, workdir: Path, documents: int) -> dict[str, Any]:
             "seconds": summary["seconds"],
             "payload_mb": round(summary["payload_bytes"] / 1e6, 1),
             "mb_per_s": summary["mb_per_s"],
-            "ping_during": _summary(waits["ping"]) if waits["ping"] else None,
-            "save_during": _summary(waits["save"]) if waits["save"] else None,
+            "ping_during": summary_of(waits["ping"]) if waits["ping"] else None,
+            "save_during": summary_of(waits["save"]) if waits["save"] else None,
         }
     finally:
         daemon.stop()
@@ -89,7 +89,7 @@ def run(daemon_class: Any, workdir: Path, documents: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    from .__main__ import Daemon
+    from .daemon import Daemon
 
     parser = argparse.ArgumentParser(prog="python -m bench.backup")
     parser.add_argument("--dir", default=None, help="where to put the stores (a real disk)")

@@ -164,7 +164,7 @@ def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
 
 
 def main() -> None:
-    from .__main__ import Daemon
+    from .daemon import Daemon
 
     parser = argparse.ArgumentParser(prog="python -m bench.cpu")
     parser.add_argument("--dir", default=None, help="where to put the stores (a real disk)")

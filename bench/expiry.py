@@ -12,7 +12,7 @@ from typing import Any
 
 from sessionstore.client import Client
 
-from .loop_stall import _summary
+from .loop_stall import summary_of
 from .workload import make_snapshot
 
 TXN_OPS = 10_000  # the daemon's largest txn
@@ -88,14 +88,14 @@ def run(daemon_class: Any, workdir: Path, documents: int) -> dict[str, Any]:
         running.clear()
         for thread in loops:
             thread.join()
-        saves = _summary(found["save"])
+        saves = summary_of(found["save"])
         return {
             "documents": documents,
             "fill_s": round(fill_s, 1),
             "sweep_s": round(sweep_s, 1),
             "expired_per_s": round(documents / sweep_s),
             "daemon_cpu_us_per_expiry": round(cpu_s / documents * 1e6, 1),
-            **_summary(found["ping"]),
+            **summary_of(found["ping"]),
             "saves_during_sweep": saves["pings"],
             "save_p50_ms": saves["ping_p50_ms"],
             "save_p99_ms": saves["ping_p99_ms"],
@@ -109,7 +109,7 @@ def main() -> None:
     import json
     import tempfile
 
-    from .__main__ import Daemon
+    from .daemon import Daemon
 
     parser = argparse.ArgumentParser(prog="python -m bench.expiry")
     parser.add_argument("--documents", type=int, default=1_000_000)

@@ -12,7 +12,7 @@ from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonic
 from sessionstore.wire.protocol import Connection, Mode, Request, parse_request
 from sessionstored.ops.snapshot import validate_snapshot
 
-from .sealing_cost import _per_call_us
+from .sealing_cost import per_call_us
 from .workload import make_snapshot
 
 ROUNDS = 2_000
@@ -46,12 +46,12 @@ def frontend_cost(size: int) -> dict[str, float]:
     request = _decode_as_the_daemon_does(conn, frame)
     hint = request.canonical_hint
     steps = {
-        "cbor2_loads_floor_us": _per_call_us(lambda: cbor2.loads(frame), ROUNDS),
-        "cbor2_dumps_floor_us": _per_call_us(lambda: cbor2.dumps(snapshot), ROUNDS),
-        "decode_request_us": _per_call_us(lambda: _decode_as_the_daemon_does(conn, frame), ROUNDS),
-        "validate_snapshot_us": _per_call_us(lambda: validate_snapshot(snapshot), ROUNDS),
-        "canonical_body_us": _per_call_us(lambda: canonical_dumps(snapshot, hint=hint), ROUNDS),
-        "digest_us": _per_call_us(lambda: digest_bytes_of_canonical(body), ROUNDS),
+        "cbor2_loads_floor_us": per_call_us(lambda: cbor2.loads(frame), ROUNDS),
+        "cbor2_dumps_floor_us": per_call_us(lambda: cbor2.dumps(snapshot), ROUNDS),
+        "decode_request_us": per_call_us(lambda: _decode_as_the_daemon_does(conn, frame), ROUNDS),
+        "validate_snapshot_us": per_call_us(lambda: validate_snapshot(snapshot), ROUNDS),
+        "canonical_body_us": per_call_us(lambda: canonical_dumps(snapshot, hint=hint), ROUNDS),
+        "digest_us": per_call_us(lambda: digest_bytes_of_canonical(body), ROUNDS),
     }
     steps["sum_of_steps_us"] = sum(
         steps[name]

@@ -24,7 +24,7 @@ from typing import Any
 
 from sessionstore.client import Client
 
-from .adapters import _figures
+from .adapters import figures_of
 from .load import run_clients
 from .workload import make_snapshot
 
@@ -116,7 +116,10 @@ async def _advanced(session: Any, seconds: float) -> dict[str, Any]:
         await branching.create_branch_from_turn(TURNS // 2)
         branches.append(time.perf_counter() - started)
         await branching.switch_to_branch("main")
-    result = {"add_items": _figures(adds, seconds), "create_branch": _figures(branches, seconds)}
+    result = {
+        "add_items": figures_of(adds, seconds),
+        "create_branch": figures_of(branches, seconds),
+    }
     closed = branching.close()
     if asyncio.iscoroutine(closed):
         await closed

@@ -28,7 +28,7 @@ from sessionstore.wire.shared import Mode
 
 from . import anchors
 from .load import run_clients
-from .sealing_cost import _per_call_us
+from .sealing_cost import per_call_us
 from .verdicts import verdict
 from .workload import make_snapshot
 
@@ -48,7 +48,7 @@ def measure_this_path(workdir: Path, seconds: float) -> dict[str, Any]:
 
     from sessionstore.wire import cbor_bytes
 
-    from .__main__ import Daemon
+    from .daemon import Daemon
 
     figures: dict[str, Any] = {"helper": cbor_bytes.IMPLEMENTATION}
     daemon = Daemon(workdir)
@@ -79,9 +79,9 @@ def measure_this_path(workdir: Path, seconds: float) -> dict[str, Any]:
     request = {"op": "save", "snapshot": snapshot}
     figures["client encode 64 KiB"] = {
         "encode_request_us": round(
-            _per_call_us(lambda: encode_request(request, Mode.CBOR), ENCODE_ROUNDS), 1
+            per_call_us(lambda: encode_request(request, Mode.CBOR), ENCODE_ROUNDS), 1
         ),
-        "json_dumps_us": round(_per_call_us(lambda: json_module.dumps(snapshot), ENCODE_ROUNDS), 1),
+        "json_dumps_us": round(per_call_us(lambda: json_module.dumps(snapshot), ENCODE_ROUNDS), 1),
     }
     return figures
 

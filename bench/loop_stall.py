@@ -120,7 +120,7 @@ def run(daemon_class: Any, workdir: Path, *, quick: bool = False) -> dict[str, A
     try:
         idle_until = time.monotonic() + 1.0
         idle = _ping_while(daemon.socket, lambda: time.monotonic() < idle_until)
-        results["idle"] = _summary(idle)
+        results["idle"] = summary_of(idle)
         for name, (frame, mode, setup) in _heavy_requests(quick).items():
             if setup is not None:
                 setup(daemon.socket)
@@ -130,13 +130,13 @@ def run(daemon_class: Any, workdir: Path, *, quick: bool = False) -> dict[str, A
             pings = _ping_while(daemon.socket, sender.is_alive)
             sender.join()
             seconds, outcome = answer[0]
-            results[name] = {"answered_s": round(seconds, 2), "reply": outcome, **_summary(pings)}
+            results[name] = {"answered_s": round(seconds, 2), "reply": outcome, **summary_of(pings)}
     finally:
         daemon.stop()
     return results
 
 
-def _summary(latencies: list[float]) -> dict[str, Any]:
+def summary_of(latencies: list[float]) -> dict[str, Any]:
     ordered = sorted(latencies)
     return {
         "pings": len(ordered),
@@ -151,7 +151,7 @@ def main() -> None:
     import argparse
     import tempfile
 
-    from .__main__ import Daemon
+    from .daemon import Daemon
 
     parser = argparse.ArgumentParser(prog="python -m bench.loop_stall")
     parser.add_argument("--quick", action="store_true", help="without the 63 MiB save")

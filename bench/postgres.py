@@ -30,7 +30,7 @@ from typing import Any
 
 from sessionstore.wire.canonical import canonical_dumps
 
-from .adapters import PROCESSES, SPAWN_SLACK_S, _figures, _put_for, puts_in_processes
+from .adapters import PROCESSES, SPAWN_SLACK_S, figures_of, put_for, puts_in_processes
 from .load import CLIENTS_PER_PROCESS, run_clients
 from .workload import make_snapshot
 
@@ -98,7 +98,7 @@ def _anchor(url: str, seconds: float, clients: int) -> dict[str, Any]:
 
 
 def _save_figures(latencies: list[float], seconds: float, errors: int) -> dict[str, Any]:
-    out = _figures(latencies, seconds, errors)
+    out = figures_of(latencies, seconds, errors)
     out["p99_ms"] = (
         round(sorted(latencies)[int(0.99 * len(latencies))] * 1000, 3) if latencies else None
     )
@@ -200,10 +200,10 @@ def _savers(daemon_factory: Any, workdir: Path, server: Any, seconds: float) -> 
     daemon = daemon_factory(workdir / "savers", "--database", ours_url)
     out: dict[str, Any] = {}
     try:
-        lat, err = _put_for(_postgres_saver(url), "one", time.perf_counter() + seconds)
-        out["PostgresSaver.put 1 thread"] = _figures(lat, seconds, err)
-        lat, err = _put_for(_ours(daemon.socket), "one", time.perf_counter() + seconds)
-        out["SessionStoreSaver.put on PostgreSQL 1 thread"] = _figures(lat, seconds, err)
+        lat, err = put_for(_postgres_saver(url), "one", time.perf_counter() + seconds)
+        out["PostgresSaver.put 1 thread"] = figures_of(lat, seconds, err)
+        lat, err = put_for(_ours(daemon.socket), "one", time.perf_counter() + seconds)
+        out["SessionStoreSaver.put on PostgreSQL 1 thread"] = figures_of(lat, seconds, err)
         out["PostgresSaver.put 8 processes"] = puts_in_processes("postgres", url, seconds)
         out["SessionStoreSaver.put on PostgreSQL 8 processes"] = puts_in_processes(
             "ours", daemon.socket, seconds
@@ -267,7 +267,7 @@ def _add_items(which: str, where: str, seconds: float, processes: int) -> dict[s
     results = [out.get(timeout=SPAWN_SLACK_S * 20 + seconds) for _ in workers]
     for worker in workers:
         worker.join()
-    return _figures([x for lats in results for x in lats], seconds)
+    return figures_of([x for lats in results for x in lats], seconds)
 
 
 def _sessions(daemon_factory: Any, workdir: Path, server: Any, seconds: float) -> dict[str, Any]:

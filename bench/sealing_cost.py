@@ -17,7 +17,7 @@ from .workload import snapshot_bytes
 ROUNDS = 20_000
 
 
-def _per_call_us(action: Callable[[], object], rounds: int = ROUNDS) -> float:
+def per_call_us(action: Callable[[], object], rounds: int = ROUNDS) -> float:
     started = time.perf_counter()
     for _ in range(rounds):
         action()
@@ -30,14 +30,14 @@ def sealing_cost(size: int) -> dict[str, float]:
     plain, sealed = Sealer(None), Sealer(Key.from_material(os.urandom(32)))
     plain_bytes, sealed_bytes = encode_data(plain, 1, doc), encode_data(sealed, 1, doc)
     return {
-        "encode_plain_us": _per_call_us(lambda: encode_data(plain, 1, doc)),
-        "encode_sealed_us": _per_call_us(lambda: encode_data(sealed, 1, doc)),
-        "decode_plain_us": _per_call_us(
+        "encode_plain_us": per_call_us(lambda: encode_data(plain, 1, doc)),
+        "encode_sealed_us": per_call_us(lambda: encode_data(sealed, 1, doc)),
+        "decode_plain_us": per_call_us(
             lambda: read_document(plain, "log", 0, plain_bytes, "s", "s0")
         ),
-        "decode_sealed_us": _per_call_us(
+        "decode_sealed_us": per_call_us(
             lambda: read_document(sealed, "log", 0, sealed_bytes, "s", "s0")
         ),
-        "id_hash_plain_us": _per_call_us(lambda: plain.id_hash("s", "s0")),
-        "id_hash_sealed_us": _per_call_us(lambda: sealed.id_hash("s", "s0")),
+        "id_hash_plain_us": per_call_us(lambda: plain.id_hash("s", "s0")),
+        "id_hash_sealed_us": per_call_us(lambda: sealed.id_hash("s", "s0")),
     }

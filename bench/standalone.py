@@ -14,7 +14,7 @@ Part = Callable[[Any, Path, float], dict[str, Any]]  # (daemon factory, workdir,
 
 
 def run_alone(prog: str, part: Part, default_seconds: float) -> None:
-    from .__main__ import Daemon
+    from .daemon import Daemon
 
     parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--dir", default=None, help="where to put the stores (a real disk)")

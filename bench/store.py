@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .adapters import PROCESSES, SPAWN_SLACK_S, _figures
+from .adapters import PROCESSES, SPAWN_SLACK_S, figures_of
 
 VALUE = {"text": "x" * 1024, "kind": "note", "rank": 0}
 SEARCH_NAMESPACE_ITEMS = 100
@@ -90,16 +90,16 @@ def one_caller(store: Any, label: str, seconds: float) -> dict[str, Any]:
     counter = iter(range(10**9))
     out = {}
     lat = _timed(lambda: store.put(("bench", label), f"k{next(counter)}", VALUE), seconds)
-    out["put"] = _figures(lat, seconds)
+    out["put"] = figures_of(lat, seconds)
     written = len(lat)
     lat = _timed(lambda: store.get(("bench", label), f"k{random.randrange(written)}"), seconds)
-    out["get"] = _figures(lat, seconds)
+    out["get"] = figures_of(lat, seconds)
     for n in range(SEARCH_NAMESPACE_ITEMS):
         store.put(("search", label), f"s{n}", {**VALUE, "rank": n})
     lat = _timed(
         lambda: store.search(("search", label), filter={"rank": {"$gte": 50}}, limit=10), seconds
     )
-    out["search"] = _figures(lat, seconds)
+    out["search"] = figures_of(lat, seconds)
     return out
 
 
@@ -127,7 +127,7 @@ def puts_in_processes(which: str, where: str, seconds: float) -> dict[str, Any]:
     jobs = [(which, where, f"p{n}", start, start + seconds) for n in range(PROCESSES)]
     with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
         results = pool.map(_put_process, jobs)
-    return _figures([x for lats, _ in results for x in lats], seconds, sum(e for _, e in results))
+    return figures_of([x for lats, _ in results for x in lats], seconds, sum(e for _, e in results))
 
 
 def semantic(store: Any, items: int, seconds: float) -> dict[str, Any]:
@@ -143,7 +143,7 @@ def semantic(store: Any, items: int, seconds: float) -> dict[str, Any]:
     filled = time.perf_counter() - started
     queries = iter(range(10**9))
     lat = _timed(lambda: store.search(("semantic",), query=f"q{next(queries)}", limit=10), seconds)
-    return {"items": items, "fill_s": round(filled, 1), "search": _figures(lat, seconds)}
+    return {"items": items, "fill_s": round(filled, 1), "search": figures_of(lat, seconds)}
 
 
 def run(daemon_factory: Any, workdir: Path, seconds: float, semantic_items: int) -> dict[str, Any]:

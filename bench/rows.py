@@ -1,0 +1,52 @@
+# One measured line of a run (Row): a workload at a client count and a size, its
+# operations a second and latency percentiles, and how it prints.
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from .load import Sample
+
+KIB = 1024
+
+
+@dataclass
+class Row:
+    name: str
+    clients: int
+    size: int
+    ops_per_s: float
+    p50_ms: float
+    p99_ms: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def percentile_ms(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def row_of(name: str, clients: int, size: int, samples: list[Sample]) -> Row:
+    rates = [s.operations / s.elapsed_s for s in samples]
+    latencies = [lat for s in samples for lat in s.latencies_s]
+    errors = sum(s.errors for s in samples)
+    if errors:
+        raise SystemExit(f"bench: {name} had {errors} failed requests")
+    return Row(
+        name,
+        clients,
+        size,
+        statistics.median(rates),
+        percentile_ms(latencies, 0.5),
+        percentile_ms(latencies, 0.99),
+    )
+
+
+def format_row(row: Row) -> str:
+    return (
+        f"{row.name:<28} {row.clients:>4} {row.size // KIB:>4} KiB "
+        f"{row.ops_per_s:>10.0f}/s  p50 {row.p50_ms:>7.2f} ms  p99 {row.p99_ms:>7.2f} ms"
+    )
