@@ -38,7 +38,7 @@ def append_floor(directory: str, body: bytes, count: int) -> list[float]:
     try:
         page = bytes(4096)
         for _ in range(-(-len(body) * count // len(page))):
-            os.write(fd, page)  # as log.py zero-fills: a page per write, small folios
+            os.write(fd, page)  # as segments.py zero-fills: a page per write, small folios
         os.fsync(fd)
         for n in range(count):
             started = time.perf_counter()

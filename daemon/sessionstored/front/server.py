@@ -20,7 +20,7 @@
 # Before any of that: the peer's credentials decide its access (access.py), and
 # past --max-connections a newcomer is turned away with `overloaded`. A refused
 # peer's first request is answered with the error, in its own mode, and the
-# connection closed. Idle connections cost a task pair and a buffer; a request
+# connection closed. Idle connections cost a task and a buffer; a request
 # that has started arriving must be complete within --request-timeout-seconds.
 from __future__ import annotations
 

@@ -9,7 +9,7 @@
 #      the key a sealed store needs. A format-1 store (one file per generation)
 #      is migrated first (migrate_v1.py). Everything under tmp/ is removed: a
 #      temp file is nobody's until its rename.
-#   2. Load the newest intact index checkpoint (checkpoint.py; each is written
+#   2. Load the newest intact index checkpoint (index_checkpoint.py; each is written
 #      twice). It names every segment that holds live records before its
 #      position in the log. A compacted segment that no intact checkpoint names
 #      was renamed in by a compaction that did not reach its checkpoint; an

@@ -1,7 +1,7 @@
 # Room kept back so that compaction can make room on a full disk.
 #
 # On a full disk, deleting sessions frees nothing by itself: their removals go
-# into the space each append segment keeps for them (log.py), and a segment's
+# into the space each append segment keeps for them (segments.py), and a segment's
 # dead bytes only come back when compaction has copied its live records out,
 # which needs room for the copy and for an index checkpoint. So the store keeps
 # a file of zeros, RESERVE_NAME in the state directory, holding half a segment

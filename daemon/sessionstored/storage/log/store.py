@@ -1,7 +1,7 @@
 # The storage engine: commits batches of document mutations durably, serves
 # committed documents, keeps the recent history for watch, checkpoints its
 # index, and compacts its log. open_store() (recovery.py) returns one ready to
-# serve; log.py says how a batch reaches the disk.
+# serve; segments.py says how a batch reaches the disk.
 #
 # One batch, in order:
 #   1. decide every mutation against the committed state, in commit order:
