@@ -430,7 +430,7 @@ def test_the_changes_table_stays_bounded(postgres: PostgresServer, short_tmp: Pa
     import psycopg
 
     from sessionstore.errors import Compacted
-    from sessionstored.storage.postgres.store import RETENTION_EVERY_BATCHES
+    from sessionstored.storage.postgres.connection import RETENTION_EVERY_BATCHES
 
     assert postgres is not None
     database = postgres.create_database()
@@ -521,6 +521,6 @@ def test_a_database_host_that_does_not_resolve_at_start_is_a_configuration_error
     ],
 )
 def test_urls_are_shown_host_by_host_without_the_password(url: str, shown: str) -> None:
-    from sessionstored.storage.postgres.store import redacted
+    from sessionstored.storage.postgres.connection import redacted
 
     assert redacted(url) == shown

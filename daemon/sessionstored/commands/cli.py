@@ -109,7 +109,8 @@ def _open_database(
     """The PostgreSQL store, open; while the database does not answer, say so in STATUS=
     and retry with backoff; a refusal (bad URL, credentials, key) exits at once."""
     from ..storage.errors import DatabaseRefused, DatabaseUnreachable
-    from ..storage.postgres.store import PgStore, redacted
+    from ..storage.postgres.connection import redacted
+    from ..storage.postgres.store import PgStore
 
     assert config.database_url is not None
     store = PgStore(

@@ -143,7 +143,8 @@ def _rekey_database(url: str, old: Key, new: Key, rows_per_transaction: int) -> 
     import psycopg
 
     from ..storage.errors import DatabaseRefused, DatabaseUnreachable, RekeyRefused
-    from ..storage.postgres.store import PgStore, redacted
+    from ..storage.postgres.connection import redacted
+    from ..storage.postgres.store import PgStore
 
     password = os.environ.get("SESSIONSTORED_DATABASE_PASSWORD")
     store = PgStore(url, key=new, previous_key=old, password=password)

@@ -111,7 +111,8 @@ def restore_main(argv: Sequence[str]) -> int:
 
 def _restore_database(url: str, key: Key | None, backup: Backup, sealer: Sealer) -> tuple[str, int]:
     from ..storage.errors import DatabaseRefused, DatabaseUnreachable
-    from ..storage.postgres.store import PgStore, redacted
+    from ..storage.postgres.connection import redacted
+    from ..storage.postgres.store import PgStore
 
     store = PgStore(url, key=key, password=os.environ.get("SESSIONSTORED_DATABASE_PASSWORD"))
     try:

@@ -1,0 +1,306 @@
+# What every part of the PostgreSQL engine stands on (store.py says how it works): its
+# connections (the writer's, each batch thread's, the follower's, a pool for reads),
+# the keys it seals with and how it follows a rotation (keying.py), and the start
+# report. A database that does not answer is DatabaseUnreachable (retry), one that
+# refuses is DatabaseRefused (give up), a read that fails is DatabaseUnavailable.
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ..documents import Entry
+from ..errors import (
+    CorruptRecord,
+    DatabaseRefused,
+    DatabaseUnavailable,
+    DatabaseUnreachable,
+    FatalStorageError,
+    KeyingRefused,
+    SealError,
+)
+from ..generations import DEFAULT_KEEP_GENERATIONS
+from ..history import History
+from ..sealing import Key, Sealer
+from .keying import Keying, application_name, read_keying, row_key, row_keys
+from .schema import (
+    ROWS_BY_KEY,
+)
+
+log = logging.getLogger("sessionstored.postgres")
+
+READ_POOL_CONNECTIONS = 4
+CONNECT_TIMEOUT_S = 10
+# a database host that vanishes (a partition, a dead machine) is noticed within about
+# KEEPALIVE_IDLE_S + KEEPALIVE_COUNT * KEEPALIVE_INTERVAL_S, and the batch fails
+KEEPALIVE_IDLE_S = 10
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_COUNT = 3
+CONNECTION_OPTIONS = {
+    "connect_timeout": CONNECT_TIMEOUT_S,
+    "keepalives": 1,
+    "keepalives_idle": KEEPALIVE_IDLE_S,
+    "keepalives_interval": KEEPALIVE_INTERVAL_S,
+    "keepalives_count": KEEPALIVE_COUNT,
+}
+READ_TIMEOUT_S = 10.0  # a read waits this long for a pooled connection, then io_error
+
+
+# getaddrinfo's words (glibc, musl, BSD) for a name that does not exist (EAI_NONAME), as
+# psycopg and libpq pass them on; a DNS server that does not answer says "Temporary
+# failure in name resolution" (EAI_AGAIN) instead: an outage, retried
+UNRESOLVED_HOST = ("Name or service not known", "Name does not resolve", "nodename nor servname")
+
+
+FATAL_SQLSTATES = {"28P01", "28000", "3D000", "42501"}  # password, authorization, no db, privilege
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else repr(error)
+
+
+def epoch_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def redacted(url: str) -> str:
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "(unparsable URL)"
+    hosts = str(info.get("host") or "local socket").split(",")
+    ports = [port or "5432" for port in str(info.get("port") or "").split(",")]
+    if len(ports) == 1:  # one port for every host
+        ports = ports * len(hosts)
+    where = ",".join(f"{host}:{port}" for host, port in zip(hosts, ports, strict=False))
+    user, name = info.get("user", ""), info.get("dbname", "")
+    attrs = info.get("target_session_attrs")
+    return f"postgresql://{user}@{where}/{name}" + (
+        f"?target_session_attrs={attrs}" if attrs else ""
+    )
+
+
+@dataclass
+class PgReport:
+    """What a start found, in the shape of the log engine's recovery report."""
+
+    seq: int = 0
+    documents: int = 0
+    created_schema: bool = False
+    database: str = ""
+    duration_ms: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "backend": "postgresql",
+            "database": self.database,
+            "created_schema": self.created_schema,
+            "documents": self.documents,
+            "seq": self.seq,
+            "duration_ms": round(self.duration_ms, 1),
+        }
+
+    def summary(self) -> str:
+        made = "created the schema; " if self.created_schema else ""
+        return f"{self.database}: {made}{self.documents} documents, seq {self.seq}"
+
+
+class PgConnection:
+    def __init__(
+        self,
+        url: str,
+        *,
+        key: Key | None = None,
+        previous_key: Key | None = None,
+        password: str | None = None,
+        history_changes: int = 100_000,
+        keep_generations: int = DEFAULT_KEEP_GENERATIONS,
+        max_document_bytes: int = 256 * 1024 * 1024,
+        failpoint: Callable[[str], None] | None = None,
+        batches_in_flight: int = 1,
+    ) -> None:
+        self.keep_generations = keep_generations
+        self.batches_in_flight = batches_in_flight  # each on a connection of its own
+        self.url = url
+        self.password = password
+        self.held = [k for k in (key, previous_key) if k is not None]
+        self.sealer = Sealer(key)  # until open() reads what the database says (keying.py)
+        self.keying = Keying(key.key_id_hex if key else "")
+        self._key_epoch = -1
+        self.history = History(history_changes)
+        self.history_changes = history_changes
+        self.max_document_bytes = max_document_bytes
+        self.seq = 0
+        self._acknowledged = 0
+        self.lease: dict[str, Any] | None = None
+        self.batches = 0
+        self._writer: psycopg.Connection[Any] | None = None
+        self._failed = False
+        self._keying_refused: str | None = None  # why this daemon must stop (keying.py)
+        self._follow_lock = threading.Lock()
+        self._pool: ConnectionPool[Any] | None = None
+        self._failpoint = failpoint
+        self._batch_conns = threading.local()  # the writer's threads', one each
+        self._opened: list[psycopg.Connection[Any]] = []  # every one, to close
+        self._follower: psycopg.Connection[Any] | None = None
+        self._sweep_lock = threading.Lock()
+        self._sweeper: psycopg.Connection[Any] | None = None  # holds SWEEPER_LOCK once taken
+        self._sweeping = False
+        self._announce = False  # this daemon committed since the last NOTIFY
+        self._announcer_pid = 0  # the backend that sends them: the listener skips its own
+        self._trimmed_at_batch = 0
+
+    # -- connections ---------------------------------------------------------------
+
+    def _connect(self, **options: Any) -> psycopg.Connection[Any]:
+        kwargs: dict[str, Any] = {**self._connection_options(), **options}
+        if self.password is not None:
+            kwargs["password"] = self.password
+        try:
+            conn = psycopg.connect(self.url, **kwargs)
+        except psycopg.ProgrammingError as error:  # the URL itself
+            raise DatabaseRefused(f"bad database URL: {error}") from None
+        except psycopg.OperationalError as error:
+            text = first_line(error)
+            if any(
+                state in text
+                for state in ("password authentication", "does not exist", "no password")
+            ):
+                raise DatabaseRefused(f"{redacted(self.url)}: {text}") from None
+            unresolved = any(words in text for words in UNRESOLVED_HOST)
+            raise DatabaseUnreachable(
+                f"{redacted(self.url)}: {text}", unresolved=unresolved
+            ) from None
+        conn.execute("SET synchronous_commit TO on")
+        conn.commit()
+        return conn
+
+    def _connection_options(self) -> dict[str, Any]:
+        return {**CONNECTION_OPTIONS, "application_name": application_name(self.held)}
+
+    def _writer_conn(self) -> psycopg.Connection[Any]:
+        """Autocommit: a batch is one statement, committed as it ends (batch.py), or an
+        explicit transaction."""
+        if self._writer is None or self._writer.closed or self._writer.broken:
+            self._writer = self._connect(autocommit=True)
+        return self._writer
+
+    def _batch_conn(self) -> psycopg.Connection[Any]:
+        conn: psycopg.Connection[Any] | None = getattr(self._batch_conns, "conn", None)
+        if conn is None or conn.closed or conn.broken:
+            conn = self._batch_conns.conn = self._connect(autocommit=True)
+            for setting in ROWS_BY_KEY:
+                conn.execute(f"SET {setting} TO off")
+            self._opened = [c for c in self._opened if not c.closed] + [conn]
+        return conn
+
+    def _follower_conn(self) -> psycopg.Connection[Any]:
+        if self._follower is None or self._follower.closed or self._follower.broken:
+            self._follower = self._connect(autocommit=True)
+        return self._follower
+
+    @contextmanager
+    def _reader(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; a database that fails or does not answer is an OSError
+        (DatabaseUnavailable), which a read answers as io_error."""
+        assert self._pool is not None, "open() first"
+        if self._failed:
+            raise DatabaseUnavailable("the daemon is stopping after a fatal error")
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.Error, PoolTimeout) as error:
+            raise DatabaseUnavailable(f"{redacted(self.url)}: {first_line(error)}") from error
+
+    def _adopt(self, keying: Keying) -> None:
+        self.sealer = keying.sealer(self.held)
+        self.keying = keying
+
+    def _check_keying(self, conn: psycopg.Connection[Any], epoch: int) -> None:
+        """A rotation started or ended (key_epoch moved): seal with the key the database
+        says from now on, or stop the daemon if it lacks that key."""
+        if epoch == self._key_epoch:
+            return
+        try:
+            self._adopt(read_keying(conn))
+        except KeyingRefused as error:
+            self._keying_refused = str(error)
+            self.fail()
+            raise FatalStorageError(str(error)) from None
+        self._key_epoch = epoch
+
+    def _check_missing(self, conn: psycopg.Connection[Any]) -> None:
+        """A row not found, in a daemon holding one key: a rotation that began unseen
+        could have moved it under a key this daemon lacks. Then the read is io_error, not
+        a false not_found, and the daemon stops (follow())."""
+        if len(self.held) != 1:
+            return
+        epoch = conn.execute("SELECT key_epoch FROM ss_counter").fetchone()
+        try:
+            self._check_keying(conn, epoch[0] if epoch else 0)
+        except FatalStorageError as error:
+            raise DatabaseUnavailable(str(error)) from None
+
+    def close(self) -> None:
+        for conn in (self._writer, self._follower, self._sweeper, *self._opened):
+            if conn is not None:
+                conn.close()
+        self._writer = self._follower = self._sweeper = None
+        self._opened = []
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    @property
+    def encrypted(self) -> bool:
+        return self.sealer.encrypted
+
+    @property
+    def key_epoch(self) -> int:
+        return self._key_epoch
+
+    # -- sealing ------------------------------------------------------------------
+
+    def _key(self, kind: str, doc_id: str) -> bytes:
+        return row_key(self.sealer.seal_with, kind, doc_id)
+
+    def _keys(self, kind: str, doc_id: str) -> list[bytes]:
+        return row_keys(self.sealer, self.held, kind, doc_id)
+
+    def _document_row(
+        self, kind: str, doc_id: str, body: bytes, digest: bytes, seq: int
+    ) -> tuple[Any, ...]:
+        """An ss_documents row: the key a keyed hash of the id, the rest sealed."""
+        what = kind.encode()
+        name = self._seal(doc_id.encode(), b"name:" + what)
+        sealed_body = self._seal(body, b"body:" + what)
+        return (kind, self._key(kind, doc_id), name, sealed_body,
+                self._seal(digest, b"digest:" + what), seq, len(body))  # fmt: skip
+
+    def _seal(self, data: bytes, what: bytes) -> bytes:
+        return self.sealer.seal(data, what) if self.sealer.encrypted else data
+
+    def _open(self, data: bytes, what: bytes, where: str) -> bytes:
+        try:
+            return self.sealer.open(data, what) if self.sealer.encrypted else data
+        except SealError as error:
+            raise CorruptRecord(f"postgresql {where}", 0, error.reason) from None
+
+    def _entry(
+        self, kind: str, doc_id: str, seq: int, digest: bytes, size: int, expires_at_ms: int
+    ) -> Entry:
+        where = f"ss_documents ({kind}, {doc_id!r})"
+        plain = self._open(digest, b"digest:" + kind.encode(), where)
+        return Entry(seq, plain, size, 0, 0, 0, expires_at_ms)
+
+    def fail(self) -> None:
+        """The daemon is stopping after a fatal error: nothing more is committed."""
+        self._failed = True
