@@ -39,24 +39,18 @@
 # them, its rows staged and its locks held, before it takes the counter.
 from __future__ import annotations
 
-import hashlib
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
-import cbor2
 import psycopg
 
 from sessionstore.wire.canonical import digest_bytes_of_canonical
 
 from ..decide import decide_all, fold_txn_results, record_applied
-from ..documents import Document, Entry, Found, KeyRange
 from ..errors import CorruptRecord
-from ..generations import generation_at
 from ..mutations import (
-    ANY,
     LEASE,
     LEASE_ID,
     SESSION,
@@ -65,13 +59,20 @@ from ..mutations import (
     Outcome,
     Put,
     Remove,
-    Rewrite,
-    Sweep,
-    Txn,
     mutation_keys,
     needs_whole_store,
 )
-from ..txn import TxnDelete, TxnPut
+from .batch_state import (
+    ABSENT,
+    DecidingState,
+    Known,
+    Row,
+    RowCache,
+    Sealing,
+    documents_read,
+    lock_id,
+    rows_to_read,
+)
 from .schema import WRITERS_LOCK
 
 MAX_OPTIMISTIC_TRIES = 8  # then the batch runs exclusive, which always succeeds
@@ -79,10 +80,8 @@ MAX_OPTIMISTIC_TRIES = 8  # then the batch runs exclusive, which always succeeds
 # advisory lock takes a slot of the server's lock table (max_locks_per_transaction x
 # max_connections; past it PostgreSQL answers "out of shared memory")
 MAX_DOCUMENT_LOCKS = 1024
-CACHE_ROWS = 200_000  # rows the cache remembers before it starts afresh
 STAGED, STALE, EPOCH_MOVED = 0, -1, -2  # what ss_stage answers
 
-Row = tuple[str, bytes]  # (kind, key column)
 
 _STAGE_CALL = (
     "ss_stage(%b::boolean, %b::bigint, %b::bigint[], %b::text[], %b::bytea[], %b::bigint[],"
@@ -104,80 +103,6 @@ READ_ROWS = (
     " FROM unnest(%b::text[], %b::bytea[], %b::bool[]) AS r(kind, key, body)"
     " LEFT JOIN ss_documents d ON d.kind = r.kind AND d.key = r.key"
 )
-
-
-def lock_id(kind: str, key: bytes) -> int:
-    """A document's advisory lock: a hash of its key column (itself a keyed hash of the
-    id in a sealed store), as a signed 64-bit key."""
-    digest = hashlib.blake2b(kind.encode() + b"\0" + key, digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-@dataclass(frozen=True)
-class Known:
-    """A row as last seen: its seq (0: there was no row), the plaintext digest, the size,
-    for the lease its body, and its expiry (0: none)."""
-
-    seq: int
-    digest: bytes | None = None
-    size: int = 0
-    body: bytes | None = None
-    expires_at_ms: int = 0
-
-
-ABSENT = Known(0)
-
-
-class RowCache:
-    """(kind, key column) -> Known. Only a guess: ss_stage checks every row a batch decided
-    on, so a stale row costs a retry, never a wrong decision."""
-
-    def __init__(self, limit: int = CACHE_ROWS) -> None:
-        self._rows: dict[Row, Known] = {}
-        self._limit = limit
-        self._lock = threading.Lock()
-
-    def get(self, row: Row) -> Known | None:
-        return self._rows.get(row)
-
-    def learn(self, rows: dict[Row, Known]) -> None:
-        with self._lock:
-            if len(self._rows) + len(rows) > self._limit:
-                self._rows.clear()
-            self._rows.update(rows)
-
-    def forget(self, rows: Sequence[Row]) -> None:
-        with self._lock:
-            for row in rows:
-                self._rows.pop(row, None)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._rows.clear()
-
-
-class Sealing(Protocol):
-    """What a batch needs of the store: its key columns and sealing, its keying."""
-
-    max_document_bytes: int
-    keep_generations: int
-
-    def _keys(self, kind: str, doc_id: str) -> list[bytes]: ...
-    def _seal(self, data: bytes, what: bytes) -> bytes: ...
-    def _document_row(
-        self, kind: str, doc_id: str, body: bytes, digest: bytes, seq: int
-    ) -> tuple[Any, ...]: ...
-    def _open(self, data: bytes, what: bytes, where: str) -> bytes: ...
-    def _scan_with(self, conn: psycopg.Connection[Any], wanted: KeyRange) -> Found: ...
-    def _check_keying(self, conn: psycopg.Connection[Any], epoch: int) -> None: ...
-    def _generations_with(
-        self, conn: psycopg.Connection[Any], kind: str, doc_id: str
-    ) -> list[Entry]: ...
-    def _read_generation_with(
-        self, conn: psycopg.Connection[Any], kind: str, doc_id: str, entry: Entry
-    ) -> Document: ...
-    @property
-    def key_epoch(self) -> int: ...
 
 
 @dataclass
@@ -220,86 +145,6 @@ def _touches_many(mutations: Sequence[Mutation]) -> bool:
         if touched > MAX_DOCUMENT_LOCKS:
             return True
     return False
-
-
-def _wanted(mutations: Sequence[Mutation]) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
-    """The documents a batch's decisions read (decide.py, txn.py), and those whose bodies
-    they need (a Rewrite's). A save or a txn's put that names no condition reads none."""
-    documents: set[tuple[str, str]] = set()
-    bodies: set[tuple[str, str]] = set()
-    for mutation in mutations:
-        if isinstance(mutation, Txn):
-            documents |= {(r.kind, r.id) for r in mutation.requires}
-            for op in mutation.ops:
-                if isinstance(op, TxnDelete) or (isinstance(op, TxnPut) and op.if_absent):
-                    documents.add((op.kind, op.id))
-        elif isinstance(mutation, Rewrite):
-            bodies.add((mutation.kind, mutation.id))
-            if mutation.source is not None:
-                bodies.add(mutation.source)
-        elif isinstance(mutation, Sweep):
-            documents |= {(due.kind, due.id) for due in mutation.due}
-        elif not (isinstance(mutation, Put) and mutation.expect is ANY):
-            documents.add((mutation.kind, mutation.id))
-    return documents | bodies, bodies
-
-
-class _State:
-    """The committed state as a batch decides on it (decide.py's CommittedState): rows
-    from the cache or read, each one consulted remembered with its seq for ss_stage."""
-
-    def __init__(self, store: Sealing, rows: dict[Row, Known], reread: Callable[[Row], Known]):
-        self.store = store
-        self.rows = rows
-        self.reread = reread
-        self.max_document_bytes = store.max_document_bytes
-        self.consulted: dict[Row, int] = {}
-        self.lease: dict[str, Any] | None = None
-        body = self.body(LEASE, LEASE_ID)
-        self.lease = cbor2.loads(body) if body is not None else None
-        self.scan_conn: psycopg.Connection[Any] | None = None
-
-    def _row(self, row: Row) -> Known:
-        known = self.rows.get(row)
-        if known is None:  # not foreseen: read it now (decided on, so checked too)
-            known = self.rows[row] = self.reread(row)
-        self.consulted[row] = known.seq
-        return known
-
-    def _present(self, kind: str, doc_id: str) -> Known | None:
-        found = None
-        for key in self.store._keys(kind, doc_id):
-            known = self._row((kind, key))
-            if found is None and known.digest is not None:
-                found = known
-        return found
-
-    def get(self, kind: str, doc_id: str) -> Entry | None:
-        known = self._present(kind, doc_id)
-        if known is None or known.digest is None:
-            return None
-        return Entry(known.seq, known.digest, known.size, 0, 0, 0, known.expires_at_ms)
-
-    def body(self, kind: str, doc_id: str) -> bytes | None:
-        known = self._present(kind, doc_id)
-        return None if known is None else known.body
-
-    def damaged(self, kind: str, doc_id: str) -> bool:
-        return False
-
-    def body_at(self, kind: str, doc_id: str, at: int) -> bytes | None:
-        """Only an exclusive batch reads an earlier generation: under the writers' lock."""
-        assert self.scan_conn is not None, "an earlier generation is read only exclusive"
-        entries = self.store._generations_with(self.scan_conn, kind, doc_id)
-        entry = generation_at(entries, at, doc_id)
-        if entry is None:
-            return None
-        return self.store._read_generation_with(self.scan_conn, kind, doc_id, entry).body
-
-    def scan(self, wanted: KeyRange) -> Found:
-        """Only an exclusive batch scans (delete_prefix): under the writers' lock."""
-        assert self.scan_conn is not None, "a range is read only by an exclusive batch"
-        return self.store._scan_with(self.scan_conn, wanted)
 
 
 @dataclass
@@ -365,8 +210,8 @@ class BatchCommitter:
         conn: psycopg.Connection[Any],
         mutations: Sequence[Mutation],
         fresh: set[Row],
-    ) -> _State:
-        documents, body_docs = _wanted(mutations)
+    ) -> DecidingState:
+        documents, body_docs = documents_read(mutations)
         documents.add((LEASE, LEASE_ID))
         body_docs.add((LEASE, LEASE_ID))
         rows: dict[Row, Known] = {}
@@ -391,7 +236,7 @@ class BatchCommitter:
         def reread(row: Row) -> Known:
             return self._read(conn, [row], {row})[row]
 
-        return _State(self.store, rows, reread)
+        return DecidingState(self.store, rows, reread)
 
     # -- committing -------------------------------------------------------------------
 
@@ -430,7 +275,7 @@ class BatchCommitter:
         """Under the writers' lock, held for the session from the first statement until
         the batch has committed: three round trips, each statement in autocommit."""
         self.timing.exclusive += 1
-        wanted, bodies = _rows(self.store, mutations)
+        wanted, bodies = rows_to_read(self.store, mutations)
         try:
             held = conn.execute(
                 HOLD_WRITERS,
@@ -441,11 +286,11 @@ class BatchCommitter:
             self.store._check_keying(conn, epoch)
             if rekeyed:  # the rows it read were named under the keys held before
                 self.cache.clear()
-                wanted, bodies = _rows(self.store, mutations)
+                wanted, bodies = rows_to_read(self.store, mutations)
                 rows = self._read(conn, wanted, bodies)
             else:
                 rows = self._known([row[2:] for row in held if row[2] is not None])
-            state = _State(self.store, rows, lambda row: self._read(conn, [row], {row})[row])
+            state = DecidingState(self.store, rows, lambda row: self._read(conn, [row], {row})[row])
             state.scan_conn = conn
             outcomes, accepted, txn_results = decide_all(
                 state, mutations, counter + 1, full=False, now_ms=now_ms
@@ -609,22 +454,6 @@ class BatchCommitter:
         )
         batch.outcomes = fold_txn_results(outcomes, txn_results)
         return batch
-
-
-def _rows(store: Sealing, mutations: Sequence[Mutation]) -> tuple[list[Row], set[Row]]:
-    """Every row a batch decides on, the lease's among them (read afresh under the
-    writers' lock: the cache may be behind), and those whose bodies it needs."""
-    documents, body_documents = _wanted(mutations)
-    documents.add((LEASE, LEASE_ID))
-    body_documents.add((LEASE, LEASE_ID))
-    rows: list[Row] = []
-    bodies: set[Row] = set()
-    for kind, doc_id in sorted(documents):
-        for key in store._keys(kind, doc_id):
-            rows.append((kind, key))
-            if (kind, doc_id) in body_documents:
-                bodies.add((kind, key))
-    return rows, bodies
 
 
 def _release_writers(conn: psycopg.Connection[Any]) -> None:
