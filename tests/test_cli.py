@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sessionstore import paths
-from sessionstore.tools.cli import EXIT_CODES
+from sessionstore.tools.cli_common import EXIT_CODES
 
 from .conftest import DaemonProcess, snapshot
 

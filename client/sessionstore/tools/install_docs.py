@@ -9,13 +9,13 @@ import os
 import sys
 from pathlib import Path
 
-from .cli import _parser, manual_pages
+from .cli_parser import build_parser, manual_pages
 
 
 def install(prefix: Path) -> list[Path]:
     import shtab
 
-    parser = _parser()
+    parser = build_parser()
     written = {
         prefix / "share/bash-completion/completions/sessionstore": shtab.complete(parser, "bash"),
         prefix / "share/zsh/site-functions/_sessionstore": shtab.complete(parser, "zsh"),
