@@ -2,7 +2,8 @@
 # checkpointer SessionStoreSaver, the long-term memory store SessionStoreStore,
 # and the errors they raise beside the clients'. The adapters themselves are
 # adapters/langgraph.py and adapters/langgraph_store.py.
-from .adapters.langgraph import CorruptCheckpoint, DeletedCheckpoint, SessionStoreSaver
+from .adapters.langgraph import SessionStoreSaver
+from .adapters.langgraph_saver_core import CorruptCheckpoint, DeletedCheckpoint
 from .adapters.langgraph_store import SessionStoreStore
 
 __all__ = ["CorruptCheckpoint", "DeletedCheckpoint", "SessionStoreSaver", "SessionStoreStore"]
