@@ -28,30 +28,35 @@
 # changes nothing).
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
 import re
 import time
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import cbor2
 from agents import _debug
-from agents._tool_identity import is_reserved_synthetic_tool_namespace, tool_qualified_name
 from agents.memory.session_settings import (
-    SessionSettings,
     resolve_session_limit,
 )
 
 from .. import requests as r
-from ..asyncio_client import AsyncClient, ClientPerLoop
 from ..errors import Conflict
-from . import plans
-from .agents import settings_of
-from .keyparts import key_part
-from .lifetime import Items, digest_of, every_item
+from .agents_advanced_core import (
+    MAIN,
+    PER_ADD_TXN,
+    AdvancedSessionCore,
+    first_free_name,
+    generation_of,
+    is_user_message,
+    message_type,
+    now_text,
+    required,
+    tool_name,
+    tool_usage,
+    turn_summary,
+    user_entries,
+)
+from .lifetime import Items, every_item
 from .plans import (
     KIND,
     SCAN_PAGE,
@@ -60,197 +65,14 @@ from .plans import (
     delete_op,
     delete_prefix_op,
     put_op,
-    socket_of,
 )
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.result import RunResult
 
-MAIN = "main"
-PER_ADD_TXN = TXN_OPS - 1  # the head's put goes with each txn of items
-TOOL_CALL_TYPES = frozenset(
-    {
-        "tool_call", "function_call", "computer_call", "file_search_call", "web_search_call",
-        "code_interpreter_call", "tool_search_call", "custom_tool_call", "mcp_call",
-        "mcp_approval_request", "shell_call", "apply_patch_call",
-    }
-)  # fmt: skip
-NAMED_BY_TYPE = frozenset(
-    {
-        "computer_call", "file_search_call", "web_search_call", "code_interpreter_call",
-        "shell_call", "apply_patch_call",
-    }
-)  # fmt: skip
-TOOL_SEARCH = frozenset({"tool_search_call", "tool_search_output"})
 
-log = logging.getLogger(__name__)
-
-
-def _now_text() -> str:
-    """As SQLite's CURRENT_TIMESTAMP writes it (UTC, to the second)."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
-
-
-def message_type(item: Any) -> str:
-    if isinstance(item, dict):
-        if item.get("role") in ("user", "assistant"):
-            return str(item["role"])
-        if item.get("type"):
-            return str(item["type"])
-    return "other"
-
-
-def tool_name(item: Any) -> str | None:
-    if not isinstance(item, dict):
-        return None
-    kind = item.get("type")
-    if kind in ("mcp_call", "mcp_approval_request") and "server_label" in item:
-        label, name = item.get("server_label"), item.get("name")
-        if name and label:
-            return f"{label}.{name}"
-        return str(label) if label else (str(name) if name else None)
-    if kind in TOOL_SEARCH:
-        return "tool_search"
-    if kind in NAMED_BY_TYPE:
-        return str(kind)
-    if "name" in item and item["name"] is not None:
-        name = str(item["name"])
-        namespace = None if item.get("namespace") is None else str(item["namespace"])
-        if is_reserved_synthetic_tool_namespace(name, namespace):
-            return name
-        return tool_qualified_name(name, namespace) or name
-    return None
-
-
-def _is_user(item: Any) -> bool:
-    return isinstance(item, dict) and item.get("role") == "user"
-
-
-def content_preview(content: Any, max_length: int | None = None) -> str:
-    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-    if max_length is not None and len(text) > max_length:
-        return text[:max_length] + "..."
-    return text
-
-
-def _require(key: str, value: dict[str, Any] | None) -> dict[str, Any]:
-    """The requirement that the document at key is as read: this value, or absent."""
-    if value is None:
-        return {"kind": KIND, "key": key, "exists": False}
-    return {"kind": KIND, "key": key, "digest": digest_of(value)}
-
-
-def _generation(value: dict[str, Any] | None) -> int:
-    return int(value["generation"]) if value else 0
-
-
-class AdvancedSessionStoreSession:
-    def __init__(
-        self,
-        *,
-        session_id: str,
-        socket_path: str | None = None,
-        create_tables: bool = False,
-        logger: logging.Logger | None = None,
-        session_settings: SessionSettings | dict[str, Any] | None = None,
-        prefix: str = "agents-advanced/",
-        timeout: float | None = 60.0,
-        client: AsyncClient | None = None,
-    ) -> None:
-        """client: as SessionStoreSession takes it."""
-        self.session_id = session_id
-        self.session_settings: SessionSettings | None = settings_of(session_settings)
-        self.socket_path = socket_of(socket_path, client)
-        self._logger = logger if logger is not None else log
-        self._root = f"{prefix}{key_part(session_id)}/"
-        self._generation_key = self._root + "g"
-        self._branch_state: tuple[str, int] = (MAIN, 0)  # (current branch, generation)
-        self._clients = ClientPerLoop(self.socket_path, timeout, client)
-        self.timeout = self._clients.timeout
-        self._ordered: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
-        # what this instance's last add wrote: the next add from the same branch state
-        # sends its txn at once, under those requirements, and reads only when they fail
-        self._last_add: tuple[tuple[str, int], str, dict[str, Any] | None, Any] | None = None
-
-    @property
-    def _current_branch_id(self) -> str:
-        return self._branch_state[0]
-
-    @property
-    def _generation(self) -> int:
-        return self._branch_state[1]
-
-    # -- keys ------------------------------------------------------------------------
-
-    def _items_prefix(self, branch: str) -> str:
-        return f"{self._root}m/{key_part(branch)}/"
-
-    def _head_key(self, branch: str) -> str:
-        return f"{self._root}h/{key_part(branch)}"
-
-    def _reserved_key(self, branch: str) -> str:
-        return f"{self._root}r/{key_part(branch)}"
-
-    def _usage_prefix(self, branch: str | None) -> str:
-        return f"{self._root}u/" + ("" if branch is None else f"{key_part(branch)}/")
-
-    def _usage_key(self, branch: str, turn: int) -> str:
-        return f"{self._usage_prefix(branch)}{turn:010d}"
-
-    # -- plumbing ----------------------------------------------------------------------
-
-    def _client(self) -> AsyncClient:
-        return self._clients.current()
-
-    async def _run(self, plan: Plan[Any]) -> Any:
-        return await plans.arun(self._client(), plan)
-
-    def _lock(self) -> asyncio.Lock:
-        """Orders this instance's changes and usage captures in call order."""
-        loop = asyncio.get_running_loop()
-        lock = self._ordered.get(loop)
-        if lock is None:
-            lock = self._ordered[loop] = asyncio.Lock()
-        return lock
-
-    async def close(self) -> None:
-        await self._clients.aclose()
-
-    def _resolved(self, generation_doc: dict[str, Any] | None, captured: tuple[str, int]) -> str:
-        """The branch a call captured at its start, unless the session was cleared since:
-        then this instance is back on main, as the SDK's is."""
-        generation = _generation(generation_doc)
-        if generation != self._branch_state[1]:
-            self._branch_state = (MAIN, generation)
-        return self._branch_state[0] if generation != captured[1] else captured[0]
-
-    def _branch_now(
-        self, captured: tuple[str, int]
-    ) -> Plan[tuple[dict[str, Any] | None, str, dict[str, Any] | None]]:
-        """The clear generation, the branch a call works on (the one it captured, or main
-        after a clear), and that branch's head, in one round trip."""
-        generation, *heads = yield [
-            r.checkpoint_get(KIND, self._generation_key),
-            r.checkpoint_get(KIND, self._head_key(captured[0])),
-            r.checkpoint_get(KIND, self._head_key(MAIN)),
-        ]
-        branch = self._resolved(generation, captured)
-        return generation, branch, heads[0] if branch == captured[0] else heads[1]
-
-    def _read_branch(self, generation_doc: dict[str, Any] | None, branch_id: str | None) -> str:
-        if branch_id is not None:
-            return branch_id
-        return self._resolved(generation_doc, self._branch_state)
-
-    def _entries(self, branch: str) -> Plan[Items]:
-        return (yield from every_item(self._items_prefix(branch)))
-
-    def _branch_entries(self, branch_id: str | None) -> Plan[list[dict[str, Any]]]:
-        (generation,) = yield [r.checkpoint_get(KIND, self._generation_key)]
-        branch = self._read_branch(generation, branch_id)
-        return [entry["value"] for entry in (yield from self._entries(branch))]
-
+class AdvancedSessionStoreSession(AdvancedSessionCore):
     # -- the Session protocol ------------------------------------------------------------
 
     async def get_items(
@@ -300,10 +122,10 @@ class AdvancedSessionStoreSession:
                 generation, branch, head = yield from self._branch_now(captured)
             state = dict(head or {"turn": 0, "bturn": 0, "count": 0, "users": 0})
             if head is None:
-                state.update(created=_now_text(), made_ms=time.time_ns() // 1_000_000)
-            at, ops = _now_text(), []
+                state.update(created=now_text(), made_ms=time.time_ns() // 1_000_000)
+            at, ops = now_text(), []
             for item in items:
-                if _is_user(item):
+                if is_user_message(item):
                     state["turn"] += 1
                     state["bturn"] += 1
                     state["users"] += 1
@@ -320,8 +142,8 @@ class AdvancedSessionStoreSession:
             state["count"] += len(items)
             ops.append(put_op(self._head_key(branch), state))
             require = [
-                _require(self._generation_key, generation),
-                _require(self._head_key(branch), head),
+                required(self._generation_key, generation),
+                required(self._head_key(branch), head),
             ]
             self._last_add = None
             try:
@@ -362,8 +184,8 @@ class AdvancedSessionStoreSession:
             if after is None or after["turn"] != popped["turn"]:  # its turn is gone too
                 ops.append(delete_op(self._usage_key(branch, popped["turn"])))
             require = [
-                _require(self._generation_key, generation),
-                _require(self._head_key(branch), head),
+                required(self._generation_key, generation),
+                required(self._head_key(branch), head),
                 {"kind": KIND, "key": newest["key"], "digest": newest["digest"]},
             ]
             try:
@@ -384,9 +206,9 @@ class AdvancedSessionStoreSession:
             used = [head["key"].replace("/h/", "/r/", 1) for head in heads]
             ops = [put_op(key, {}, if_absent=True) for key in used]
             ops += [delete_prefix_op(f"{self._root}{part}/") for part in ("m", "h", "u")]
-            cleared = _generation(generation) + 1
+            cleared = generation_of(generation) + 1
             ops.append(put_op(self._generation_key, {"generation": cleared}))
-            require = [_require(self._generation_key, generation)]
+            require = [required(self._generation_key, generation)]
             try:
                 yield [r.txn(ops, require)]
             except Conflict:
@@ -446,14 +268,14 @@ class AdvancedSessionStoreSession:
                 if isinstance(content, str) and len(content) > 50
                 else (content if isinstance(content, str) else "Unable to parse content")
             )
-            branch = name if name is not None else _free(base, taken)
+            branch = name if name is not None else first_free_name(base, taken)
             copies = [e for e in entries if e["value"]["bturn"] < turn]
             if len(copies) > TXN_OPS - 3:
                 raise ValueError(
                     f"turn {turn} has {len(copies)} items before it: a branch copies at most "
                     f"{TXN_OPS - 3} in one txn"
                 )
-            at = _now_text()
+            at = now_text()
             prefix = self._items_prefix(branch)
             ops = [put_op(self._reserved_key(branch), {})]
             ops += [put_op(prefix + e["key"].rsplit("/", 1)[1], {**e["value"], "at": at})
@@ -470,10 +292,10 @@ class AdvancedSessionStoreSession:
                 }
                 ops.append(put_op(self._head_key(branch), state))
             require = [
-                _require(self._generation_key, generation),
-                _require(self._head_key(source), head),
-                _require(self._reserved_key(branch), None),
-                _require(self._head_key(branch), None),
+                required(self._generation_key, generation),
+                required(self._head_key(source), head),
+                required(self._reserved_key(branch), None),
+                required(self._head_key(branch), None),
             ]
             try:
                 yield [r.txn(ops, require)]
@@ -483,7 +305,7 @@ class AdvancedSessionStoreSession:
                         f"Branch ID '{name}' has already been used. Choose a new branch ID."
                     ) from None
                 continue  # the source moved, the session was cleared, or the id was taken
-            self._branch_state = (branch, _generation(generation))
+            self._branch_state = (branch, generation_of(generation))
             return branch, source, preview
 
     async def create_branch_from_content(
@@ -500,7 +322,7 @@ class AdvancedSessionStoreSession:
             if head is None:
                 raise ValueError(f"Branch '{branch_id}' does not exist")
             old = self._branch_state[0]
-            self._branch_state = (branch_id, _generation(generation))
+            self._branch_state = (branch_id, generation_of(generation))
         self._logger.info("Switched from branch '%s' to '%s'", old, branch_id)
 
     def _branch_head(self, branch: str) -> Plan[list[Any]]:
@@ -542,7 +364,7 @@ class AdvancedSessionStoreSession:
                 put_op(self._reserved_key(branch), {}, if_absent=True),
             ]
             try:
-                yield [r.txn(ops, [_require(self._head_key(branch), head)])]
+                yield [r.txn(ops, [required(self._head_key(branch), head)])]
             except Conflict:
                 continue
             return int(head["count"])
@@ -573,7 +395,9 @@ class AdvancedSessionStoreSession:
 
     async def get_conversation_turns(self, branch_id: str | None = None) -> list[dict[str, Any]]:
         entries = await self._run(self._branch_entries(branch_id))
-        return [_turn(e, 100) for e in sorted(_users(entries), key=lambda e: e["bturn"])]
+        return [
+            turn_summary(e, 100) for e in sorted(user_entries(entries), key=lambda e: e["bturn"])
+        ]
 
     async def find_turns_by_content(
         self, search_term: str, branch_id: str | None = None
@@ -581,13 +405,13 @@ class AdvancedSessionStoreSession:
         pattern = re.compile(re.escape(search_term), re.IGNORECASE | re.ASCII)
         entries = await self._run(self._branch_entries(branch_id))
         found = []
-        for entry in sorted(_users(entries), key=lambda e: e["bturn"]):
+        for entry in sorted(user_entries(entries), key=lambda e: e["bturn"]):
             content = entry["item"].get("content", "")
             texts = [content] if isinstance(content, str) else [
                 part.get("text", "") for part in content if isinstance(part, dict)
             ]  # fmt: skip
             if any(isinstance(t, str) and pattern.search(t) for t in texts):
-                found.append(_turn(entry, None))
+                found.append(turn_summary(entry, None))
         return found
 
     async def get_conversation_by_turns(
@@ -618,52 +442,6 @@ class AdvancedSessionStoreSession:
         except Exception as error:  # as the SDK's: usage is never worth a failed run
             self._logger.error("Failed to store session usage: %s", error)
 
-    def _store_usage(self, usage: Any, captured: tuple[str, int]) -> Plan[None]:
-        (generation,) = yield [r.checkpoint_get(KIND, self._generation_key)]
-        if _generation(generation) != captured[1]:
-            self._resolved(generation, captured)
-            return  # cleared since the call: the turn it meant is gone
-        branch = captured[0]
-        (head,) = yield [r.checkpoint_get(KIND, self._head_key(branch))]
-        if head is None or not head["turn"]:
-            return
-        turn = head["turn"]
-        anchor = yield from self._turn_anchor(branch, turn)
-        if anchor is None:
-            return
-        value = {
-            "requests": usage.requests or 0,
-            "input_tokens": usage.input_tokens or 0,
-            "output_tokens": usage.output_tokens or 0,
-            "total_tokens": usage.total_tokens or 0,
-            "input_tokens_details": _details(getattr(usage, "input_tokens_details", None)),
-            "output_tokens_details": _details(getattr(usage, "output_tokens_details", None)),
-        }
-        try:  # only while the turn's first item is there: a popped turn records nothing
-            first = {"kind": KIND, "key": anchor["key"], "digest": anchor["digest"]}
-            yield [r.txn([put_op(self._usage_key(branch, turn), value)], [first])]
-        except Conflict:
-            return
-
-    def _turn_anchor(self, branch: str, turn: int) -> Plan[dict[str, Any] | None]:
-        """The first item of the branch's turn (newest first until the turn begins)."""
-        before: str | None = None
-        first = None
-        while True:
-            (page,) = yield [
-                r.checkpoint_scan(
-                    KIND, self._items_prefix(branch), before=before, limit=SCAN_PAGE, reverse=True
-                )
-            ]
-            for entry in page["items"]:
-                if entry["value"]["turn"] < turn:
-                    return first
-                if entry["value"]["turn"] == turn:
-                    first = entry
-            before = page["next"]
-            if before is None:
-                return first
-
     async def get_session_usage(self, branch_id: str | None = None) -> dict[str, int] | None:
         rows = await self._run(every_item(self._usage_prefix(branch_id or None)))
         if not rows:
@@ -678,67 +456,3 @@ class AdvancedSessionStoreSession:
         return await self._run(  # type: ignore[no-any-return]
             self._turn_usage(user_turn_number, branch_id)
         )
-
-    def _turn_usage(
-        self, turn: int | None, branch_id: str | None
-    ) -> Plan[list[dict[str, Any]] | dict[str, Any]]:
-        (generation,) = yield [r.checkpoint_get(KIND, self._generation_key)]
-        branch = self._read_branch(generation, branch_id)
-        if turn is not None:
-            (value,) = yield [r.checkpoint_get(KIND, self._usage_key(branch, turn))]
-            return dict(value) if value else {}
-        rows = yield from every_item(self._usage_prefix(branch))
-        return [
-            {"user_turn_number": int(row["key"].rsplit("/", 1)[1]), **row["value"]} for row in rows
-        ]
-
-
-def _free(base: str, taken: set[str]) -> str:
-    """The SDK's generated id: base, else base_2, base_3, ... the first not taken."""
-    if base not in taken:
-        return base
-    suffix = 2
-    while f"{base}_{suffix}" in taken:
-        suffix += 1
-    return f"{base}_{suffix}"
-
-
-def _users(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [e for e in entries if e["type"] == "user" and isinstance(e["item"], dict)]
-
-
-def _turn(entry: dict[str, Any], preview_length: int | None) -> dict[str, Any]:
-    content = entry["item"].get("content", "")
-    return {
-        "turn": entry["bturn"],
-        "content": content_preview(content, preview_length),
-        "full_content": content,
-        "timestamp": entry["at"],
-        "can_branch": True,
-    }
-
-
-def _details(details: Any) -> dict[str, Any] | None:
-    if not details:
-        return None
-    try:
-        return dict(details.__dict__)
-    except (TypeError, AttributeError):
-        return None
-
-
-def tool_usage(entries: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
-    """(tool, uses, turn) per tool and turn, by turn: the calls, and the tool searches
-    whose output came without a call in the same turn."""
-    counted: dict[tuple[Any, int], int] = {}
-    searched = {(e["turn"], e["tool"]) for e in entries if e["type"] == "tool_search_call"}
-    for entry in entries:
-        kind, name = entry["type"], entry["tool"]
-        if kind in TOOL_CALL_TYPES:
-            if name is None and kind in ("shell_call", "apply_patch_call"):
-                name = kind
-        elif not (kind == "tool_search_output" and (entry["turn"], name) not in searched):
-            continue
-        counted[(name, entry["turn"])] = counted.get((name, entry["turn"]), 0) + 1
-    ordered = sorted(counted.items(), key=lambda c: (c[0][1], c[0][0] is not None, c[0][0] or ""))
-    return [(name, uses, turn) for (name, turn), uses in ordered]
