@@ -51,7 +51,6 @@ from langgraph.store.base import (
     IndexConfig,
     Item,
     ListNamespacesOp,
-    MatchCondition,
     Op,
     PutOp,
     Result,
@@ -67,6 +66,7 @@ from . import plans
 from .keyparts import key_part
 from .lifetime import every_item, in_txns
 from .plans import KIND, Plan
+from .store_filters import matches, matches_condition
 
 ITEM_SEPARATOR = "|"  # between a namespace's labels and an item's key: never encoded
 AFTER_NAMESPACE = "}"  # sorts after the separator: an `after` that skips a namespace
@@ -319,7 +319,7 @@ class SessionStoreStore(BaseStore):
         if op.query:
             raise NotImplementedError("SessionStoreStore has no semantic search (query) yet")
         found = yield from every_item(self._namespace_prefix(op.namespace_prefix))
-        matching = [i for i in found if _matches(i["value"]["value"], op.filter)]
+        matching = [i for i in found if matches(i["value"]["value"], op.filter)]
         matching.sort(
             key=lambda i: (-i["value"]["updated_at"], i["value"]["namespace"], i["value"]["key"])
         )
@@ -347,7 +347,7 @@ class SessionStoreStore(BaseStore):
             candidates = [
                 (item["score"], key, value)
                 for item, key, value in zip(ranking["items"], keys, stored, strict=True)
-                if value is not None and _matches(value["value"], op.filter)
+                if value is not None and matches(value["value"], op.filter)
             ]
             every_ranked = len(ranking["items"]) >= ranking["ranked"]
             if len(candidates) >= wanted or every_ranked or window >= RANK_MAX_LIMIT:
@@ -359,7 +359,7 @@ class SessionStoreStore(BaseStore):
             ranked = set(keys)
             unscored = [
                 i for i in (yield from every_item(prefix))
-                if i["key"] not in ranked and _matches(i["value"]["value"], op.filter)
+                if i["key"] not in ranked and matches(i["value"]["value"], op.filter)
             ]  # fmt: skip
             for item in unscored[: op.limit - len(kept)]:
                 results.append(_search_item(item["value"]))
@@ -394,7 +394,7 @@ class SessionStoreStore(BaseStore):
             last = page["items"][-1]["key"]
             after = last.split(ITEM_SEPARATOR, 1)[0] + AFTER_NAMESPACE
         conditions = op.match_conditions or ()
-        chosen = [ns for ns in namespaces if all(_matches_condition(c, ns) for c in conditions)]
+        chosen = [ns for ns in namespaces if all(matches_condition(c, ns) for c in conditions)]
         if op.max_depth is not None:
             chosen = [ns[: op.max_depth] for ns in chosen]
         return sorted(set(chosen))[op.offset : op.offset + op.limit]
@@ -444,78 +444,3 @@ def _search_item(stored: dict[str, Any], score: float | None = None) -> SearchIt
         updated_at=_time(stored["updated_at"]),
         score=score,
     )
-
-
-# -- filters, as InMemoryStore compares (order comparisons of non-numbers: false) --
-
-ORDER_OPERATORS = {
-    "$gt": lambda a, b: a > b,
-    "$gte": lambda a, b: a >= b,
-    "$lt": lambda a, b: a < b,
-    "$lte": lambda a, b: a <= b,
-}
-
-
-def _matches(value: dict[str, Any], filter: dict[str, Any] | None) -> bool:
-    return not filter or all(_compare(_at(value, k), wanted) for k, wanted in filter.items())
-
-
-def _at(value: dict[str, Any], key: str) -> Any:
-    """The value at a filter's key: the key itself, else a dotted path into nested maps
-    ("user.level"), as LangGraph's newer InMemoryStore reads one."""
-    if key in value or "." not in key:
-        return value.get(key)
-    found: Any = value
-    for part in key.split("."):
-        if not isinstance(found, dict):
-            return None
-        found = found.get(part)
-    return found
-
-
-def _compare(value: Any, wanted: Any) -> bool:
-    if isinstance(wanted, dict):
-        if any(str(k).startswith("$") for k in wanted):
-            return all(_operator(value, name, operand) for name, operand in wanted.items())
-        return isinstance(value, dict) and all(_compare(value.get(k), w) for k, w in wanted.items())
-    if isinstance(wanted, list | tuple):
-        return (
-            isinstance(value, list | tuple)
-            and len(value) == len(wanted)
-            and all(_compare(v, w) for v, w in zip(value, wanted, strict=True))
-        )
-    return bool(value == wanted)
-
-
-def _operator(value: Any, name: str, operand: Any) -> bool:
-    if name == "$eq":
-        return bool(value == operand)
-    if name == "$ne":
-        return bool(value != operand)
-    if name in ORDER_OPERATORS:
-        number, bound = _number(value), _number(operand)
-        return number is not None and bound is not None and ORDER_OPERATORS[name](number, bound)
-    raise ValueError(f"Unsupported operator: {name}")
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
-
-
-def _matches_condition(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
-    path = tuple(condition.path)
-    if len(namespace) < len(path):
-        return False
-    part = namespace[: len(path)] if condition.match_type == "prefix" else namespace[-len(path) :]
-    if not path:
-        return True
-    return all(want == "*" or want == label for want, label in zip(path, part, strict=True))
