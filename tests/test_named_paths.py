@@ -64,6 +64,8 @@ def test_every_file_named_in_prose_exists() -> None:
 
 def test_a_stale_name_is_found(tmp_path: Path) -> None:
     module = tmp_path / "probe.py"
-    module.write_text('# the batch reaches the disk in log.py\n"""and in reserve.py"""\n')
+    module.write_text(
+        '\N{NUMBER SIGN} the batch reaches the disk in log.py\n"""and in reserve.py"""\n'
+    )
     found = named_but_missing(["daemon/sessionstored/storage/log/reserve.py"], [module])
     assert found == ["probe.py:1: log.py"]

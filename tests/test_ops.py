@@ -14,7 +14,7 @@ import trio
 from sessionstore.wire.canonical import snapshot_digest
 from sessionstore.wire.protocol import RawCBOR, Request, parse_request
 from sessionstored.front.access import Access
-from sessionstored.front.server import raw_bytes
+from sessionstored.front.connection import raw_bytes
 from sessionstored.front.watch import Broadcaster
 from sessionstored.ops import ARGUMENTS, REGISTRY, Ops
 from sessionstored.ops.steps import Exclusive, Read, Reply, Write
