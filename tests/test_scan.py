@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from sessionstored.storage.log.records import COMMIT, REMOVAL, Header, parse_header, record_length
-from sessionstored.storage.log.scan import ScanResult, Segment, scan
+from sessionstored.storage.log.scan import ScanResult, scan
+from sessionstored.storage.log.segment_items import Segment
 from sessionstored.storage.log.segments import SEGMENT_HEADER_BYTES
 from sessionstored.storage.log.store import Store
 from sessionstored.storage.sealing import PLAINTEXT

@@ -41,7 +41,8 @@ from .index_checkpoint import CKPT_DIR, CheckpointState, DamageRow
 from .metadata import LEGACY_FORMAT_VERSION, RekeyBridge, read_metadata, resolve_sealer
 from .migrate_v1 import migrate_v1, remove_legacy
 from .rekey import finish_rekey
-from .scan import ScanResult, Segment, scan
+from .scan import ScanResult, scan
+from .segment_items import Segment
 from .segments import (
     APPEND,
     COMPACTED,

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from ..errors import CorruptRecord
 from ..sealing import Sealer
-from .damage import all_regions_look_torn, raw_header, rows_for_damaged_header
+from .damage import all_regions_look_torn, rows_for_damaged_header
 from .index_checkpoint import DamageRow
 from .records import (
     COMMIT,
@@ -39,14 +39,12 @@ from .records import (
     HEADER_BYTES,
     ID_LENGTH,
     KIND_NAMES,
-    RECORD_MAGIC,
     Header,
     decode_commit,
     decode_meta,
-    parse_header,
-    payload_intact,
     record_length,
 )
+from .segment_items import Damage, Record, Segment, damaged_regions, items_of, last_nonzero_end
 from .segments import SEGMENT_HEADER_BYTES
 
 
@@ -63,30 +61,6 @@ class Intent(NamedTuple):
     length: int
     expires_at_ms: int = 0
     expired: bool = False  # a removal by the expiry sweep
-
-
-@dataclass
-class Segment:
-    number: int
-    path: str
-    data: bytes
-    start: int  # where the scan begins in it
-
-
-@dataclass
-class Damage:
-    segment: int
-    path: str
-    offset: int
-    header: Header | None  # the header, when it is intact and only the payload is not
-    end: int  # the end of the bytes known to be this damaged record's
-
-
-@dataclass
-class Record:
-    segment: int
-    offset: int
-    header: Header
 
 
 @dataclass
@@ -110,100 +84,6 @@ class ScanResult:
     last_seq: int = 0
     ends: dict[int, int] = field(default_factory=dict)  # segment -> end of its last record
     records: int = 0
-
-
-def _first_nonzero(data: bytes, start: int) -> int | None:
-    """The offset of the first byte after start that is not zero, or None."""
-    stripped = len(data) - len(data[start:].lstrip(b"\0"))
-    return stripped if stripped < len(data) else None
-
-
-def _last_nonzero_end(data: bytes) -> int:
-    return len(data.rstrip(b"\0"))
-
-
-def _items(segments: list[Segment]) -> list[Record | Damage]:
-    """Intact records and damaged spots, in log order."""
-    items: list[Record | Damage] = []
-    for segment in segments:
-        data, offset = segment.data, segment.start
-        while offset + HEADER_BYTES <= len(data) or (
-            offset < len(data) and _first_nonzero(data, offset) is not None
-        ):
-            header = parse_header(data, offset)
-            if header is not None and payload_intact(data, offset, header):
-                items.append(Record(segment.number, offset, header))
-                offset += record_length(header)
-                continue
-            damage_at = offset
-            if data[offset : offset + HEADER_BYTES].count(0) == min(
-                HEADER_BYTES, len(data) - offset
-            ):
-                following = _first_nonzero(data, offset)
-                if following is None:
-                    break  # the end of this segment's records: zeros to the end
-                offset = following
-                header = parse_header(data, offset)
-                if header is not None and payload_intact(data, offset, header):
-                    items.append(Damage(segment.number, segment.path, damage_at, None, offset))
-                    continue  # a hole of zeros before an intact record
-            if header is not None and offset + record_length(header) <= len(data):
-                end = offset + record_length(header)
-                items.append(Damage(segment.number, segment.path, damage_at, header, end))
-                offset = end
-                continue
-            raw = raw_header(data, offset) if header is None else None
-            if raw is not None and payload_intact(data, offset, raw):  # its header's start rotted
-                end = offset + record_length(raw)
-                items.append(Damage(segment.number, segment.path, damage_at, None, end))
-                offset = end
-                continue
-            end = min(len(data), offset + HEADER_BYTES)
-            items.append(Damage(segment.number, segment.path, damage_at, header, end))
-            resync = _next_intact(data, offset + 1)
-            if resync is None:
-                break
-            offset = resync
-    return items
-
-
-def _next_intact(data: bytes, start: int) -> int | None:
-    probe = data.find(RECORD_MAGIC, start)
-    while probe >= 0:
-        header = parse_header(data, probe)
-        if header is not None and payload_intact(data, probe, header):
-            return probe
-        probe = data.find(RECORD_MAGIC, probe + 1)
-    return None
-
-
-def _damaged_regions(
-    items: list[Record | Damage], position: int, by_number: dict[int, Segment]
-) -> list[tuple[int, int, int, bool]]:
-    """(segment, start, end, last in the log) of each run of damage from position on."""
-    regions: list[tuple[int, int, int, bool]] = []
-    at = position
-    while at < len(items):
-        first = items[at]
-        if not isinstance(first, Damage):
-            at += 1
-            continue
-        end = first.end
-        while at + 1 < len(items) and isinstance(items[at + 1], Damage):
-            nxt = items[at + 1]
-            assert isinstance(nxt, Damage)
-            if nxt.segment != first.segment:
-                break
-            at += 1
-            end = max(end, nxt.end)
-        following = items[at + 1] if at + 1 < len(items) else None
-        if isinstance(following, Record) and following.segment == first.segment:
-            end = following.offset
-        else:
-            end = max(end, _last_nonzero_end(by_number[first.segment].data))
-        regions.append((first.segment, first.offset, end, following is None))
-        at += 1
-    return regions
 
 
 class _Names:
@@ -283,7 +163,7 @@ class _Scanner:
         self.result = ScanResult(last_batch=last_batch, last_seq=last_seq)
         self.by_number = {s.number: s for s in segments}
         self.names = _Names(sealer, known)
-        self.items = _items(segments)
+        self.items = items_of(segments)
         self.pending = _Pending()
         self.rot_at_end = False  # damage in the last batch that is not a torn write
 
@@ -314,7 +194,7 @@ class _Scanner:
         (damage.py)."""
         following = self.items[position + 1 :]
         own = self.pending.batch is not None or any(isinstance(i, Record) for i in following)
-        regions = _damaged_regions(self.items, position, self.by_number)
+        regions = damaged_regions(self.items, position, self.by_number)
         return not own or all_regions_look_torn(lambda n: self.by_number[n].data, regions)
 
     def _damage(self, position: int, item: Damage) -> bool:
@@ -481,7 +361,7 @@ def _mark_torn(
 ) -> None:
     number, offset = start
     data = by_number[number].data
-    end = max(offset, _last_nonzero_end(data))
+    end = max(offset, last_nonzero_end(data))
     result.rolled_back += rolled_back
     result.torn = {
         "segment": number,
@@ -506,6 +386,6 @@ def _end_of(
         if isinstance(i, Record) and i.segment == last.number
     ]
     if past_damage:
-        ends.append(_last_nonzero_end(last.data))
+        ends.append(last_nonzero_end(last.data))
         ends.extend(i.end for i in items if isinstance(i, Damage) and i.segment == last.number)
     return (last.number, max(ends, default=max(last.start, SEGMENT_HEADER_BYTES)))
