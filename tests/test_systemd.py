@@ -159,7 +159,7 @@ def test_journal_priority_prefixes_under_systemd(daemon: DaemonProcess) -> None:
     assert daemon.stop() == 0
     lines = [line for line in daemon.log().splitlines() if line.strip()]
     assert lines and all(re.match(r"<[0-7]>sessionstored", line) for line in lines), lines
-    assert any(line.startswith("<6>sessionstored.front.server: serving on") for line in lines)
+    assert any(line.startswith("<6>sessionstored.server: serving on") for line in lines)
 
 
 @pytest.mark.log_only  # about the embedded log's files
