@@ -8,6 +8,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import cbor2
@@ -276,11 +277,22 @@ def test_recovery_twice_equals_once(daemon: DaemonProcess) -> None:
     assert once == twice
 
 
+def _until(done: Callable[[], bool], what: str, limit_s: float = 30) -> None:
+    """Wait for a condition the test itself cannot cause sooner (a daemon's progress)."""
+    deadline = time.monotonic() + limit_s
+    while not done():
+        assert time.monotonic() < deadline, f"gave up waiting: {what}"
+        time.sleep(0.01)
+
+
 def test_kill9_during_compaction_under_load_loses_nothing(daemon: DaemonProcess) -> None:
-    daemon.start("--segment-mib", "1")
+    # the compacted segment's temp file is written and synced, and its rename (the first
+    # rewrite of this store) hangs: the compaction is certainly half done when killed
+    daemon.start("--segment-mib", "1", env={"SESSIONSTORED_FAILPOINTS": "before-rename=hang@1"})
     with daemon.client() as client:
         kept = _compactable(client)
     acked, inflight, stop, threads = _start_writers(daemon, 8)
+    _until(lambda: len(acked) == 8 and min(acked.values()) >= 3, "every writer saving")
     compacting = daemon.client(timeout=30)
 
     def compact() -> None:
@@ -288,9 +300,8 @@ def test_kill9_during_compaction_under_load_loses_nothing(daemon: DaemonProcess)
             compacting.compact()
 
     compactor = threading.Thread(target=compact)
-    time.sleep(0.3)
     compactor.start()
-    time.sleep(0.05)
+    _until(lambda: any(".seg" in n for n in _temp_files(daemon)), "compaction's rename")
     daemon.kill9()
     stop.set()
     for thread in [*threads, compactor]:

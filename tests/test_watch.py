@@ -9,6 +9,7 @@ import socket
 from typing import Any
 
 import trio
+import trio.testing
 
 from sessionstore.wire.protocol import NEED_DATA, Connection, Mode, encode
 from sessionstored.front.watch import Broadcaster, SocketSink
@@ -63,10 +64,10 @@ async def test_a_watcher_that_stops_reading_gets_lagged_counting_its_unread_even
         nursery.start_soon(broadcaster.stream, 0, pair.sink)
         for n in range(3):
             _commit(store, broadcaster, f"x{n}")
-            await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked()  # sent into the socket
         for n in range(10):  # all of it fits in the socket, none of it is read
             _commit(store, broadcaster, f"y{n}")
-            await trio.sleep(0)
+            await trio.testing.wait_all_tasks_blocked()
     assert broadcaster.cut_off == 1 and broadcaster.dropped == 0
     *events, last = await pair.read_all()
     seqs = [e["seq"] for e in events]
@@ -94,7 +95,7 @@ async def test_a_watcher_that_reads_is_never_cut_off() -> None:
         nursery.start_soon(read)
         for n in range(40):
             _commit(store, broadcaster, f"r{n}")
-            await trio.sleep(0.005)
+            await trio.testing.wait_all_tasks_blocked()  # sent, and read
     assert [e["seq"] for e in received] == list(range(1, 41))
     assert broadcaster.cut_off == 0
 
@@ -107,7 +108,7 @@ async def test_replay_of_a_long_backlog_is_not_lagging() -> None:
     pair = Pair()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(broadcaster.stream, 0, pair.sink)
-        await trio.sleep(0.1)
+        await trio.testing.wait_all_tasks_blocked()  # the backlog is sent
         broadcaster.close()
     assert [e["seq"] for e in await pair.read_all()] == list(range(1, 31))
     assert broadcaster.cut_off == 0
@@ -131,11 +132,11 @@ async def test_a_watcher_whose_socket_never_takes_the_lagged_event_is_dropped() 
     pair = Pair(send_buffer_bytes=1024)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(broadcaster.stream, 0, pair.sink)
-        await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked()  # the watcher is waiting for changes
         for n in range(200):
             store.commit([put(f"big{n}", "v" * 64)])
             broadcaster.published()
-            await trio.sleep(0)
+            await trio.testing.wait_all_tasks_blocked()
     assert broadcaster.cut_off == 1 and broadcaster.dropped == 1
     events = await pair.read_all()
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))

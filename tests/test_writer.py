@@ -33,14 +33,15 @@ async def test_concurrent_saves_are_group_committed() -> None:
     writer = Writer(store, on_fatal=lambda reason: None)
     results: list[Outcome] = []
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(writer.run)
         async with trio.open_nursery() as clients:
             for n in range(64):
                 clients.start_soon(_submit, writer, MutationJob(put(f"c{n}", n)), results)
+            await trio.testing.wait_all_tasks_blocked()  # all 64 queued (QUEUE_DEPTH)
+            nursery.start_soon(writer.run)
         writer.close()
     assert len(results) == 64 and all(o.ok for o in results)
     assert sorted(o.seq for o in results) == list(range(1, 65))
-    assert writer.batches < 64, "concurrent saves should share batches"
+    assert writer.batches == 1, "saves queued together are committed as one batch"
     assert store.read("s", "c7").body == body_for("c7", 7)
 
 

@@ -26,12 +26,6 @@ from .index_checkpoint import DamageRow
 from .records import read_document
 from .segments import Log
 
-DEFAULT_MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
-DEFAULT_HISTORY_CHANGES = 100_000
-DEFAULT_CHECKPOINT_EVERY_CHANGES = 100_000
-DEFAULT_CHECKPOINT_EVERY_BYTES = 256 * 1024 * 1024
-DEFAULT_COMPACT_DEAD_SHARE = 0.4
-
 
 def epoch_ms() -> int:
     return int(time.time() * 1000)

@@ -59,9 +59,6 @@ READ_TIMEOUT_S = 10.0  # a read waits this long for a pooled connection, then io
 UNRESOLVED_HOST = ("Name or service not known", "Name does not resolve", "nodename nor servname")
 
 
-FATAL_SQLSTATES = {"28P01", "28000", "3D000", "42501"}  # password, authorization, no db, privilege
-
-
 def first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else repr(error)
