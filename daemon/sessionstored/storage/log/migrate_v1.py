@@ -31,16 +31,13 @@ import xxhash
 
 from sessionstore.wire.canonical import digest_bytes_of_canonical
 
-from ..documents import Document, Entry
+from ..documents import Document
 from ..errors import SealError, StoreFormatError
 from ..sealing import Key, Sealer
-from .durable import replace_file
+from .compacted_build import write_compacted_store
 from .fs import FileSystem
-from .index import Index
-from .index_checkpoint import CKPT_DIR, CheckpointState, generation_of
+from .index_checkpoint import CKPT_DIR, generation_of
 from .metadata import FORMAT_FILE, StoreMetadata, format_text, write_durably
-from .records import encode_data
-from .segments import COMPACTED, SEGMENT_HEADER_BYTES, encode_segment_header
 from .store import Store
 
 log = logging.getLogger("sessionstored.storage")
@@ -153,32 +150,8 @@ def migrate_v1(store: Store, metadata: StoreMetadata) -> str:
                 highest = max(highest, int(name[:16], 16))
     highest = max([highest, *(d.seq for d in documents)])
 
-    number = 1
-    chunks = [encode_segment_header(number, COMPACTED)]
-    rows: list[tuple[str, str, Entry]] = []
-    offset = SEGMENT_HEADER_BYTES
-    for doc in sorted(documents, key=lambda d: d.seq):
-        record = encode_data(sealer, 0, doc)
-        rows.append(
-            (doc.kind, doc.id, Entry(doc.seq, doc.digest, len(doc.body), 1, offset, len(record)))
-        )
-        chunks.append(record)
-        offset += len(record)
-    segments: dict[int, int] = {}
-    if documents:
-        replace_file(fs, root, store.log.path(number), chunks)
-        segments[number] = offset - SEGMENT_HEADER_BYTES
-    store.checkpoints.write(
-        CheckpointState(
-            generation=1,
-            seq=highest,
-            batch=0,
-            position=(0, 0),
-            next_segment=number + 1,
-            segments=segments,
-            index=Index.from_entries(rows),
-        )
-    )
+    ordered = sorted(documents, key=lambda d: d.seq)
+    write_compacted_store(fs, root, sealer, ordered, highest)
     key_id = sealer.key_id_hex
     write_durably(fs, root, FORMAT_FILE, format_text(key_id))
     remove_legacy(fs, root)
