@@ -255,47 +255,8 @@ def build_config(
     argv: Sequence[str], env: Mapping[str, str], *, pid: int, uid: int, gid: int
 ) -> Config:
     args = _parser().parse_args(list(argv))
-    try:
-        socket_mode = int(args.socket_mode, 8)
-    except ValueError as error:
-        raise ConfigError(f"--socket-mode must be octal, got {args.socket_mode!r}") from error
-    if not 0 <= socket_mode <= 0o777:
-        raise ConfigError(f"--socket-mode out of range: {args.socket_mode}")
-    if args.max_request_bytes < 1024:
-        raise ConfigError("--max-request-bytes must be at least 1024")
-    max_snapshot = args.max_snapshot_bytes or args.max_request_bytes
-    if max_snapshot < 256:
-        raise ConfigError("--max-snapshot-bytes must be at least 256")
-    if args.request_timeout_seconds <= 0:
-        raise ConfigError("--request-timeout-seconds must be positive")
-    if not args.watch_send_timeout_seconds > 0:
-        raise ConfigError("--watch-send-timeout-seconds must be positive")
-    if not 0.05 <= args.compact_dead_share <= 0.95:
-        raise ConfigError("--compact-dead-share must be between 0.05 and 0.95")
-    metrics_listen = None
-    if args.metrics_listen is not None:
-        try:
-            metrics_listen = parse_listen(args.metrics_listen)
-        except ValueError as error:
-            raise ConfigError(f"--metrics-listen {error}") from None
-    if not 0 <= args.keep_generations <= MAX_KEEP_GENERATIONS:
-        raise ConfigError(f"--keep-generations must be from 0 to {MAX_KEEP_GENERATIONS}")
-    if not 1 <= args.segment_mib <= 1024:
-        raise ConfigError("--segment-mib must be from 1 to 1024")
-    if not 1 <= args.batches_in_flight <= 16:
-        raise ConfigError("--batches-in-flight must be from 1 to 16")
-    if args.batches_in_flight > 1 and not (args.database or env.get("SESSIONSTORED_DATABASE_URL")):
-        raise ConfigError("--batches-in-flight is for PostgreSQL: the log commits one at a time")
-    for name in ("history_changes", "checkpoint_every", "watch_max_lag", "max_connections"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
-    explicit_socket = args.socket or env.get("SESSIONSTORE_SOCKET") or None
-    inherited = None if explicit_socket else _inherited_fd(env, pid)
-    socket_path = explicit_socket
-    private_socket_dir = False
-    if socket_path is None and inherited is None:
-        chosen = default_socket(env, uid)
-        socket_path, private_socket_dir = chosen.path, chosen.reason == FALLBACK
+    _check_ranges(args, env)
+    socket_path, private_socket_dir, inherited = _where_to_listen(args, env, pid, uid)
     database_url = args.database or env.get("SESSIONSTORED_DATABASE_URL") or None
     if database_url is not None and not database_url.startswith(("postgresql://", "postgres://")):
         raise ConfigError(f"--database must be a postgresql:// URL, not {database_url[:40]!r}")
@@ -303,15 +264,21 @@ def build_config(
         failpoints = parse_failpoints(env.get("SESSIONSTORED_FAILPOINTS", ""))
     except ValueError as error:
         raise ConfigError(f"SESSIONSTORED_FAILPOINTS: {error}") from error
+    metrics_listen = None
+    if args.metrics_listen is not None:
+        try:
+            metrics_listen = parse_listen(args.metrics_listen)
+        except ValueError as error:
+            raise ConfigError(f"--metrics-listen {error}") from None
     return Config(
         state_dir=resolve_state_dir(args.state_dir, env),
         socket_path=socket_path,
         private_socket_dir=private_socket_dir,
         inherited_fd=inherited,
-        socket_mode=socket_mode,
+        socket_mode=_socket_mode(args.socket_mode),
         log_level=args.log_level,
         max_request_bytes=args.max_request_bytes,
-        max_snapshot_bytes=max_snapshot,
+        max_snapshot_bytes=args.max_snapshot_bytes or args.max_request_bytes,
         failpoints=failpoints,
         shutdown_grace_s=args.shutdown_grace_seconds,
         history_changes=args.history_changes,
@@ -339,3 +306,51 @@ def build_config(
         database_password=_database_password(env),
         batches_in_flight=args.batches_in_flight,
     )
+
+
+def _socket_mode(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError as error:
+        raise ConfigError(f"--socket-mode must be octal, got {text!r}") from error
+    if not 0 <= mode <= 0o777:
+        raise ConfigError(f"--socket-mode out of range: {text}")
+    return mode
+
+
+def _check_ranges(args: argparse.Namespace, env: Mapping[str, str]) -> None:
+    """Every numeric flag within what the daemon can honour."""
+    if args.max_request_bytes < 1024:
+        raise ConfigError("--max-request-bytes must be at least 1024")
+    if (args.max_snapshot_bytes or args.max_request_bytes) < 256:
+        raise ConfigError("--max-snapshot-bytes must be at least 256")
+    if args.request_timeout_seconds <= 0:
+        raise ConfigError("--request-timeout-seconds must be positive")
+    if not args.watch_send_timeout_seconds > 0:
+        raise ConfigError("--watch-send-timeout-seconds must be positive")
+    if not 0.05 <= args.compact_dead_share <= 0.95:
+        raise ConfigError("--compact-dead-share must be between 0.05 and 0.95")
+    if not 0 <= args.keep_generations <= MAX_KEEP_GENERATIONS:
+        raise ConfigError(f"--keep-generations must be from 0 to {MAX_KEEP_GENERATIONS}")
+    if not 1 <= args.segment_mib <= 1024:
+        raise ConfigError("--segment-mib must be from 1 to 1024")
+    if not 1 <= args.batches_in_flight <= 16:
+        raise ConfigError("--batches-in-flight must be from 1 to 16")
+    if args.batches_in_flight > 1 and not (args.database or env.get("SESSIONSTORED_DATABASE_URL")):
+        raise ConfigError("--batches-in-flight is for PostgreSQL: the log commits one at a time")
+    for name in ("history_changes", "checkpoint_every", "watch_max_lag", "max_connections"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+
+
+def _where_to_listen(
+    args: argparse.Namespace, env: Mapping[str, str], pid: int, uid: int
+) -> tuple[str | None, bool, int | None]:
+    """(socket path, whether it is the /tmp fallback's private directory, the fd systemd
+    passed): a socket named by flag or environment, else systemd's, else the default."""
+    explicit_socket = args.socket or env.get("SESSIONSTORE_SOCKET") or None
+    inherited = None if explicit_socket else _inherited_fd(env, pid)
+    if explicit_socket is not None or inherited is not None:
+        return explicit_socket, False, inherited
+    chosen = default_socket(env, uid)
+    return chosen.path, chosen.reason == FALLBACK, None

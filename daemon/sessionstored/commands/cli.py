@@ -150,6 +150,20 @@ def run(config: Config) -> int:
             refuse_unsafe(Choice(config.socket_path, FALLBACK), os.getuid())
         except UnsafeSocketDirectory as error:
             return refuse(PROGRAM, str(error), ExitCode.FAILED)
+    keys = _load_keys(config)
+    if isinstance(keys, int):
+        return keys
+    if config.database_url is not None:
+        opened = _open_database(config, *keys)
+    else:
+        opened = _open_log(config, keys[0])
+    if isinstance(opened, int):
+        return opened
+    return _serve(config, *opened)
+
+
+def _load_keys(config: Config) -> tuple[Key | None, Key | None] | int:
+    """The key and the previous key (an online rekey's), or the exit code of a refusal."""
     try:
         key = load_key(config.key_file, os.environ)
         previous_key = load_key(
@@ -169,11 +183,11 @@ def run(config: Config) -> int:
         )
     if previous_key is not None and key is None:
         return refuse(PROGRAM, "a previous key needs a key (--key-file) too", ExitCode.BAD_USAGE)
-    if config.database_url is not None:
-        opened = _open_database(config, key, previous_key)
-        if isinstance(opened, int):
-            return opened
-        return _serve(config, *opened)
+    return key, previous_key
+
+
+def _open_log(config: Config, key: Key | None) -> tuple[Engine, StartReport] | int:
+    """The embedded log, recovered (or the exit code of a refusal)."""
     try:
         os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
     except OSError as error:
@@ -218,8 +232,7 @@ def run(config: Config) -> int:
                 "a key rotation finished with the old key: from now on start with key id %s",
                 store.sealer.key_id_hex,
             )
-
-    return _serve(config, store, report)
+    return store, report
 
 
 def _serve(config: Config, store: Engine, report: StartReport) -> int:
