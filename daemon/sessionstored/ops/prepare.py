@@ -185,6 +185,25 @@ def prepare_large(
     or bytes: the caller's process never builds the large value's objects. arguments:
     what each op reads, preparers: the heavy part of those that have one (both from the
     ops registry); any other key of the request is dropped."""
+    decoded = _decode_one(data, mode, max_request_bytes, documents)
+    if isinstance(decoded, Refusal):
+        return decoded
+    request = decoded
+    args = dict(request.args)
+    try:
+        prepare = preparers.get(request.op)
+        if prepare is not None:
+            prepare(args, max_snapshot_bytes, request.canonical_hint)
+    except Refusal as refusal:
+        return refusal
+    except MemoryError:
+        return Refusal(ErrorCode.TOO_LARGE, "the request needs more memory than allowed")
+    return _small_reply(request, args, arguments, small_argument_bytes)
+
+
+def _decode_one(
+    data: bytes, mode: Mode, max_request_bytes: int, documents: Mapping[str, frozenset[str]]
+) -> Request | Refusal:
     conn = Connection(
         max_message_bytes=max_request_bytes,
         mode=mode,
@@ -195,23 +214,21 @@ def prepare_large(
     conn.receive_data(data)
     conn.receive_eof()
     try:
-        message = conn.next_message()
-        request = parse_request(message, canonical_hint=conn.last_hint)
+        return parse_request(conn.next_message(), canonical_hint=conn.last_hint)
     except Refusal as refusal:
         return refusal
     except MemoryError:
         return Refusal(ErrorCode.TOO_LARGE, "the request needs more memory to decode than allowed")
-    args = dict(request.args)
-    try:
-        prepare = preparers.get(request.op)
-        if prepare is not None:
-            prepare(args, max_snapshot_bytes, request.canonical_hint)
-    except Refusal as refusal:
-        return refusal
-    except MemoryError:
-        return Refusal(ErrorCode.TOO_LARGE, "the request needs more memory than allowed")
-    # Only what the op reads goes back, and only small values or prepared bytes, so the
-    # daemon's process unpickles no large object tree.
+
+
+def _small_reply(
+    request: Request,
+    args: dict[str, Any],
+    arguments: Mapping[str, frozenset[str]],
+    small_argument_bytes: int,
+) -> Request | Refusal:
+    """Only what the op reads goes back, and only small values or prepared bytes, so the
+    daemon's process unpickles no large object tree."""
     read = arguments.get(request.op, frozenset()) | {"op", "rid"}
     kept = {name: value for name, value in args.items() if name in read}
     oversized = [
