@@ -1,8 +1,8 @@
 /* libFuzzer harness for the CBOR byte helper's C core (client/sessionstore/wire/cbor_core.c),
  * built with AddressSanitizer and UndefinedBehaviorSanitizer by `make fuzz`. Any bytes
  * must be walked without a fault, and:
- *   - a scan resumed over the input in pieces gives the one-shot scan's verdict;
- *   - an accepted item canonicalises to bytes no longer than it, which scan as
+ *   - a walk resumed over the input in pieces gives the one-shot walk's verdict;
+ *   - an accepted item canonicalises to bytes no longer than it, which walk as
  *     canonical, and canonicalise again to themselves;
  *   - cbor_item_end never reads past the input.
  * The first byte of an input chooses the depth limit and where it is cut. */
@@ -37,21 +37,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *input, size_t size)
     /* the input in a buffer of its own size, so that ASan sees any read past it */
     uint8_t *copy = malloc(len ? len : 1);
     memcpy(copy, data, len);
-    cb_verdict whole = cbor_scan(copy, len, 0, len + 1, max_depth, 1u << 20);
+    cb_verdict whole = cbor_walk(copy, len, 0, len + 1, max_depth, 1u << 20);
 
     cb_frame *frames = malloc(sizeof(cb_frame) * (max_depth ? max_depth : 1));
-    cb_scanner scanner;
-    cbor_scanner_init(&scanner, frames, 0, len + 1, max_depth, 1u << 20);
+    cb_walker walker;
+    cbor_walker_init(&walker, frames, 0, len + 1, max_depth, 1u << 20);
     cb_verdict pieces = {CB_INCOMPLETE, 0, 0};
     for (size_t seen = 0; seen < len && pieces.status == CB_INCOMPLETE;) {
         seen = seen + cut_every < len ? seen + cut_every : len;
         uint8_t *prefix = malloc(seen);
         memcpy(prefix, copy, seen);
-        pieces = cbor_scanner_run(&scanner, prefix, seen);
+        pieces = cbor_walker_run(&walker, prefix, seen);
         free(prefix);
     }
     if (len == 0)
-        pieces = cbor_scanner_run(&scanner, copy, 0);
+        pieces = cbor_walker_run(&walker, copy, 0);
     CHECK(same(whole, pieces));
     free(frames);
 
@@ -66,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *input, size_t size)
             CHECK((size_t)length <= end);
             uint8_t *exact = malloc((size_t)length ? (size_t)length : 1);
             memcpy(exact, out, (size_t)length);
-            cb_verdict again = cbor_scan(exact, (size_t)length, 0, (size_t)length, max_depth, 1u << 20);
+            cb_verdict again = cbor_walk(exact, (size_t)length, 0, (size_t)length, max_depth, 1u << 20);
             CHECK(again.status == CB_CANONICAL && again.position == (size_t)length);
             uint8_t *twice = malloc((size_t)length ? (size_t)length : 1);
             CHECK(cbor_canonicalise(exact, 0, (size_t)length, max_depth, twice) == length);

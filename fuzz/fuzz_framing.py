@@ -63,8 +63,8 @@ except ImportError:
 def _helper_agrees_with_its_twin(payload: bytes, depth: int) -> None:
     if compiled is None:
         return
-    scan = (payload, 0, len(payload) + 1, depth, 1 << 20)
-    assert compiled.scan(*scan) == cbor_bytes_python.scan(*scan)
+    walk = (payload, 0, len(payload) + 1, depth, 1 << 20)
+    assert compiled.walk(*walk) == cbor_bytes_python.walk(*walk)
     assert compiled.canonicalise(payload, 0, len(payload), depth) == (
         cbor_bytes_python.canonicalise(payload, 0, len(payload), depth)
     )

@@ -126,18 +126,18 @@ CORNERS = [
 
 @settings(max_examples=500)
 @given(hostile, st.lists(st.integers(0, 64), max_size=6), st.integers(0, 8))
-def test_a_resumed_scan_is_the_same_as_one_over_all_the_bytes(
+def test_a_resumed_walk_is_the_same_as_one_over_all_the_bytes(
     data: bytes, cuts: list[int], depth: int
 ) -> None:
-    whole = twin.scan(data, 0, 1 << 20, depth, 1 << 30)
+    whole = twin.walk(data, 0, 1 << 20, depth, 1 << 30)
     for module in (compiled, twin):
-        scanner = module.Scanner(0, 1 << 20, depth, 1 << 30)
+        walker = module.Walker(0, 1 << 20, depth, 1 << 30)
         for cut in sorted(cuts):
-            verdict = scanner.scan(bytearray(data[:cut]))
+            verdict = walker.walk(bytearray(data[:cut]))
             if verdict[0] != cbor_bytes.INCOMPLETE:
                 break
         else:
-            verdict = scanner.scan(data)
+            verdict = walker.walk(data)
         assert verdict == whole
 
 
@@ -156,13 +156,13 @@ def _call(function: Any, *args: Any) -> Any:
     st.one_of(st.just(64), st.integers(0, 8)),
     st.one_of(st.just(1 << 30), st.integers(0, 40)),
 )
-def test_scan_is_the_same_in_c_and_python(
+def test_walk_is_the_same_in_c_and_python(
     data: bytes, start: int, limit: int, depth: int, max_items: int
 ) -> None:
     start = min(start, len(data))
     arguments = (data, start, limit, depth, max_items)
-    assert _call(compiled.scan, *arguments) == _call(twin.scan, *arguments)
-    assert compiled.scan(bytearray(data), start, limit, depth, max_items) == twin.scan(*arguments)
+    assert _call(compiled.walk, *arguments) == _call(twin.walk, *arguments)
+    assert compiled.walk(bytearray(data), start, limit, depth, max_items) == twin.walk(*arguments)
 
 
 @settings(max_examples=1500)
@@ -185,7 +185,7 @@ def test_corners_are_the_same_in_c_and_python(data: bytes) -> None:
     for start in (0, 1):
         for depth in (0, 3, 64):
             arguments = (data, start, 1 << 20, depth, 1 << 30)
-            assert _call(compiled.scan, *arguments) == _call(twin.scan, *arguments)
+            assert _call(compiled.walk, *arguments) == _call(twin.walk, *arguments)
             end_arguments = (data, start, len(data), depth)
             assert _call(compiled.canonicalise, *end_arguments) == _call(
                 twin.canonicalise, *end_arguments
@@ -196,9 +196,9 @@ def test_corners_are_the_same_in_c_and_python(data: bytes) -> None:
 def test_bad_arguments_are_value_errors_in_both() -> None:
     for module in (compiled, twin):
         with pytest.raises(ValueError):
-            module.scan(b"\x00", 2, 10, 4, 10)
+            module.walk(b"\x00", 2, 10, 4, 10)
         with pytest.raises(ValueError):
-            module.scan(b"\x00", 0, 10, 10_000, 10)
+            module.walk(b"\x00", 0, 10, 10_000, 10)
         with pytest.raises(ValueError):
             module.canonicalise(b"\x00", 0, 5, 4)
         with pytest.raises(ValueError):
@@ -230,7 +230,7 @@ def _decoder_verdict(data: bytes) -> bytes | None:
 @example(b"\xfa\x7f\xc0\x00\x00")  # a single-precision NaN: f97e00 once canonical
 @example(b"\xa2\x61a\x01\xfb\x3f\xf8\x00\x00\x00\x00\x00\x00\x02")  # a float key
 def test_every_verdict_agrees_with_the_decoder(data: bytes) -> None:
-    status, _, position = cbor_bytes.scan(data, 0, len(data) + 1, 64, 1 << 30)
+    status, _, position = cbor_bytes.walk(data, 0, len(data) + 1, 64, 1 << 30)
     expected = _decoder_verdict(data)
     if status == cbor_bytes.CANONICAL and position == len(data):
         assert expected == data
@@ -244,13 +244,13 @@ def test_every_verdict_agrees_with_the_decoder(data: bytes) -> None:
 @given(text_keyed)
 def test_what_clients_send_is_handled_by_the_helper(value: Any) -> None:
     canonical = reference.encode(value)
-    assert cbor_bytes.scan(canonical, 0, len(canonical), 64, 1 << 30) == (
+    assert cbor_bytes.walk(canonical, 0, len(canonical), 64, 1 << 30) == (
         cbor_bytes.CANONICAL,
         0,
         len(canonical),
     )
     plain = cbor2.dumps(value)
-    status, _, end = cbor_bytes.scan(plain, 0, len(plain), 64, 1 << 30)
+    status, _, end = cbor_bytes.walk(plain, 0, len(plain), 64, 1 << 30)
     assert (status, end) in ((cbor_bytes.CANONICAL, len(plain)), (cbor_bytes.VALID, len(plain)))
     assert cbor_bytes.canonicalise(plain, 0, len(plain), 64) == canonical
 

@@ -269,7 +269,7 @@ def test_bignums_are_refused_over_cbor_and_over_json(running: DaemonProcess) -> 
 def test_a_large_txn_is_read_off_the_loop_in_order_with_its_refusals(
     running: DaemonProcess, canonical: bool
 ) -> None:
-    """A txn of thousands of ops is read in a thread (steps.Prepare); the connection's
+    """A txn of thousands of ops is read in a thread (steps.ReadInThread); the connection's
     requests still run in order, and a bad op is still bad_request."""
     many = [put(f"big/{n:05}", {"n": n}) for n in range(3000)]
     bad = [*many[:1500], {"op": "put", "kind": "kv", "key": 7, "value": {}}, *many[1501:]]

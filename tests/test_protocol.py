@@ -15,7 +15,7 @@ from sessionstore.wire.protocol import (
     END_OF_STREAM,
     NEED_DATA,
     Connection,
-    ItemScanner,
+    ItemWalker,
     Mode,
     RawCBOR,
     Refusal,
@@ -133,20 +133,20 @@ def test_eof_inside_an_item_is_bad_request() -> None:
 
 
 def test_declared_length_over_cap_refused_before_buffering() -> None:
-    scanner = ItemScanner(max_item_bytes=1000)
+    walker = ItemWalker(max_item_bytes=1000)
     header = b"\x5b" + (10**12).to_bytes(8, "big")  # a 1 TB byte string, only the header sent
     with pytest.raises(Refusal) as error:
-        scanner.scan(header)
+        walker.walk(header)
     assert error.value.code == "too_large"
     with pytest.raises(Refusal):
-        ItemScanner(1000).scan(b"\x9b" + (10**12).to_bytes(8, "big"))  # a 10^12-element array
+        ItemWalker(1000).walk(b"\x9b" + (10**12).to_bytes(8, "big"))  # a 10^12-element array
 
 
 def test_nesting_cap() -> None:
     deep_ok = b"\x81" * 63 + b"\x01"
-    assert ItemScanner(10_000).scan(deep_ok) == len(deep_ok)
+    assert ItemWalker(10_000).walk(deep_ok) == len(deep_ok)
     with pytest.raises(Refusal) as error:
-        ItemScanner(10_000).scan(b"\x81" * 65 + b"\x01")
+        ItemWalker(10_000).walk(b"\x81" * 65 + b"\x01")
     assert error.value.code == "bad_request"
     conn = Connection()
     conn.receive_data(b'{"op":' + b"[" * 100 + b"]" * 100 + b'}\n{"op":"ping"}\n')
@@ -177,7 +177,7 @@ def test_indefinite_lengths_and_bignums_accepted() -> None:
 )
 def test_rejected_encodings(item: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(Refusal) as error:
-        ItemScanner(1000).scan(item)
+        ItemWalker(1000).walk(item)
     assert error.value.code == "bad_request"
     for fast_path_bytes in (protocol.FAST_PATH_MAX_BYTES, 0):
         monkeypatch.setattr(cbor_framing, "FAST_PATH_MAX_BYTES", fast_path_bytes)
@@ -190,7 +190,7 @@ def test_rejected_encodings(item: bytes, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 @pytest.mark.parametrize("fast_path_bytes", [0, 64, 1 << 20])
-def test_fast_path_and_scanner_agree(fast_path_bytes: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fast_path_and_walker_agree(fast_path_bytes: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cbor_framing, "FAST_PATH_MAX_BYTES", fast_path_bytes)
     messages = [{"op": "save", "blob": "x" * 300, "n": [1, [2, [3]]]}, {"op": "ping"}] * 3
     stream = b"".join(cbor2.dumps(m) for m in messages)
@@ -271,7 +271,7 @@ def test_large_items_come_out_undecoded_and_the_walk_is_sliced(cut: int) -> None
 
     large = cbor2.dumps({"op": "save", "snapshot": {"events": [{"a": n} for n in range(2000)]}})
     stream = cbor2.dumps({"op": "ping"}) + large + cbor2.dumps({"op": "ping", "rid": 2})
-    whole = Connection(defer_above_bytes=1000, scan_budget_bytes=64)
+    whole = Connection(defer_above_bytes=1000, walk_budget_bytes=64)
     whole.receive_data(stream)
     steps = 0
     messages = []
@@ -281,7 +281,7 @@ def test_large_items_come_out_undecoded_and_the_walk_is_sliced(cut: int) -> None
             messages.append(message)
     assert messages == [{"op": "ping"}, Deferred(large, Mode.CBOR), {"op": "ping", "rid": 2}]
     assert steps >= len(large) // 128, "the walk of the large item yields every ~64 bytes"
-    pieces = Connection(defer_above_bytes=1000, scan_budget_bytes=64)
+    pieces = Connection(defer_above_bytes=1000, walk_budget_bytes=64)
     received = []
     for start in range(0, len(stream), cut):
         pieces.receive_data(stream[start : start + cut])

@@ -1,13 +1,13 @@
 /* sessionstore._cbor_bytes: the CPython face of cbor_core.c (its theory of
  * operation is there). Three functions, each of bytes and small integers:
  *
- *   scan(data, start, limit, max_depth, max_items) -> (status, reason, position)
- *   Scanner(start, limit, max_depth, max_items).scan(data): the same, resumable
+ *   walk(data, start, limit, max_depth, max_items) -> (status, reason, position)
+ *   Walker(start, limit, max_depth, max_items).walk(data): the same, resumable
  *   canonicalise(data, start, end, max_depth) -> bytes | None
  *   entries(data, start[, end]) -> tuple of offsets (end: where the container is
  *       known to end, so that its last item need not be walked)
  *
- * The twin in Python is sessionstore/cbor_bytes_python.py. A scan of a large
+ * The twin in Python is sessionstore/cbor_bytes_python.py. A walk of a large
  * immutable bytes object runs without the GIL. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -35,27 +35,27 @@ static int checked_depth(long max_depth)
     return 1;
 }
 
-static cb_verdict run_scanner(cb_scanner *s, Py_buffer *view)
+static cb_verdict run_walker(cb_walker *s, Py_buffer *view)
 {
     cb_verdict v;
     if (view->len > RELEASE_GIL_ABOVE_BYTES && view->obj && PyBytes_CheckExact(view->obj)) {
         Py_BEGIN_ALLOW_THREADS
-        v = cbor_scanner_run(s, view->buf, (size_t)view->len);
+        v = cbor_walker_run(s, view->buf, (size_t)view->len);
         Py_END_ALLOW_THREADS
     } else {
-        v = cbor_scanner_run(s, view->buf, (size_t)view->len);
+        v = cbor_walker_run(s, view->buf, (size_t)view->len);
     }
     return v;
 }
 
 typedef struct {
     PyObject_HEAD
-    cb_scanner state;
+    cb_walker state;
     size_t start;
     cb_frame *frames;
-} Scanner;
+} Walker;
 
-static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
+static int Walker_init(Walker *self, PyObject *args, PyObject *kwargs)
 {
     Py_ssize_t start, limit;
     long max_depth;
@@ -81,22 +81,22 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
         return -1;
     }
     self->start = (size_t)start;
-    cbor_scanner_init(&self->state, self->frames, (size_t)start, (size_t)limit,
+    cbor_walker_init(&self->state, self->frames, (size_t)start, (size_t)limit,
                       (unsigned)max_depth, (uint64_t)max_items);
     return 0;
 }
 
-static void Scanner_dealloc(Scanner *self)
+static void Walker_dealloc(Walker *self)
 {
     PyMem_Free(self->frames);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *Scanner_scan(Scanner *self, PyObject *arg)
+static PyObject *Walker_walk(Walker *self, PyObject *arg)
 {
     Py_buffer view;
     if (!self->frames) {
-        PyErr_SetString(PyExc_ValueError, "Scanner not initialised");
+        PyErr_SetString(PyExc_ValueError, "Walker not initialised");
         return NULL;
     }
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
@@ -106,28 +106,28 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *arg)
         PyErr_SetString(PyExc_ValueError, "offsets outside the data");
         return NULL;
     }
-    cb_verdict v = run_scanner(&self->state, &view);
+    cb_verdict v = run_walker(&self->state, &view);
     PyBuffer_Release(&view);
     return Py_BuildValue("(iin)", v.status, v.reason, (Py_ssize_t)v.position);
 }
 
-static PyMethodDef Scanner_methods[] = {
-    {"scan", (PyCFunction)Scanner_scan, METH_O, NULL},
+static PyMethodDef Walker_methods[] = {
+    {"walk", (PyCFunction)Walker_walk, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject ScannerType = {
+static PyTypeObject WalkerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "sessionstore._cbor_bytes.Scanner",
-    .tp_basicsize = sizeof(Scanner),
+    .tp_name = "sessionstore._cbor_bytes.Walker",
+    .tp_basicsize = sizeof(Walker),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Scanner_init,
-    .tp_dealloc = (destructor)Scanner_dealloc,
-    .tp_methods = Scanner_methods,
+    .tp_init = (initproc)Walker_init,
+    .tp_dealloc = (destructor)Walker_dealloc,
+    .tp_methods = Walker_methods,
 };
 
-static PyObject *scan(PyObject *module, PyObject *args)
+static PyObject *walk(PyObject *module, PyObject *args)
 {
     Py_buffer view;
     Py_ssize_t start, limit;
@@ -143,10 +143,10 @@ static PyObject *scan(PyObject *module, PyObject *args)
         return NULL;
     }
     cb_frame frames[CB_MAX_DEPTH];
-    cb_scanner state;
-    cbor_scanner_init(&state, frames, (size_t)start, (size_t)limit, (unsigned)max_depth,
+    cb_walker state;
+    cbor_walker_init(&state, frames, (size_t)start, (size_t)limit, (unsigned)max_depth,
                       max_items);
-    cb_verdict v = run_scanner(&state, &view);
+    cb_verdict v = run_walker(&state, &view);
     PyBuffer_Release(&view);
     return Py_BuildValue("(iin)", v.status, v.reason, (Py_ssize_t)v.position);
 }
@@ -164,7 +164,7 @@ static PyObject *canonicalise(PyObject *module, PyObject *args)
         return NULL;
     }
     const uint8_t *data = view.buf;
-    cb_verdict v = cbor_scan(data, (size_t)end, (size_t)start, (size_t)(end - start),
+    cb_verdict v = cbor_walk(data, (size_t)end, (size_t)start, (size_t)(end - start),
                              (unsigned)max_depth, UINT64_MAX);
     PyObject *result;
     if ((v.status != CB_CANONICAL && v.status != CB_VALID) || v.position != (size_t)end) {
@@ -248,7 +248,7 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"scan", scan, METH_VARARGS, NULL},
+    {"walk", walk, METH_VARARGS, NULL},
     {"canonicalise", canonicalise, METH_VARARGS, NULL},
     {"entries", entries, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -260,10 +260,10 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__cbor_bytes(void)
 {
-    if (PyType_Ready(&ScannerType) < 0)
+    if (PyType_Ready(&WalkerType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
-    if (module && PyModule_AddObjectRef(module, "Scanner", (PyObject *)&ScannerType) < 0)
+    if (module && PyModule_AddObjectRef(module, "Walker", (PyObject *)&WalkerType) < 0)
         Py_CLEAR(module);
     return module;
 }

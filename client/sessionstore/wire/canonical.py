@@ -175,7 +175,7 @@ def _through_helper(value: Any) -> bytes | None:
         plain = bytes(cbor2.dumps(value))
     except Exception:  # the other path raises its own error for it
         return None
-    status, _, end = cbor_bytes.scan(plain, 0, len(plain), cbor_bytes.MAX_DEPTH_ACCEPTED, 2**62)
+    status, _, end = cbor_bytes.walk(plain, 0, len(plain), cbor_bytes.MAX_DEPTH_ACCEPTED, 2**62)
     if end != len(plain):
         return None
     if status == cbor_bytes.CANONICAL:

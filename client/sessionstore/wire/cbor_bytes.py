@@ -31,12 +31,12 @@ __all__ = [
     "MAX_DEPTH_ACCEPTED",
     "OTHER",
     "VALID",
-    "Scanner",
     "Verdict",
+    "Walker",
     "canonicalise",
     "compiled",
     "entries",
-    "scan",
+    "walk",
 ]
 
 
@@ -60,7 +60,7 @@ def _choose() -> tuple[str, Any]:
 
 IMPLEMENTATION, _module = _choose()
 compiled = IMPLEMENTATION == "compiled"
-scan: Callable[[bytes | bytearray, int, int, int, int], Verdict] = _module.scan
+walk: Callable[[bytes | bytearray, int, int, int, int], Verdict] = _module.walk
 canonicalise: Callable[[bytes | bytearray, int, int, int], bytes | None] = _module.canonicalise
 entries: Callable[..., tuple[int, ...]] = _module.entries  # (data, start[, end])
-Scanner: Callable[[int, int, int, int], Any] = _module.Scanner
+Walker: Callable[[int, int, int, int], Any] = _module.Walker

@@ -89,7 +89,7 @@ class _Frame:
         self.key = b""
 
 
-class Scanner:
+class Walker:
     """A walk over one item that resumes as more bytes arrive: each call gets the bytes
     of every earlier call, perhaps with more after them."""
 
@@ -114,7 +114,7 @@ class Scanner:
         self._final = (status, reason, position)
         return self._final
 
-    def scan(self, data: bytes | bytearray) -> Verdict:
+    def walk(self, data: bytes | bytearray) -> Verdict:
         if self._start > len(data):
             raise ValueError("offsets outside the data")
         if self._final is not None:
@@ -207,16 +207,16 @@ class Scanner:
                 return self._finish(status, R_NONE, self._pos)
 
 
-def scan(
+def walk(
     data: bytes | bytearray, start: int, limit: int, max_depth: int, max_items: int
 ) -> Verdict:
     if not 0 <= start <= len(data):
         raise ValueError("offsets outside the data")
-    return Scanner(start, limit, max_depth, max_items).scan(data)
+    return Walker(start, limit, max_depth, max_items).walk(data)
 
 
 def item_end(data: bytes | bytearray, start: int) -> int:
-    """Where the item at start ends, for bytes already scanned; 0 when malformed."""
+    """Where the item at start ends, for bytes already walked; 0 when malformed."""
     length = len(data)
     pending = 1
     pos = start
@@ -357,7 +357,7 @@ def canonicalise(data: bytes | bytearray, start: int, end: int, max_depth: int) 
         raise ValueError("offsets outside the data")
     if not 0 <= max_depth <= MAX_DEPTH_ACCEPTED:
         raise ValueError(f"max_depth must be 0..{MAX_DEPTH_ACCEPTED}")
-    status, _, position = scan(data[:end], start, end - start, max_depth, 2**64 - 1)
+    status, _, position = walk(data[:end], start, end - start, max_depth, 2**64 - 1)
     if status not in (CANONICAL, VALID) or position != end:
         return None
     if status == CANONICAL:

@@ -5,7 +5,7 @@
  * item, so the cost of a save would grow with its items. These functions look
  * at the bytes instead, once each, and build nothing:
  *
- * - cbor_scan walks one item with an explicit stack and says whether the store
+ * - cbor_walk walks one item with an explicit stack and says whether the store
  *   accepts it as it is (CB_CANONICAL: shortest heads, definite lengths, text
  *   keys in strictly increasing bytewise order, floats in their shortest exact
  *   form, strict UTF-8, only false/true/null among the simple values), accepts
@@ -18,7 +18,7 @@
  *   narrowed where exact, every map's entries sorted by their encoded keys
  *   (RFC 8949 section 4.2.1). Equal keys make it give up (-1): the decoder
  *   then refuses them with its own message.
- * - cbor_item_end skips one item of bytes already scanned.
+ * - cbor_item_end skips one item of bytes already walked.
  *
  * sessionstore/cbor_bytes_python.py is the twin of these functions in Python,
  * held equal to them by tests/test_cbor_bytes.py; fuzz/fuzz_cbor_core.c runs
@@ -185,7 +185,7 @@ static int compare_keys(const uint8_t *base, size_t a_start, size_t a_end, size_
     return a_len < b_len ? -1 : a_len > b_len ? 1 : 0;
 }
 
-void cbor_scanner_init(cb_scanner *s, cb_frame *stack, size_t start, size_t limit,
+void cbor_walker_init(cb_walker *s, cb_frame *stack, size_t start, size_t limit,
                        unsigned max_depth, uint64_t max_items)
 {
     if (limit > SIZE_MAX / 4)
@@ -228,7 +228,7 @@ void cbor_scanner_init(cb_scanner *s, cb_frame *stack, size_t start, size_t limi
 
 /* Walks on from s->pos; an item cut short leaves the state at its start, so that a
  * later call with more bytes (the same ones first) resumes there. */
-cb_verdict cbor_scanner_run(cb_scanner *s, const uint8_t *data, size_t len)
+cb_verdict cbor_walker_run(cb_walker *s, const uint8_t *data, size_t len)
 {
     if (s->finished)
         return s->final;
@@ -338,13 +338,13 @@ cb_verdict cbor_scanner_run(cb_scanner *s, const uint8_t *data, size_t len)
     }
 }
 
-cb_verdict cbor_scan(const uint8_t *data, size_t len, size_t start, size_t limit,
+cb_verdict cbor_walk(const uint8_t *data, size_t len, size_t start, size_t limit,
                      unsigned max_depth, uint64_t max_items)
 {
     cb_frame stack[CB_MAX_DEPTH];
-    cb_scanner s;
-    cbor_scanner_init(&s, stack, start, limit, max_depth, max_items);
-    return cbor_scanner_run(&s, data, len);
+    cb_walker s;
+    cbor_walker_init(&s, stack, start, limit, max_depth, max_items);
+    return cbor_walker_run(&s, data, len);
 }
 
 size_t cbor_item_end(const uint8_t *data, size_t len, size_t start)

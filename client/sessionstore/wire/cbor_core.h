@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* cbor_scan's verdicts; the numbers are part of the twin's contract */
+/* cbor_walk's verdicts; the numbers are part of the twin's contract */
 enum {
     CB_CANONICAL = 0,  /* allowed, and already in the store's canonical form */
     CB_VALID = 1,      /* allowed; cbor_canonicalise gives its canonical form */
@@ -54,15 +54,15 @@ typedef struct {
     int canonical, finished;
     size_t pos, hard_end;
     cb_verdict final;
-} cb_scanner;
+} cb_walker;
 
-void cbor_scanner_init(cb_scanner *s, cb_frame *stack, size_t start, size_t limit,
+void cbor_walker_init(cb_walker *s, cb_frame *stack, size_t start, size_t limit,
                        unsigned max_depth, uint64_t max_items);
 /* data: the bytes of every earlier call, and perhaps more after them */
-cb_verdict cbor_scanner_run(cb_scanner *s, const uint8_t *data, size_t len);
+cb_verdict cbor_walker_run(cb_walker *s, const uint8_t *data, size_t len);
 
 /* One item starting at data[start]; it may extend at most `limit` bytes. */
-cb_verdict cbor_scan(const uint8_t *data, size_t len, size_t start, size_t limit,
+cb_verdict cbor_walk(const uint8_t *data, size_t len, size_t start, size_t limit,
                      unsigned max_depth, uint64_t max_items);
 
 /* The canonical form of the CB_CANONICAL or CB_VALID item data[start:end) into a
@@ -71,7 +71,7 @@ cb_verdict cbor_scan(const uint8_t *data, size_t len, size_t start, size_t limit
 long cbor_canonicalise(const uint8_t *data, size_t start, size_t end, unsigned max_depth,
                        uint8_t *out);
 
-/* Where the item at data[start] ends, for bytes already scanned; 0 when malformed. */
+/* Where the item at data[start] ends, for bytes already walked; 0 when malformed. */
 size_t cbor_item_end(const uint8_t *data, size_t len, size_t start);
 
 #endif

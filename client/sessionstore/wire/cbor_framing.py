@@ -2,7 +2,7 @@
 #
 # cbor2 decodes one item but ignores trailing bytes and will happily allocate
 # whatever a header claims, so item boundaries are found here with a small
-# resumable walker over the CBOR headers (ItemScanner). The walker enforces the
+# resumable walker over the CBOR headers (ItemWalker). The walker enforces the
 # size cap (a declared string length over the cap is refused before a byte of it
 # is buffered) and the nesting cap, and rejects the few encodings the store does
 # not accept (tags: in requests all of them, in responses all but bignums; simple
@@ -12,7 +12,7 @@
 # Fast path: an item that arrives within FAST_PATH_MAX_BYTES is framed by
 # cbor2's C decoder itself (configured with the same rules: depth, no duplicate
 # keys, the same tags refused); it never allocates what a header merely
-# claims. Larger items are walked by ItemScanner as they arrive, then decoded
+# claims. Larger items are walked by ItemWalker as they arrive, then decoded
 # the same way, so both paths accept the same language. A reader that defers
 # large items hands back those above its threshold undecoded (Deferred), and
 # walks them in slices of its budget (MORE_WORK between slices).
@@ -50,11 +50,11 @@ from .shared import (
 
 BIGNUM_TAGS = (2, 3)
 FAST_PATH_MAX_BYTES = 1024 * 1024
-# An incomplete item is walked by ItemScanner (to refuse a header that claims too
+# An incomplete item is walked by ItemWalker (to refuse a header that claims too
 # much) only once it has stayed incomplete this many reads or grown this large:
 # a normal request that arrives in two or three reads is framed by C alone.
-PARTIAL_SCAN_AFTER_READS = 4
-PARTIAL_SCAN_AFTER_BYTES = 256 * 1024
+PARTIAL_WALK_AFTER_READS = 4
+PARTIAL_WALK_AFTER_BYTES = 256 * 1024
 
 
 # Byte classes for one translate() pass over an item: 2 = an initial byte of a
@@ -178,7 +178,7 @@ class _Frame:
         self.remaining = remaining
 
 
-class ItemScanner:
+class ItemWalker:
     """Finds where one CBOR item ends, resumably, without decoding it."""
 
     def __init__(
@@ -209,7 +209,7 @@ class ItemScanner:
             ErrorCode.BAD_REQUEST, f"{message} at byte {self.pos - self.start}", fatal=True
         )
 
-    def scan(self, buf: bytes | bytearray, budget_bytes: int | None = None) -> int | None:
+    def walk(self, buf: bytes | bytearray, budget_bytes: int | None = None) -> int | None:
         """Return the end offset of the item that starts at self.start, or None. With a
         budget, stop after walking that many more bytes (self.paused: call again)."""
         end = len(buf)
@@ -337,7 +337,7 @@ class CborReader:
         *,
         order_maps: bool,
         defer_above_bytes: int | None,
-        scan_budget_bytes: int | None,
+        walk_budget_bytes: int | None,
         max_items: int | None,
         byte_reader: ByteReader | None = None,
     ) -> None:
@@ -350,9 +350,9 @@ class CborReader:
         self.max_depth = max_depth
         self.order_maps = order_maps
         self.defer_above_bytes = defer_above_bytes
-        self.scan_budget_bytes = scan_budget_bytes
+        self.walk_budget_bytes = walk_budget_bytes
         self.last_hint = Hint.NONE
-        self._scanner: ItemScanner | None = None
+        self._walker: ItemWalker | None = None
         self._fast_fp: io.BytesIO | None = None
         self._fast_bytes = b""  # what _fast_fp reads
         self._incomplete_reads = 0
@@ -362,12 +362,12 @@ class CborReader:
     def data_arrived(self) -> None:
         self._fast_fp = None  # the fast path's view of the buffer is stale
 
-    def _scanner_in_use(self) -> ItemScanner:
-        if self._scanner is None:
-            self._scanner = ItemScanner(
+    def _walker_in_use(self) -> ItemWalker:
+        if self._walker is None:
+            self._walker = ItemWalker(
                 self.max_message_bytes, self.max_depth + 1, self.received, self.max_items
             )
-        return self._scanner
+        return self._walker
 
     def next_message(self) -> Any:
         self.last_hint = Hint.NONE
@@ -382,11 +382,11 @@ class CborReader:
         if self._hook is not None:
             self._hook.needs_bytewise = False
         defer = self.defer_above_bytes
-        if defer is not None and self._scanner is None and len(self.inbox.data) > defer:
+        if defer is not None and self._walker is None and len(self.inbox.data) > defer:
             small = self._first_item_within(defer)
             if small is not None:
                 return small
-            self._scanner_in_use()  # the first item is larger (or broken): walk it
+            self._walker_in_use()  # the first item is larger (or broken): walk it
         if len(self.inbox.data) <= FAST_PATH_MAX_BYTES and (
             defer is None or len(self.inbox.data) <= defer
         ):
@@ -401,7 +401,7 @@ class CborReader:
             except cbor2.CBORDecodeEOF:
                 fp.seek(start)
                 if self.inbox.eof:  # the limits first, as for an item cut into pieces
-                    self._scanner_in_use().scan(self.inbox.data)
+                    self._walker_in_use().walk(self.inbox.data)
                     raise Refusal(
                         ErrorCode.BAD_REQUEST, "stream ended inside a CBOR item", fatal=True
                     ) from None
@@ -410,23 +410,23 @@ class CborReader:
                 # bytes are buffered.
                 self._incomplete_reads += 1
                 if (
-                    self._scanner is None
-                    and self._incomplete_reads < PARTIAL_SCAN_AFTER_READS
-                    and len(self.inbox.data) < PARTIAL_SCAN_AFTER_BYTES
+                    self._walker is None
+                    and self._incomplete_reads < PARTIAL_WALK_AFTER_READS
+                    and len(self.inbox.data) < PARTIAL_WALK_AFTER_BYTES
                 ):
                     return NEED_DATA
-                if self._scanner_in_use().scan(self.inbox.data) is None:
+                if self._walker_in_use().walk(self.inbox.data) is None:
                     return NEED_DATA
                 raise Refusal(ErrorCode.BAD_REQUEST, "undecodable CBOR item", fatal=True) from None
             except _DECODE_ERRORS as error:
                 # The first problem in byte order wins, however the bytes arrived: the
                 # limits get to look at exactly what the decoder read before it failed.
                 failed_at = _failure_offset(bytes(self.inbox.data), self.max_depth, self.received)
-                self._scanner_in_use().scan(bytes(self.inbox.data[:failed_at]))
+                self._walker_in_use().walk(bytes(self.inbox.data[:failed_at]))
                 raise Refusal(
                     ErrorCode.BAD_REQUEST, f"undecodable CBOR item: {error}", fatal=True
                 ) from None
-            self._scanner = None
+            self._walker = None
             self._incomplete_reads = 0
             end = fp.tell() - start
             if end > self.max_message_bytes:
@@ -435,15 +435,15 @@ class CborReader:
                 self.inbox.data.clear()
                 return self._accept(value, end, self._fast_bytes)
             return self._accept(value, end)
-        scanner = self._scanner_in_use()
-        end_or_none = scanner.scan(self.inbox.data, self.scan_budget_bytes)
+        walker = self._walker_in_use()
+        end_or_none = walker.walk(self.inbox.data, self.walk_budget_bytes)
         if end_or_none is None:
-            if scanner.paused:
+            if walker.paused:
                 return MORE_WORK
             if self.inbox.eof:
                 raise Refusal(ErrorCode.BAD_REQUEST, "stream ended inside a CBOR item", fatal=True)
             return NEED_DATA
-        self._scanner = None
+        self._walker = None
         self._fast_fp = None
         if defer is not None and end_or_none > defer:
             data = bytes(self.inbox.data[:end_or_none])

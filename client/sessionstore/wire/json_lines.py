@@ -47,15 +47,15 @@ class JsonLinesReader:
         self.max_message_bytes = max_message_bytes
         self.max_depth = max_depth
         self.defer_above_bytes = defer_above_bytes
-        self._scanned = 0  # bytes already searched for a newline
+        self._searched = 0  # bytes already searched for a newline
 
     def next_message(self) -> Any:
         while True:
-            newline = self.inbox.data.find(b"\n", self._scanned)
+            newline = self.inbox.data.find(b"\n", self._searched)
             if newline < 0:
                 if len(self.inbox.data) > self.max_message_bytes:
                     raise too_large(self.received, self.max_message_bytes)
-                self._scanned = len(self.inbox.data)
+                self._searched = len(self.inbox.data)
                 if not self.inbox.eof:
                     return NEED_DATA
                 if not self.inbox.data.strip():
@@ -64,7 +64,7 @@ class JsonLinesReader:
                 newline = len(self.inbox.data)
             line = bytes(self.inbox.data[:newline])
             del self.inbox.data[: newline + 1]
-            self._scanned = 0
+            self._searched = 0
             if len(line) > self.max_message_bytes:
                 raise too_large(self.received, self.max_message_bytes)
             if not line.strip():

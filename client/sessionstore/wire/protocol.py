@@ -26,7 +26,7 @@ from typing import Any
 from . import cbor_bytes as _cbor_bytes
 from .byte_path import ByteReader
 from .canonical import Hint
-from .cbor_framing import FAST_PATH_MAX_BYTES, CborReader, ItemScanner
+from .cbor_framing import FAST_PATH_MAX_BYTES, CborReader, ItemWalker
 from .codes import ErrorCode
 from .json_lines import JsonLinesReader
 from .messages import (
@@ -69,7 +69,7 @@ __all__ = [
     "Connection",
     "Deferred",
     "EndOfStream",
-    "ItemScanner",
+    "ItemWalker",
     "Mode",
     "MoreWork",
     "NeedData",
@@ -109,7 +109,7 @@ class Connection:
         received: Received = "response",
         order_maps: bool = False,
         defer_above_bytes: int | None = None,
-        scan_budget_bytes: int | None = None,
+        walk_budget_bytes: int | None = None,
         max_items: int | None = None,
         cbor_bytes: bool | None = None,
         documents: Mapping[str, frozenset[str]] | None = None,
@@ -118,7 +118,7 @@ class Connection:
         """received: what the peer sends ("request" on the daemon's side). order_maps:
         hand out maps in canonical order and set last_hint (the daemon). Items over
         defer_above_bytes come out as Deferred; a large item is walked at most
-        scan_budget_bytes per call (then MORE_WORK). cbor_bytes: take requests through
+        walk_budget_bytes per call (then MORE_WORK). cbor_bytes: take requests through
         the compiled helper (byte_path.py; by default where it is built), keeping the
         arguments that `documents` names per op as CanonicalItem bytes; there, items to
         canonicalise over defer_above_bytes and canonical ones over
@@ -149,7 +149,7 @@ class Connection:
             max_depth,
             order_maps=order_maps,
             defer_above_bytes=defer_above_bytes,
-            scan_budget_bytes=scan_budget_bytes,
+            walk_budget_bytes=walk_budget_bytes,
             max_items=max_items,
             byte_reader=byte_reader,
         )

@@ -47,7 +47,7 @@ class Mode(enum.Enum):
 
 
 class MoreWork:
-    """Bytes are buffered but the scan of a large item stopped at its budget: yield to
+    """Bytes are buffered but the walk of a large item stopped at its budget: yield to
     others, then call next_message() again."""
 
     def __repr__(self) -> str:

@@ -50,7 +50,7 @@ from sessionstore.wire.protocol import (
 from ..config import Config
 from ..ops import ARGUMENTS, DOCUMENTS, PREPARERS, Ops
 from ..ops.prepare import prepare_large
-from ..ops.steps import Exclusive, Prepare, Read, Step, Stream, Write
+from ..ops.steps import Exclusive, Read, ReadInThread, Step, Stream, Write
 from ..workers.offload import (
     MAX_REQUEST_ITEMS,
     OFFLOAD_ABOVE_BYTES,
@@ -69,7 +69,7 @@ log = logging.getLogger("sessionstored.server")
 
 RECEIVE_BYTES = 256 * 1024
 # bytes of a large item walked per event-loop step: ~15 ms at worst (dense small maps)
-SCAN_BUDGET_BYTES = 32 * 1024
+WALK_BUDGET_BYTES = 32 * 1024
 MAX_PIPELINED_REQUESTS = 128
 UNPARSED = "(none)"  # the metrics' op for an item refused before it was a request
 
@@ -103,7 +103,7 @@ class ConnectionLoop:
             received="request",
             order_maps=True,
             defer_above_bytes=OFFLOAD_ABOVE_BYTES,
-            scan_budget_bytes=SCAN_BUDGET_BYTES,
+            walk_budget_bytes=WALK_BUDGET_BYTES,
             max_items=MAX_REQUEST_ITEMS,
             documents=DOCUMENTS,
             defer_canonical_above_bytes=OFFLOAD_CANONICAL_ABOVE_BYTES,
@@ -252,7 +252,7 @@ class ConnectionLoop:
         """Start the step, in the connection's order; False once the connection is a
         watch's stream, and done taking requests."""
         started = time.perf_counter()
-        if isinstance(step, Prepare):  # the step it builds is the one answered
+        if isinstance(step, ReadInThread):  # the step it builds is the one answered
             step = await trio.to_thread.run_sync(step.build)
         step.started = started
         if isinstance(step, (Write, Exclusive)):

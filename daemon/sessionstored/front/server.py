@@ -79,7 +79,7 @@ async def _run_in(scope: trio.CancelScope, task: Callable[[], Awaitable[None]]) 
         await task()
 
 
-def _prepare_socket_path(path: str, private_directory: bool) -> None:
+def _ready_socket_path(path: str, private_directory: bool) -> None:
     """private_directory: the /tmp fallback, whose directory must be ours and 0700."""
     directory = os.path.dirname(path) or "."
     if not os.path.lexists(directory):
@@ -113,7 +113,7 @@ async def open_listener(config: Config) -> tuple[trio.SocketListener, str | None
     assert config.socket_path is not None
     path = config.socket_path
     try:
-        _prepare_socket_path(path, config.private_socket_dir)
+        _ready_socket_path(path, config.private_socket_dir)
         sock = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
         await sock.bind(path)
         os.chmod(path, config.socket_mode)

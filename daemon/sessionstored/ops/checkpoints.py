@@ -21,12 +21,12 @@ from .document_arguments import prepared_txn
 from .prepare import checkpoint_document, prepare_checkpoint, prepare_txn
 from .registry import Op
 from .snapshot import is_int
-from .steps import Prepare, Read, Response, Step
+from .steps import Read, ReadInThread, Response, Step
 
 SCAN_DEFAULT_LIMIT = 100
 SCAN_MAX_LIMIT = 1000
 SCAN_REPLY_BYTES = 8 * 1024 * 1024  # values per reply; the rest is a `next` away
-# A txn larger than this is read in a thread (steps.Prepare): reading 10,000 ops took
+# A txn larger than this is read in a thread (steps.ReadInThread): reading 10,000 ops took
 # 70 ms of the event loop, measured with py-spy in bench/loop_stall.py's 10,000 puts.
 PREPARE_OFF_LOOP_BYTES = 64 * 1024
 PREPARE_OFF_LOOP_OPS = 1000
@@ -143,7 +143,7 @@ def txn(ops: OpContext, request: Request) -> Step:
     if (isinstance(raw, CanonicalItem) and len(raw.data) > PREPARE_OFF_LOOP_BYTES) or (
         isinstance(raw, list) and len(raw) > PREPARE_OFF_LOOP_OPS
     ):
-        return Prepare(request, lambda: ops.handled(request, lambda: _txn_step(ops, request)))
+        return ReadInThread(request, lambda: ops.handled(request, lambda: _txn_step(ops, request)))
     return _txn_step(ops, request)
 
 

@@ -4,8 +4,8 @@
 # request is started); a Write commits
 # a mutation through the writer and turns its outcome into the reply; an
 # Exclusive job runs in the writer with no batch in flight; a Stream (watch)
-# takes over the connection's replies; a Prepare is read in a thread first and
-# becomes one of those.
+# takes over the connection's replies; a ReadInThread is read in a thread first
+# and becomes one of those.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
@@ -35,7 +35,7 @@ class Step:
     async def resolve(self) -> Response:
         """A Reply's or a Read's response. The server answers the other steps on paths
         of their own: a Write or an Exclusive through the outbox once its job is done
-        (reply()), a Prepare by the step it builds, a Stream through its sink."""
+        (reply()), a ReadInThread by the step it builds, a Stream through its sink."""
         raise AssertionError(f"a {type(self).__name__} is not answered by resolve()")
 
 
@@ -72,7 +72,7 @@ class Write(Step):
         return self.respond(outcome) if outcome.ok else failure_reply(self.request, outcome)
 
 
-class Prepare(Step):
+class ReadInThread(Step):
     """A request whose reading grows with its size (a txn of many ops): the server runs
     build in a thread, so that the event loop goes on, then handles the step it makes."""
 

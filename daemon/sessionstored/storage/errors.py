@@ -47,7 +47,7 @@ class FileTooLarge(OSError):
     """A file the log reads whole (metadata, an index checkpoint) is over its limit."""
 
 
-class CheckpointError(Exception):
+class IndexCheckpointError(Exception):
     """An index checkpoint that cannot be used; recovery replays the log instead."""
 
 

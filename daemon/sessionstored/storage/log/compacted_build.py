@@ -12,7 +12,7 @@ from ..sealing import Sealer
 from .durable import replace_file
 from .fs import FileSystem
 from .index import Index
-from .index_checkpoint import Checkpoints, CheckpointState
+from .index_checkpoint import IndexCheckpoints, IndexCheckpointState
 from .records import encode_data
 from .segments import COMPACTED, LOG_DIR, SEGMENT_HEADER_BYTES, encode_segment_header, segment_name
 
@@ -46,8 +46,8 @@ def write_compacted_store(
     if offset > SEGMENT_HEADER_BYTES:
         seal_segment()
         number += 1
-    Checkpoints(fs, root, sealer).write(
-        CheckpointState(
+    IndexCheckpoints(fs, root, sealer).write(
+        IndexCheckpointState(
             generation=1,
             seq=seq,
             batch=0,

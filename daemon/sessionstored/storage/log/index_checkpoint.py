@@ -34,7 +34,7 @@ import xxhash
 from sessionstore.wire.cbor_bytes_python import head  # shortest form, as cbor2 writes it
 
 from ..documents import Entry
-from ..errors import CheckpointError, SealError
+from ..errors import IndexCheckpointError, SealError
 from ..sealing import Sealer
 from .durable import Failpoint, no_failpoint, replace_file
 from .fs import FileSystem
@@ -64,7 +64,7 @@ class DamageRow(NamedTuple):
 
 
 @dataclass
-class CheckpointState:
+class IndexCheckpointState:
     generation: int
     seq: int
     batch: int
@@ -158,7 +158,7 @@ def generation_of(name: str) -> int | None:
         return None
 
 
-def encode_checkpoint(state: CheckpointState, sealer: Sealer) -> bytes:
+def encode_checkpoint(state: IndexCheckpointState, sealer: Sealer) -> bytes:
     payload = {
         "generation": state.generation,
         "seq": state.seq,
@@ -181,19 +181,21 @@ def encode_checkpoint(state: CheckpointState, sealer: Sealer) -> bytes:
     return CKPT_HEAD.pack(CKPT_MAGIC, xxhash.xxh3_64_intdigest(sealed)) + sealed
 
 
-def decode_checkpoint(path: str, data: bytes, sealer: Sealer) -> CheckpointState:
+def decode_checkpoint(path: str, data: bytes, sealer: Sealer) -> IndexCheckpointState:
     if len(data) < CKPT_HEAD.size:
-        raise CheckpointError(f"{path}: offset 0: shorter than its header")
+        raise IndexCheckpointError(f"{path}: offset 0: shorter than its header")
     magic, checksum = CKPT_HEAD.unpack_from(data, 0)
     payload = data[CKPT_HEAD.size :]
     if magic != CKPT_MAGIC:
-        raise CheckpointError(f"{path}: offset 0: bad magic")
+        raise IndexCheckpointError(f"{path}: offset 0: bad magic")
     if xxhash.xxh3_64_intdigest(payload) != checksum:
-        raise CheckpointError(f"{path}: offset {CKPT_HEAD.size}: checksum mismatch")
+        raise IndexCheckpointError(f"{path}: offset {CKPT_HEAD.size}: checksum mismatch")
     try:
         plain = sealer.open(payload, ASSOCIATED_DATA)
     except SealError as error:
-        raise CheckpointError(f"{path}: offset {CKPT_HEAD.size + error.offset}: {error}") from None
+        raise IndexCheckpointError(
+            f"{path}: offset {CKPT_HEAD.size + error.offset}: {error}"
+        ) from None
     try:
         fields: dict[str, Any] = cbor2.loads(plain)
         index = Index.from_columns(
@@ -203,7 +205,7 @@ def decode_checkpoint(path: str, data: bytes, sealer: Sealer) -> CheckpointState
             }
         )
         index.load_earlier(_earlier(fields.get("earlier", [[], []])))
-        return CheckpointState(
+        return IndexCheckpointState(
             generation=fields["generation"],
             seq=fields["seq"],
             batch=fields["batch"],
@@ -216,10 +218,12 @@ def decode_checkpoint(path: str, data: bytes, sealer: Sealer) -> CheckpointState
             path=path,
         )
     except (KeyError, TypeError, ValueError, IndexError, cbor2.CBORDecodeError) as error:
-        raise CheckpointError(f"{path}: offset {CKPT_HEAD.size}: bad payload ({error})") from None
+        raise IndexCheckpointError(
+            f"{path}: offset {CKPT_HEAD.size}: bad payload ({error})"
+        ) from None
 
 
-class Checkpoints:
+class IndexCheckpoints:
     def __init__(self, fs: FileSystem, root: str, sealer: Sealer) -> None:
         self.fs = fs
         self.root = root
@@ -235,20 +239,20 @@ class Checkpoints:
         names = self.names()
         return self.fs.file_size(f"{self.directory}/{names[-1]}") if names else 0
 
-    def load_all(self) -> tuple[list[CheckpointState], list[str]]:
+    def load_all(self) -> tuple[list[IndexCheckpointState], list[str]]:
         """Every intact checkpoint, newest first, and a problem line for each that was not."""
-        intact: list[CheckpointState] = []
+        intact: list[IndexCheckpointState] = []
         problems: list[str] = []
         for name in reversed(self.names()):
             path = f"{self.directory}/{name}"
             try:
                 data = self.fs.read_file(path, MAX_CHECKPOINT_BYTES)
                 intact.append(decode_checkpoint(path, data, self.sealer))
-            except (CheckpointError, OSError) as error:
+            except (IndexCheckpointError, OSError) as error:
                 problems.append(str(error))
         return intact, problems
 
-    def write(self, state: CheckpointState, failpoint: Failpoint = no_failpoint) -> str:
+    def write(self, state: IndexCheckpointState, failpoint: Failpoint = no_failpoint) -> str:
         """Both copies of a new generation, then the older generations go."""
         data = encode_checkpoint(state, self.sealer)
         paths = [f"{self.directory}/{checkpoint_name(state.generation, c)}" for c in COPIES]

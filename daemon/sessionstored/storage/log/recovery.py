@@ -15,7 +15,7 @@
 #      was renamed in by a compaction that did not reach its checkpoint; an
 #      append segment before the position that none names was compacted away
 #      and not yet unlinked. Both are removed.
-#   3. Scan the append segments from the checkpoint's position (scan.py):
+#   3. Read back the append segments from the checkpoint's position (read_back.py):
 #      every batch whose commit record is intact is applied to the index and
 #      the watch history; a last batch without one is rolled back; a torn tail
 #      is cut (zeroed, with a .broken copy kept); corruption is reported with
@@ -37,11 +37,11 @@ from . import reserve
 from .durable import TMP_DIR
 from .fs import FileSystem
 from .index import Index
-from .index_checkpoint import CKPT_DIR, CheckpointState, DamageRow
+from .index_checkpoint import CKPT_DIR, DamageRow, IndexCheckpointState
 from .metadata import LEGACY_FORMAT_VERSION, RekeyBridge, read_metadata, resolve_sealer
 from .migrate_v1 import migrate_v1, remove_legacy
+from .read_back import ReadBackResult, read_back
 from .rekey import finish_rekey
-from .scan import ScanResult, scan
 from .segment_items import Segment
 from .segments import (
     APPEND,
@@ -207,7 +207,7 @@ def _segment_roles(store: Store, report: RecoveryReport) -> dict[int, int]:
 
 def _choose_base(
     store: Store, report: RecoveryReport, roles: dict[int, int]
-) -> tuple[CheckpointState | None, set[int]]:
+) -> tuple[IndexCheckpointState | None, set[int]]:
     """The newest intact checkpoint, and every segment that some intact checkpoint names."""
     intact, report.checkpoint_problems = store.checkpoints.load_all()
     if intact and [s.generation for s in intact[:2]] == [intact[0].generation] * 2:
@@ -229,7 +229,7 @@ def _choose_base(
     return None, named
 
 
-def _shared_history(base: CheckpointState) -> list[Committed]:
+def _shared_history(base: IndexCheckpointState) -> list[Committed]:
     """The checkpoint's history, its ids and digests the same objects as the index's where
     they are equal: 100,000 changes then cost a third less memory."""
     ids: dict[str, str] = {}
@@ -299,7 +299,7 @@ def recover(store: Store) -> RecoveryReport:
         for n in replayed
     ]
     index = base.index if base else Index()
-    result = scan(
+    result = read_back(
         segments,
         store.sealer,
         base.batch if base else 0,
@@ -345,7 +345,7 @@ def _plan_replay(
     store: Store,
     report: RecoveryReport,
     roles: dict[int, int],
-    base: CheckpointState | None,
+    base: IndexCheckpointState | None,
     named: set[int],
 ) -> tuple[list[int], list[int]]:
     """The append segments to replay from the checkpoint's position, and the segments
@@ -376,13 +376,13 @@ def _plan_replay(
 
 def _replay(
     sealer: Sealer,
-    result: ScanResult,
+    result: ReadBackResult,
     index: Index,
     history: list[Committed],
     damaged: dict[int, DamageRow],
     keep_generations: int,
 ) -> None:
-    """The committed batches the scan found, into the index (with the earlier
+    """The committed batches the read-back found, into the index (with the earlier
     generations of sessions it keeps), the watch history and the damage table (a
     rewritten document is no longer damaged)."""
     for batch in result.batches:
@@ -411,8 +411,8 @@ def _resume_log(
     log: Log,
     segments: list[Segment],
     roles: dict[int, int],
-    result: ScanResult,
-    base: CheckpointState | None,
+    result: ReadBackResult,
+    base: IndexCheckpointState | None,
 ) -> int:
     """Tell the log which segments it holds and where the next batch goes; returns the
     bytes written since the checkpoint. An empty append segment before the last one

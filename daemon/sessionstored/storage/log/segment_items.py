@@ -1,4 +1,4 @@
-# A segment's bytes as the scan (scan.py) reads them: intact records, and damaged
+# A segment's bytes as the read-back (read_back.py) sees them: intact records, damaged
 # stretches between them (a hole of zeros, a record whose checksum fails, bytes
 # that are no record), each with where it starts and where the next intact record
 # begins; and the runs of damage that recovery must judge together.
@@ -22,7 +22,7 @@ class Segment:
     number: int
     path: str
     data: bytes
-    start: int  # where the scan begins in it
+    start: int  # where the read-back begins in it
 
 
 @dataclass

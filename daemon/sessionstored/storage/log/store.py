@@ -59,7 +59,7 @@ from .durable import Failpoint, no_failpoint
 from .expiries import Expiries
 from .fs import ENOSPC_ERRNOS, FileSystem
 from .index import Index, Prepared
-from .index_checkpoint import Checkpoints, CheckpointState, DamageRow
+from .index_checkpoint import DamageRow, IndexCheckpoints, IndexCheckpointState
 from .maintenance import Upkeep
 from .records import Commit, encode_commit, encode_data, encode_removal
 from .segments import DEFAULT_SEGMENT_BYTES, Log
@@ -81,7 +81,7 @@ class Recovered:
     seq: int
     batch: int
     damaged: dict[int, DamageRow]
-    checkpoint: CheckpointState | None
+    checkpoint: IndexCheckpointState | None
     bytes_since_checkpoint: int
     retiring: list[int]  # named only by an older checkpoint: removed after the next one
 
@@ -139,7 +139,7 @@ class Store(LogReads):
         self.key = key
         self.sealer = Sealer(key)
         self.log = Log(fs, root, segment_bytes)
-        self.checkpoints = Checkpoints(fs, root, self.sealer)
+        self.checkpoints = IndexCheckpoints(fs, root, self.sealer)
         self.index = Index()
         self.expiries = Expiries()
         self.cache = DocumentCache(read_cache_bytes)
@@ -377,8 +377,8 @@ class Store(LogReads):
             or self.bytes_since_checkpoint >= self.checkpoint_every_bytes
         )
 
-    def checkpoint_state(self) -> CheckpointState:
-        return CheckpointState(
+    def checkpoint_state(self) -> IndexCheckpointState:
+        return IndexCheckpointState(
             generation=self.checkpoint_generation + 1,
             seq=self.seq,
             batch=self.batch,

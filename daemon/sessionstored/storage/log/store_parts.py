@@ -11,7 +11,7 @@ from ..sealing import Sealer
 from .durable import Failpoint
 from .fs import FileSystem
 from .index import Index
-from .index_checkpoint import Checkpoints, DamageRow
+from .index_checkpoint import DamageRow, IndexCheckpoints
 from .segments import Log
 
 
@@ -20,7 +20,7 @@ class StoreParts(Protocol):
     root: str
     log: Log
     index: Index
-    checkpoints: Checkpoints
+    checkpoints: IndexCheckpoints
     sealer: Sealer
     failpoint: Failpoint
     seq: int

@@ -1,11 +1,11 @@
-# storage/log/scan.py: reading the log back. Segments written by the real engine
+# storage/log/read_back.py: reading the log back. Segments written by the real engine
 # (on the simulated file system) are scanned directly: committed batches, a torn
 # tail of a batch that was never acknowledged, rot in a batch that was, and one
-# test for each rule of scan.py's theory of operation.
+# test for each rule of read_back.py's theory of operation.
 from __future__ import annotations
 
+from sessionstored.storage.log.read_back import ReadBackResult, read_back
 from sessionstored.storage.log.records import COMMIT, REMOVAL, Header, parse_header, record_length
-from sessionstored.storage.log.scan import ScanResult, scan
 from sessionstored.storage.log.segment_items import Segment
 from sessionstored.storage.log.segments import SEGMENT_HEADER_BYTES
 from sessionstored.storage.log.store import Store
@@ -23,8 +23,8 @@ def _log(fs: SimFileSystem, store: Store) -> list[Segment]:
     ]
 
 
-def _scan(fs: SimFileSystem, store: Store) -> ScanResult:
-    return scan(_log(fs, store), PLAINTEXT, 0, 0)
+def _read_back(fs: SimFileSystem, store: Store) -> ReadBackResult:
+    return read_back(_log(fs, store), PLAINTEXT, 0, 0)
 
 
 def _records(data: bytes) -> list[tuple[int, Header]]:
@@ -47,7 +47,7 @@ def _three_batches() -> tuple[SimFileSystem, Store]:
 
 def test_committed_batches_come_back_in_order_with_their_intents() -> None:
     fs, store = _three_batches()
-    result = _scan(fs, store)
+    result = _read_back(fs, store)
     assert [(b.batch, b.first_seq, b.last_seq) for b in result.batches] == [
         (1, 1, 2),
         (2, 3, 3),
@@ -81,7 +81,7 @@ def test_a_batch_whose_commit_record_never_landed_is_a_torn_tail() -> None:
     end = store.log.offset
     data[commit_at:end] = bytes(end - commit_at)  # a torn write: zeros where it did not land
     fs.set_file_bytes(path, bytes(data))
-    result = _scan(fs, store)
+    result = _read_back(fs, store)
     assert [b.batch for b in result.batches] == [1, 2]
     assert result.rolled_back == 1 and result.corruption == []
     assert result.torn is not None and result.torn["offset"] == start
@@ -96,7 +96,7 @@ def test_rot_in_an_acknowledged_batch_is_corruption_never_a_torn_tail() -> None:
     data = bytearray(fs.file_bytes(path))
     data[entry.offset + entry.length - 5] ^= 0xFF  # inside its payload
     fs.set_file_bytes(path, bytes(data))
-    result = _scan(fs, store)
+    result = _read_back(fs, store)
     assert result.torn is None and result.rolled_back == 0
     assert [b.batch for b in result.batches] == [1, 2, 3]  # later batches still apply
     [damage] = result.batches[1].damaged
@@ -105,7 +105,7 @@ def test_rot_in_an_acknowledged_batch_is_corruption_never_a_torn_tail() -> None:
     assert [c["path"] for c in result.corruption] == [path]
 
 
-# -- one test per rule of scan.py's theory of operation ----------------------------------
+# -- one test per rule of read_back.py's theory of operation ----------------------------------
 
 
 def _last_batch_of_three_records() -> tuple[SimFileSystem, Store, list[tuple[int, Header]]]:
@@ -136,7 +136,7 @@ def test_a_hole_of_zeros_among_the_last_batchs_intact_records_is_a_torn_tail() -
     fs, store, last = _last_batch_of_three_records()
     (first, header), _, _ = last
     _overwrite(fs, store, first, bytes(record_length(header)))
-    result = _scan(fs, store)
+    result = _read_back(fs, store)
     assert [b.batch for b in result.batches] == [1, 2]
     assert result.corruption == []
     assert result.torn is not None and result.torn["offset"] == first
@@ -150,7 +150,7 @@ def test_rot_among_the_last_batchs_intact_records_is_corruption() -> None:
     fs, store, last = _last_batch_of_three_records()
     (first, header), _, _ = last
     path = _overwrite(fs, store, first + record_length(header) - 3, b"\xa5\xa5\xa5")
-    result = _scan(fs, store)
+    result = _read_back(fs, store)
     assert result.torn is None and result.rolled_back == 0
     assert [b.batch for b in result.batches] == [1, 2, 3]
     assert [(c["path"], c["offset"]) for c in result.corruption] == [(path, first)]
@@ -165,7 +165,7 @@ def test_damage_past_the_last_intact_commit_with_nothing_after_is_a_torn_tail() 
     fs, store, _ = _last_batch_of_three_records()
     end = store.log.offset
     _overwrite(fs, store, end, b"\x13\x37" * 40)  # garbage, not zeros
-    result = _scan(fs, store)
+    result = _read_back(fs, store)
     assert [b.batch for b in result.batches] == [1, 2, 3]
     assert result.corruption == [] and result.rolled_back == 0
     assert result.torn is not None and result.torn["offset"] == end
@@ -181,7 +181,7 @@ def test_a_rotted_commit_record_followed_by_a_later_batch_means_committed() -> N
     first_intent = last[0][0]
     commit_at, commit_header = last[2]
     path = _overwrite(fs, store, commit_at + record_length(commit_header) - 2, b"\xff\xff")
-    result = _scan(fs, store)
+    result = _read_back(fs, store)
     assert result.torn is None and result.rolled_back == 0
     assert [b.batch for b in result.batches] == [1, 2, 3, 4]
     assert sorted(d.id for d in result.batches[2].damaged) == ["c", "d"]
@@ -198,7 +198,7 @@ def test_the_scan_goes_on_past_corruption_to_every_later_batch() -> None:
     entry = store.index.get("s", "b")  # batch 2's record
     assert entry is not None
     _overwrite(fs, store, entry.offset + 4, b"\x00\x11\x22\x33")
-    result = _scan(fs, store)
+    result = _read_back(fs, store)
     assert [b.batch for b in result.batches] == [1, 2, 3, 4]
     assert [d.id for d in result.batches[1].damaged] == ["b"]
     assert result.end == (store.log.active, store.log.offset)

@@ -12,7 +12,7 @@
 #     it is reported with file and offset, never cut off; the documents the
 #     damaged record held (damage.py says how they are told) are then
 #     `io_error` (neither the lost generation nor the one before it is
-#     served); the scan goes on after the damage;
+#     served); the read-back goes on after the damage;
 #   - damage among intact records of the last batch is a torn tail only if it
 #     looks like one: a torn write leaves zeros where its pages did not land
 #     (damage.py); rot in the last batch, which was acknowledged, is corruption
@@ -74,7 +74,7 @@ class CommittedBatch:
 
 
 @dataclass
-class ScanResult:
+class ReadBackResult:
     batches: list[CommittedBatch] = field(default_factory=list)
     end: tuple[int, int] | None = None  # (segment, offset) where the next batch goes
     rolled_back: int = 0  # intents of a last batch without its commit record
@@ -128,15 +128,15 @@ class _Pending:
             self.batch, self.start = batch, (segment, offset)
 
 
-def scan(
+def read_back(
     segments: list[Segment],
     sealer: Sealer,
     last_batch: int,
     last_seq: int,
     known: Callable[[], Iterable[tuple[str, str]]] = lambda: (),
-) -> ScanResult:
+) -> ReadBackResult:
     """known: the (kind, id) of every document before the first segment (the index)."""
-    return _Scanner(segments, sealer, last_batch, last_seq, known).run()
+    return _Reader(segments, sealer, last_batch, last_seq, known).run()
 
 
 LATER_BATCHES_FOLLOW = "damaged record followed by intact records of later batches"
@@ -145,10 +145,10 @@ ROT_IN_LAST_BATCH = (
 )
 
 
-class _Scanner:
+class _Reader:
     """One pass over the items of the log: each intent joins the batch being read, each
     commit record closes it, and each damaged stretch is either the torn tail (the log
-    ends there) or corruption (recorded, and the scan goes on past it)."""
+    ends there) or corruption (recorded, and the read-back goes on past it)."""
 
     def __init__(
         self,
@@ -160,14 +160,14 @@ class _Scanner:
     ) -> None:
         self.segments = segments
         self.sealer = sealer
-        self.result = ScanResult(last_batch=last_batch, last_seq=last_seq)
+        self.result = ReadBackResult(last_batch=last_batch, last_seq=last_seq)
         self.by_number = {s.number: s for s in segments}
         self.names = _Names(sealer, known)
         self.items = items_of(segments)
         self.pending = _Pending()
         self.rot_at_end = False  # damage in the last batch that is not a torn write
 
-    def run(self) -> ScanResult:
+    def run(self) -> ReadBackResult:
         for item in self.items:
             if isinstance(item, Record):
                 self.result.records += 1
@@ -291,7 +291,7 @@ class _Scanner:
         result.last_seq = max(result.last_seq, commit.last_seq)
         self.pending = _Pending()
 
-    def _finish(self) -> ScanResult:
+    def _finish(self) -> ReadBackResult:
         """The end of the log: a batch left open is a torn tail, unless rot was found in
         the last batch (then its commit record was lost to the rot)."""
         pending, result = self.pending, self.result
@@ -305,7 +305,7 @@ class _Scanner:
 
 
 def _lost_commit(
-    result: ScanResult, pending: _Pending, sealer: Sealer, by_number: dict[int, Segment]
+    result: ReadBackResult, pending: _Pending, sealer: Sealer, by_number: dict[int, Segment]
 ) -> _Pending:
     """The batch read so far was committed, but its commit record is damaged: its documents
     are io_error. Returns a fresh pending batch."""
@@ -357,7 +357,7 @@ def surviving_id(sealer: Sealer, data: bytes, offset: int, header: Header) -> st
 
 
 def _mark_torn(
-    result: ScanResult, by_number: dict[int, Segment], start: tuple[int, int], rolled_back: int
+    result: ReadBackResult, by_number: dict[int, Segment], start: tuple[int, int], rolled_back: int
 ) -> None:
     number, offset = start
     data = by_number[number].data
