@@ -6,26 +6,9 @@ import builtins
 from collections.abc import Sequence
 from typing import Any
 
+from . import reply_types as t
 from . import requests as r
 from .replies import result_of, results_of
-from .reply_types import (
-    Compaction,
-    Deleted,
-    Expiry,
-    Generation,
-    Head,
-    HelloReply,
-    IdPage,
-    KeyPage,
-    Lease,
-    Loaded,
-    Put,
-    Ranking,
-    Stats,
-    TxnResult,
-    Verified,
-    Written,
-)
 from .requests import UNSET, Call, Reply, T
 
 
@@ -49,7 +32,7 @@ class AsyncOpMethods:
         """Any op by name with its arguments; its whole reply (without ok and rid)."""
         return await self._run(r.make(op, **args))
 
-    async def hello(self) -> HelloReply:
+    async def hello(self) -> t.HelloReply:
         return await self._run(r.hello())
 
     async def ping(self) -> None:
@@ -62,7 +45,7 @@ class AsyncOpMethods:
         expect: Any = UNSET,
         lease: Any = UNSET,
         ttl_s: Any = UNSET,
-    ) -> Written:
+    ) -> t.Written:
         """ttl_s: the new generation expires that many seconds from now."""
         return await self._run(r.save(snapshot, expect, lease, ttl_s))
 
@@ -73,13 +56,13 @@ class AsyncOpMethods:
 
     async def load_with_meta(
         self, session_id: str, *, refresh_ttl_s: Any = UNSET, at: Any = UNSET
-    ) -> Loaded:
+    ) -> t.Loaded:
         """{snapshot, digest, seq, expires_at_ms?}; refresh_ttl_s: an expiring session gets
         one that many seconds from now (LangGraph's refresh_on_read); at: as load's, and
         the reply has committed_at_ms."""
         return await self._run(r.load_with_meta(session_id, refresh_ttl_s, at))
 
-    async def history(self, session_id: str, *, limit: Any = UNSET) -> builtins.list[Generation]:
+    async def history(self, session_id: str, *, limit: Any = UNSET) -> builtins.list[t.Generation]:
         """The session's generations kept, newest first: [{seq, digest, size,
         committed_at_ms}, ...] ([] when it does not exist)."""
         return await self._run(r.history(session_id, limit))
@@ -92,12 +75,12 @@ class AsyncOpMethods:
         expect: Any = UNSET,
         lease: Any = UNSET,
         ttl_s: Any = UNSET,
-    ) -> Written:
+    ) -> t.Written:
         """Write the generation that was current at seq `at` back as a new generation:
         {digest (its old one), seq (a new one)}."""
         return await self._run(r.revert(session_id, at, expect, lease, ttl_s))
 
-    async def head(self, session_id: str) -> Head:
+    async def head(self, session_id: str) -> t.Head:
         return await self._run(r.head(session_id))
 
     async def exists(self, session_id: str) -> bool:
@@ -105,10 +88,12 @@ class AsyncOpMethods:
 
     async def list(
         self, prefix: str = "", *, after: str | None = None, limit: int | None = None
-    ) -> IdPage:
+    ) -> t.IdPage:
         return await self._run(r.list_ids(prefix, after, limit))
 
-    async def delete(self, session_id: str, *, expect: Any = UNSET, lease: Any = UNSET) -> Deleted:
+    async def delete(
+        self, session_id: str, *, expect: Any = UNSET, lease: Any = UNSET
+    ) -> t.Deleted:
         return await self._run(r.delete(session_id, expect, lease))
 
     async def update(
@@ -119,7 +104,7 @@ class AsyncOpMethods:
         *,
         expect: Any = UNSET,
         lease: Any = UNSET,
-    ) -> Written:
+    ) -> t.Written:
         return await self._run(r.update(session_id, component, value, expect, lease))
 
     async def fork(
@@ -130,13 +115,13 @@ class AsyncOpMethods:
         *,
         lease: Any = UNSET,
         at: Any = UNSET,
-    ) -> Written:
+    ) -> t.Written:
         """at: fork the generation that was current at that seq."""
         return await self._run(r.fork(session_id, new_session_id, workspace, lease, at))
 
     async def checkpoint_put(
         self, kind: str, key: str, value: dict[str, Any], *, lease: Any = UNSET, ttl_s: Any = UNSET
-    ) -> Put:
+    ) -> t.Put:
         return await self._run(r.checkpoint_put(kind, key, value, lease, ttl_s))
 
     async def expire(
@@ -147,7 +132,7 @@ class AsyncOpMethods:
         kind: str | None = None,
         key: str | None = None,
         lease: Any = UNSET,
-    ) -> Expiry:
+    ) -> t.Expiry:
         """A session's (or with kind and key, a document's) expiry set to ttl_s seconds
         from now, or removed with None: {found, seq, expires_at_ms?}."""
         return await self._run(r.expire(session_id, ttl_s, kind, key, lease))
@@ -171,7 +156,7 @@ class AsyncOpMethods:
         reverse: bool = False,
         values: bool = True,
         refresh_ttl_s: Any = UNSET,
-    ) -> KeyPage:
+    ) -> t.KeyPage:
         """Keyed documents in key order: {"items": [{key, seq, digest, value}], "next"}."""
         return await self._run(
             r.checkpoint_scan(kind, prefix, after, before, limit, reverse, values, refresh_ttl_s)
@@ -185,7 +170,7 @@ class AsyncOpMethods:
         *,
         limit: Any = UNSET,
         field: Any = UNSET,
-    ) -> Ranking:
+    ) -> t.Ranking:
         """The documents under prefix whose value holds vectors at field (default
         "vectors": float32 byte strings), best cosine similarity to query first:
         {"items": [{key, score}], "ranked", "scanned"}."""
@@ -193,25 +178,25 @@ class AsyncOpMethods:
 
     async def txn(
         self, ops: Sequence[dict[str, Any]], *, require: Any = UNSET, lease: Any = UNSET
-    ) -> TxnResult:
+    ) -> t.TxnResult:
         """Several document changes, all or none: {"seq", "results"}; `conflict` when a
         requirement fails (details: failed, current)."""
         return await self._run(r.txn(list(ops), require, lease))
 
-    async def lease_acquire(self, holder: str) -> Lease:
+    async def lease_acquire(self, holder: str) -> t.Lease:
         return await self._run(r.lease_acquire(holder))
 
-    async def lease_get(self) -> Lease | None:
+    async def lease_get(self) -> t.Lease | None:
         return await self._run(r.lease_get())
 
     async def lease_release(self, holder: str, epoch: int) -> bool:
         return await self._run(r.lease_release(holder, epoch))
 
-    async def stats(self) -> Stats:
+    async def stats(self) -> t.Stats:
         return await self._run(r.stats())
 
-    async def verify(self) -> Verified:
+    async def verify(self) -> t.Verified:
         return await self._run(r.verify())
 
-    async def compact(self) -> Compaction:
+    async def compact(self) -> t.Compaction:
         return await self._run(r.compact())

@@ -11,26 +11,9 @@ import builtins
 from collections.abc import Sequence
 from typing import Any
 
+from . import reply_types as t
 from . import requests as r
 from .replies import result_of, results_of
-from .reply_types import (
-    Compaction,
-    Deleted,
-    Expiry,
-    Generation,
-    Head,
-    HelloReply,
-    IdPage,
-    KeyPage,
-    Lease,
-    Loaded,
-    Put,
-    Ranking,
-    Stats,
-    TxnResult,
-    Verified,
-    Written,
-)
 from .requests import UNSET, Call, Reply, T
 
 
@@ -54,7 +37,7 @@ class OpMethods:
         """Any op by name with its arguments; its whole reply (without ok and rid)."""
         return self._run(r.make(op, **args))
 
-    def hello(self) -> HelloReply:
+    def hello(self) -> t.HelloReply:
         return self._run(r.hello())
 
     def ping(self) -> None:
@@ -67,7 +50,7 @@ class OpMethods:
         expect: Any = UNSET,
         lease: Any = UNSET,
         ttl_s: Any = UNSET,
-    ) -> Written:
+    ) -> t.Written:
         """ttl_s: the new generation expires that many seconds from now."""
         return self._run(r.save(snapshot, expect, lease, ttl_s))
 
@@ -78,13 +61,13 @@ class OpMethods:
 
     def load_with_meta(
         self, session_id: str, *, refresh_ttl_s: Any = UNSET, at: Any = UNSET
-    ) -> Loaded:
+    ) -> t.Loaded:
         """{snapshot, digest, seq, expires_at_ms?}; refresh_ttl_s: an expiring session gets
         one that many seconds from now (LangGraph's refresh_on_read); at: as load's, and
         the reply has committed_at_ms."""
         return self._run(r.load_with_meta(session_id, refresh_ttl_s, at))
 
-    def history(self, session_id: str, *, limit: Any = UNSET) -> builtins.list[Generation]:
+    def history(self, session_id: str, *, limit: Any = UNSET) -> builtins.list[t.Generation]:
         """The session's generations kept, newest first: [{seq, digest, size,
         committed_at_ms}, ...] ([] when it does not exist)."""
         return self._run(r.history(session_id, limit))
@@ -97,12 +80,12 @@ class OpMethods:
         expect: Any = UNSET,
         lease: Any = UNSET,
         ttl_s: Any = UNSET,
-    ) -> Written:
+    ) -> t.Written:
         """Write the generation that was current at seq `at` back as a new generation:
         {digest (its old one), seq (a new one)}."""
         return self._run(r.revert(session_id, at, expect, lease, ttl_s))
 
-    def head(self, session_id: str) -> Head:
+    def head(self, session_id: str) -> t.Head:
         return self._run(r.head(session_id))
 
     def exists(self, session_id: str) -> bool:
@@ -110,10 +93,10 @@ class OpMethods:
 
     def list(
         self, prefix: str = "", *, after: str | None = None, limit: int | None = None
-    ) -> IdPage:
+    ) -> t.IdPage:
         return self._run(r.list_ids(prefix, after, limit))
 
-    def delete(self, session_id: str, *, expect: Any = UNSET, lease: Any = UNSET) -> Deleted:
+    def delete(self, session_id: str, *, expect: Any = UNSET, lease: Any = UNSET) -> t.Deleted:
         return self._run(r.delete(session_id, expect, lease))
 
     def update(
@@ -124,7 +107,7 @@ class OpMethods:
         *,
         expect: Any = UNSET,
         lease: Any = UNSET,
-    ) -> Written:
+    ) -> t.Written:
         return self._run(r.update(session_id, component, value, expect, lease))
 
     def fork(
@@ -135,13 +118,13 @@ class OpMethods:
         *,
         lease: Any = UNSET,
         at: Any = UNSET,
-    ) -> Written:
+    ) -> t.Written:
         """at: fork the generation that was current at that seq."""
         return self._run(r.fork(session_id, new_session_id, workspace, lease, at))
 
     def checkpoint_put(
         self, kind: str, key: str, value: dict[str, Any], *, lease: Any = UNSET, ttl_s: Any = UNSET
-    ) -> Put:
+    ) -> t.Put:
         return self._run(r.checkpoint_put(kind, key, value, lease, ttl_s))
 
     def expire(
@@ -152,7 +135,7 @@ class OpMethods:
         kind: str | None = None,
         key: str | None = None,
         lease: Any = UNSET,
-    ) -> Expiry:
+    ) -> t.Expiry:
         """A session's (or with kind and key, a document's) expiry set to ttl_s seconds
         from now, or removed with None: {found, seq, expires_at_ms?}."""
         return self._run(r.expire(session_id, ttl_s, kind, key, lease))
@@ -176,7 +159,7 @@ class OpMethods:
         reverse: bool = False,
         values: bool = True,
         refresh_ttl_s: Any = UNSET,
-    ) -> KeyPage:
+    ) -> t.KeyPage:
         """Keyed documents in key order: {"items": [{key, seq, digest, value}], "next"}."""
         return self._run(
             r.checkpoint_scan(kind, prefix, after, before, limit, reverse, values, refresh_ttl_s)
@@ -190,7 +173,7 @@ class OpMethods:
         *,
         limit: Any = UNSET,
         field: Any = UNSET,
-    ) -> Ranking:
+    ) -> t.Ranking:
         """The documents under prefix whose value holds vectors at field (default
         "vectors": float32 byte strings), best cosine similarity to query first:
         {"items": [{key, score}], "ranked", "scanned"}."""
@@ -198,25 +181,25 @@ class OpMethods:
 
     def txn(
         self, ops: Sequence[dict[str, Any]], *, require: Any = UNSET, lease: Any = UNSET
-    ) -> TxnResult:
+    ) -> t.TxnResult:
         """Several document changes, all or none: {"seq", "results"}; `conflict` when a
         requirement fails (details: failed, current)."""
         return self._run(r.txn(list(ops), require, lease))
 
-    def lease_acquire(self, holder: str) -> Lease:
+    def lease_acquire(self, holder: str) -> t.Lease:
         return self._run(r.lease_acquire(holder))
 
-    def lease_get(self) -> Lease | None:
+    def lease_get(self) -> t.Lease | None:
         return self._run(r.lease_get())
 
     def lease_release(self, holder: str, epoch: int) -> bool:
         return self._run(r.lease_release(holder, epoch))
 
-    def stats(self) -> Stats:
+    def stats(self) -> t.Stats:
         return self._run(r.stats())
 
-    def verify(self) -> Verified:
+    def verify(self) -> t.Verified:
         return self._run(r.verify())
 
-    def compact(self) -> Compaction:
+    def compact(self) -> t.Compaction:
         return self._run(r.compact())

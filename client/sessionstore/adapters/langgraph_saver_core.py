@@ -121,7 +121,7 @@ def scan_call(prefix: str, **options: Any) -> Call[Any]:
     return r.checkpoint_scan(KIND, prefix, **options)
 
 
-class SaverCore(BaseCheckpointSaver[int]):
+class SaverCore(plans.OnRunner, BaseCheckpointSaver[int]):
     """The saver's state and the plans its public methods share."""
 
     def __init__(
@@ -140,17 +140,9 @@ class SaverCore(BaseCheckpointSaver[int]):
         methods) or an AsyncClient (for the async ones, on its event loop) to use
         instead of the saver's own; the caller closes it."""
         super().__init__(serde=serde)
-        self.socket_path = plans.socket_of(socket_path, client)
         self.keys = _Keys(prefix)
         self.lifetime = _lifetime(ttl)
-        self._runner = plans.Runner(self.socket_path, timeout, client)
-        self.timeout = self._runner.timeout
-
-    def close(self) -> None:
-        self._runner.close()
-
-    async def aclose(self) -> None:
-        await self._runner.aclose()
+        self._start_runner(socket_path, timeout, client)
 
     # -- running plans ------------------------------------------------------------
 

@@ -87,7 +87,7 @@ def _time(us: int) -> datetime:
     return datetime.fromtimestamp(us / 1_000_000, tz=UTC)
 
 
-class SessionStoreStore(BaseStore):
+class SessionStoreStore(plans.OnRunner, BaseStore):
     """LangGraph's BaseStore in a sessionstore daemon, shared by every process that
     talks to it; see the module comment for what it guarantees."""
 
@@ -113,19 +113,11 @@ class SessionStoreStore(BaseStore):
         self.dims = 0 if index is None else _dims(index)
         fields = (index or {}).get("fields") or ["$"]
         self._fields = [(p, tokenize_path(p) if p != "$" else p) for p in fields]
-        self.socket_path = plans.socket_of(socket_path, client)
         self.ttl_config = _checked_ttl_config(ttl)
         self.items_prefix = f"{prefix}i/"
         self.vectors_prefix = f"{prefix}v/"
         self._sweeper: concurrent.futures.Future[None] | None = None
-        self._runner = plans.Runner(self.socket_path, timeout, client)
-        self.timeout = self._runner.timeout
-
-    def close(self) -> None:
-        self._runner.close()
-
-    async def aclose(self) -> None:
-        await self._runner.aclose()
+        self._start_runner(socket_path, timeout, client)
 
     # -- PostgresStore's sweeper methods: the daemon sweeps by itself ------------------
 

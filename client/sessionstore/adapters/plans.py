@@ -107,3 +107,25 @@ def socket_of(socket_path: str | None, client: AnyClient | None) -> str | None:
     if client is not None and socket_path is not None:
         raise TypeError("pass socket_path or client, not both")
     return client.socket_path if client is not None else socket_path
+
+
+class OnRunner:
+    """An adapter with sync and async methods whose plans run on a Runner; closing it
+    closes the clients it made (never one the caller handed in)."""
+
+    socket_path: str | None
+    timeout: float | None
+    _runner: Runner
+
+    def _start_runner(
+        self, socket_path: str | None, timeout: float | None, client: AnyClient | None
+    ) -> None:
+        self.socket_path = socket_of(socket_path, client)
+        self._runner = Runner(self.socket_path, timeout, client)
+        self.timeout = self._runner.timeout
+
+    def close(self) -> None:
+        self._runner.close()
+
+    async def aclose(self) -> None:
+        await self._runner.aclose()

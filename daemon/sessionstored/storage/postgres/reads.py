@@ -32,16 +32,23 @@ class PgReads(PgConnection):
         return None if entry is None or expired(entry.expires_at_ms, epoch_ms()) else entry
 
     def _head_with(self, conn: psycopg.Connection[Any], kind: str, doc_id: str) -> Entry | None:
+        row = self._row(conn, kind, doc_id, "seq, digest, size, expires_at_ms")
+        return None if row is None else self._entry(kind, doc_id, *row)
+
+    def _row(
+        self, conn: psycopg.Connection[Any], kind: str, doc_id: str, columns: str
+    ) -> tuple[Any, ...] | None:
+        """A document's row under either key (the current key's first), or None; a row
+        missing is checked against a rotation this daemon has not seen (keying.py)."""
         keys = self._keys(kind, doc_id)
         row = conn.execute(
-            "SELECT seq, digest, size, expires_at_ms FROM ss_documents"
+            f"SELECT {columns} FROM ss_documents"
             " WHERE kind = %s AND key = ANY(%s) ORDER BY key = %s DESC LIMIT 1",
             (kind, keys, keys[0]),
         ).fetchone()
         if row is None:
             self._check_missing(conn)
-            return None
-        return self._entry(kind, doc_id, *row)
+        return row
 
     def generations(self, kind: str, doc_id: str) -> list[Entry]:
         """A session's row and its earlier generations kept (ss_generations), newest first:
@@ -141,16 +148,8 @@ class PgReads(PgConnection):
         return [docs[doc_id] for doc_id, _ in found]
 
     def _read_with(self, conn: psycopg.Connection[Any], kind: str, doc_id: str) -> Document | None:
-        keys = self._keys(kind, doc_id)
-        row = conn.execute(
-            "SELECT seq, digest, body, expires_at_ms FROM ss_documents"
-            " WHERE kind = %s AND key = ANY(%s) ORDER BY key = %s DESC LIMIT 1",
-            (kind, keys, keys[0]),
-        ).fetchone()
-        if row is None:
-            self._check_missing(conn)
-            return None
-        return self._document(kind, doc_id, *row)
+        row = self._row(conn, kind, doc_id, "seq, digest, body, expires_at_ms")
+        return None if row is None else self._document(kind, doc_id, *row)
 
     def _document(
         self, kind: str, doc_id: str, seq: int, digest: Any, body: Any, expires_at_ms: int
