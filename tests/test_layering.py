@@ -186,6 +186,16 @@ def test_the_data_path_never_runs_back_up() -> None:
     assert upward == UPWARD
 
 
+def test_no_module_outside_the_tests_is_over_500_lines() -> None:
+    listed = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True)
+    modules = [ROOT / name for name in listed.stdout.split() if not name.startswith("tests/")]
+    assert len(modules) > 150
+    long = {
+        str(m.relative_to(ROOT)): n for m in modules if (n := len(m.read_text().splitlines())) > 500
+    }
+    assert long == {}
+
+
 def test_the_shared_top_level_modules_stay_few() -> None:
     top = sorted(p.stem for p in (ROOT / "daemon" / "sessionstored").glob("*.py"))
     assert top == ["__init__", "__main__", "config", "exit_codes", "failpoints", "notify"]
