@@ -430,7 +430,7 @@ def test_the_changes_table_stays_bounded(postgres: PostgresServer, short_tmp: Pa
     import psycopg
 
     from sessionstore.errors import Compacted
-    from sessionstored.storage.postgres.connection import RETENTION_EVERY_BATCHES
+    from sessionstored.storage.postgres.following import RETENTION_EVERY_BATCHES
 
     assert postgres is not None
     database = postgres.create_database()
