@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 BIN := $(VENV)/bin
 
-.PHONY: run test test-systemd lint bench fuzz clean install generate
+.PHONY: run test test-systemd lint bench fuzz clean install generate docs
 
 HELPER := client/sessionstore/wire/_cbor_bytes.c client/sessionstore/wire/cbor_core.c client/sessionstore/wire/cbor_core.h
 
@@ -41,6 +41,12 @@ test: lint
 # boots a Debian VM under qemu (software emulation; root, debootstrap, qemu): see vm/
 test-systemd: $(STAMP)
 	$(BIN)/python -m pytest -q --timeout 2400 vm/test_vm_systemd.py $(PYTEST_ARGS)
+
+# the documentation site from docs/ (mkdocs-material), into build/site; --strict: a
+# broken link or a page missing from the nav fails the build
+docs: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)

@@ -1,8 +1,8 @@
-# The README, run: every sh and python block, in order, against a daemon
-# started the way `make run` starts it (no flags: the default socket and state
-# directory), once with the XDG variables set and once without them, so that
-# the README cannot rot. A block that cannot run here says why, in a
-# `<!-- readme-test: skip: REASON -->` line just above it.
+# The README and every page under docs/, run: every sh and python block, in
+# order, against a daemon started the way `make run` starts it (no flags: the
+# default socket and state directory); the README once with the XDG variables set
+# and once without them. So the documentation cannot rot. A block that cannot
+# run here says why, in a `<!-- readme-test: skip: REASON -->` line just above it.
 from __future__ import annotations
 
 import os
@@ -28,6 +28,7 @@ from .tools import installed, require
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("**/*.md"))]
 BLOCK = re.compile(
     r"(?P<skip><!-- readme-test: skip(?P<reason>[^>]*)-->\s*\n)?"
     r"(?P<indent>[ ]*)```(?P<lang>sh|python)\n(?P<body>.*?)\n(?P=indent)```",
@@ -58,9 +59,8 @@ def readme_blocks(page: Path = README) -> list[Block]:
 def test_every_python_block_type_checks(tmp_path: Path) -> None:
     """mypy --strict over every Python block of README.md and docs/, each a module of
     its own, against the packages' own sources."""
-    pages = [README, *sorted((ROOT / "docs").glob("**/*.md"))]
     written = []
-    for page in pages:
+    for page in PAGES:
         for block in readme_blocks(page):
             if block.lang == "python":
                 path = tmp_path / f"{page.stem.replace('-', '_')}_line_{block.line}.py"
@@ -78,8 +78,8 @@ def test_every_python_block_type_checks(tmp_path: Path) -> None:
 
 
 def test_every_skipped_block_says_why() -> None:
-    blocks = readme_blocks()
-    assert len([b for b in blocks if b.skip_reason is None]) >= 6
+    blocks = [block for page in PAGES for block in readme_blocks(page)]
+    assert len([b for b in blocks if b.skip_reason is None]) >= 15
     for block in blocks:
         assert block.skip_reason is None or len(block.skip_reason) > 10, block.line
 
@@ -161,10 +161,22 @@ def _sandbox(kind: str, tmp_path: Path) -> Iterator[Sandbox]:
 @pytest.mark.parametrize("kind", ["xdg", "no-xdg"])
 def test_the_readme_runs_as_written(kind: str, tmp_path: Path) -> None:
     for sandbox in _sandbox(kind, tmp_path):
-        _run_readme(sandbox)
+        _run_blocks(sandbox, README)
 
 
-def _run_readme(sandbox: Sandbox) -> None:
+def _runnable(page: Path) -> bool:
+    return any(block.skip_reason is None for block in readme_blocks(page))
+
+
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES[1:] if _runnable(p)], ids=lambda page: str(page.relative_to(ROOT))
+)
+def test_each_page_runs_as_written(page: Path, tmp_path: Path) -> None:
+    for sandbox in _sandbox("xdg", tmp_path):
+        _run_blocks(sandbox, page)
+
+
+def _run_blocks(sandbox: Sandbox, page: Path) -> None:
     base, env = sandbox.base, sandbox.env
     workdir = base / "clone"
     workdir.mkdir()
@@ -200,7 +212,7 @@ print(pid)
             assert time.monotonic() < deadline, "the daemon did not come up"
             time.sleep(0.1)
         need_socat = []  # lines of the blocks that need socat, when it is missing
-        for block in readme_blocks():
+        for block in readme_blocks(page):
             if block.skip_reason is not None:
                 continue
             if "socat" in block.body and not installed("socat"):
@@ -219,12 +231,13 @@ print(pid)
                 text=True,
                 timeout=BLOCK_TIMEOUT_S,
             )
-            where = f"README.md line {block.line} ({block.lang})"
+            where = f"{page.relative_to(ROOT)} line {block.line} ({block.lang})"
             assert result.returncode == 0, f"{where}:\n{result.stdout}\n{result.stderr}"
             assert result.stdout.strip(), f"{where} printed nothing"
             assert "Traceback" not in result.stderr, f"{where}:\n{result.stderr}"
         if need_socat:  # every other block ran
-            require("socat", f"README.md lines {', '.join(map(str, need_socat))} did not run")
+            lines = ", ".join(map(str, need_socat))
+            require("socat", f"{page.relative_to(ROOT)} lines {lines} did not run")
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(30)

@@ -1,3 +1,3 @@
 # The one place the version is written: the package metadata (pyproject.toml reads
 # it), both commands' --version, and the daemon's `hello` take it from here.
-__version__ = "0.1.0"
+__version__ = "0.2.0"
