@@ -29,61 +29,19 @@ from . import (
     loop_stall,
     metrics_cost,
     postgres,
+    redis_anchor,
     space,
     store,
 )
 from .daemon import Daemon
 from .frontend_cost import frontend_cost
-from .load import Sample, run_clients, run_in_processes
-from .rows import KIB, Row, format_row, percentile_ms, row_of
+from .load import run_clients, run_in_processes
+from .plots import write_figures
+from .rows import KIB, RESULTS, Row, format_row, percentile_ms
+from .saves import anchor_rows, bench_daemon
 from .sealing_cost import sealing_cost
 from .targets import best_row, fast_path_targets, find_row, rate_of, targets
 from .workload import make_snapshot, snapshot_bytes
-
-RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def bench_daemon(
-    workdir: Path, args: argparse.Namespace, name: str = "sessionstored", *extra: str
-) -> list[Row]:
-    rows = []
-    daemon = Daemon(workdir, *extra)
-    try:
-        for size in args.sizes:
-            for clients in args.clients:
-                cpu_before = daemon.cpu_s()
-                samples = [
-                    run_clients(
-                        daemon.socket, "save", clients, size, args.seconds, f"{size}-{clients}-{r}"
-                    )
-                    for r in range(args.repeats)
-                ]
-                cpu = daemon.cpu_s() - cpu_before
-                rows.append(row_of(f"{name} save", clients, size, samples))
-                saves = sum(sample.operations for sample in samples)
-                rows[-1].extra["daemon_cpu_us_per_save"] = round(cpu / saves * 1e6, 1)
-                print(
-                    format_row(rows[-1])
-                    + f"  cpu {rows[-1].extra['daemon_cpu_us_per_save']} us/save",
-                    flush=True,
-                )
-        samples = [
-            run_clients(
-                daemon.socket,
-                "load",
-                args.load_clients,
-                4 * KIB,
-                args.seconds,
-                f"{4 * KIB}-{args.load_clients}-0",
-            )
-            for _ in range(args.repeats)
-        ]
-        rows.append(row_of(f"{name} load", args.load_clients, 4 * KIB, samples))
-        rows[-1].extra["rss_kib_after"] = daemon.rss_kib()
-        print(format_row(rows[-1]), flush=True)
-    finally:
-        daemon.stop()
-    return rows
 
 
 def rss_soak(workdir: Path, seconds: float, clients: int = 64) -> dict[str, Any]:
@@ -117,25 +75,6 @@ def rss_soak(workdir: Path, seconds: float, clients: int = 64) -> dict[str, Any]
         "rss_kib_last": rss[-1] if rss else None,
         "rss_kib_max": max(rss) if rss else None,
     }
-
-
-def _anchor_rows(
-    name: str, target: Any, make_args: Any, args: argparse.Namespace, process_counts: list[int]
-) -> list[Row]:
-    rows = []
-    for size in args.sizes:
-        for processes in process_counts:
-            samples = []
-            for _ in range(args.repeats):
-                deadline = time.perf_counter() + args.seconds
-                results = run_in_processes(
-                    target, [make_args(size, n, deadline) for n in range(processes)]
-                )
-                latencies = [lat for lats in results for lat in lats]
-                samples.append(Sample(len(latencies), args.seconds, latencies, 0))
-            rows.append(row_of(name, processes, size, samples))
-            print(format_row(rows[-1]), flush=True)
-    return rows
 
 
 def _cpu_costs(what: str, measure: Callable[[int], dict[str, float]]) -> dict[str, Any]:
@@ -246,13 +185,20 @@ def main() -> None:
         db = str(sqlite_dir / "sessions.db")
         anchors.open_sqlite(db).close()
         sqlite_counts = [1, 64] if args.quick else [1, 8, 64]
-        rows += _anchor_rows(
+        rows += anchor_rows(
             "sqlite WAL sync=FULL save",
             anchors.sqlite_saves,
             lambda size, n, deadline: (db, f"s{n}", make_snapshot(f"s{n}", size), deadline),
             args,
             sqlite_counts,
         )
+        redis_missing = redis_anchor.available()
+        if redis_missing is None:
+            rows += redis_anchor.bench_redis(
+                base / "redis", args.sizes, args.clients, args.seconds, args.repeats
+            )
+        else:
+            print(f"bench: Redis left out: {redis_missing}", flush=True)
         ids = [f"s{n}" for n in range(64)]
         deadline = time.perf_counter() + args.seconds
         loads = run_in_processes(anchors.sqlite_loads, [(db, ids, deadline)] * args.load_clients)
@@ -270,7 +216,7 @@ def main() -> None:
 
         naive_dir = base / "naive"
         naive_dir.mkdir()
-        rows += _anchor_rows(
+        rows += anchor_rows(
             "naive upstream save",
             anchors.naive_saves,
             lambda size, n, deadline: (
@@ -364,13 +310,15 @@ def main() -> None:
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2))
     for line, value in out["targets"].items():
         print(f"target: {line}: {value}")
-    print("fast path (issue 21), this run:")
+    print("fast path, this run:")
     for line, (value, judged) in out["fast_path_targets"].items():
         print(f"  {line:<70} {value:>8}  {judged}")
-    print("cost per CBOR item (issue 22), both helper paths, this run:")
+    print("cost per CBOR item, both helper paths, this run:")
     for line, (value, judged) in out["item_cost_targets"].items():
         print(f"  {line:<70} {value:>8}  {judged}")
     print(f"bench: wrote {RESULTS / 'latest.json'}")
+    for path in write_figures(RESULTS / "latest.json"):
+        print(f"bench: wrote {path}")
 
 
 if __name__ == "__main__":

@@ -78,13 +78,14 @@ def run_clients(
     return run_fixed(socket_path, requests, duration_s)
 
 
-def _fixed_process(
-    args: tuple[str, list[bytes | dict[str, Any]], float, float],
-) -> tuple[list[float], int]:
-    socket_path, requests, start_at, deadline = args
+Client = Callable[[str, Any, float, float, list[Any]], None]
+
+
+def _fixed_process(args: tuple[str, list[Any], float, float, Client]) -> tuple[list[float], int]:
+    socket_path, requests, start_at, deadline, client = args
     results: list[Any] = []
     threads = [
-        Thread(target=_client, args=(socket_path, request, start_at, deadline, results))
+        Thread(target=client, args=(socket_path, request, start_at, deadline, results))
         for request in requests
     ]
     for thread in threads:
@@ -96,10 +97,11 @@ def _fixed_process(
 
 
 def run_fixed(
-    socket_path: str, requests: Sequence[bytes | dict[str, Any]], duration_s: float
+    socket_path: str, requests: Sequence[Any], duration_s: float, client: Client = _client
 ) -> Sample:
     """One client per request, each sending it over and over, for duration_s (bytes as
-    they are, a map encoded at every send)."""
+    they are, a map encoded at every send); client: how one sends (another server's
+    protocol, for an anchor)."""
     groups = [
         requests[i : i + CLIENTS_PER_PROCESS] for i in range(0, len(requests), CLIENTS_PER_PROCESS)
     ]
@@ -108,7 +110,8 @@ def run_fixed(
     context = multiprocessing.get_context("fork")
     with context.Pool(len(groups)) as pool:
         results = pool.map(
-            _fixed_process, [(socket_path, group, start_at, deadline) for group in groups]
+            _fixed_process,
+            [(socket_path, group, start_at, deadline, client) for group in groups],
         )
     latencies = [lat for lats, _ in results for lat in lats]
     return Sample(len(latencies), duration_s, latencies, sum(e for _, e in results))

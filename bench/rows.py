@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .load import Sample
 
 KIB = 1024
+RESULTS = Path(__file__).resolve().parent / "results"  # where a run writes its JSON
+SPREAD = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999)  # the latency distribution kept per row
 
 
 @dataclass
@@ -35,7 +38,7 @@ def row_of(name: str, clients: int, size: int, samples: list[Sample]) -> Row:
     errors = sum(s.errors for s in samples)
     if errors:
         raise SystemExit(f"bench: {name} had {errors} failed requests")
-    return Row(
+    row = Row(
         name,
         clients,
         size,
@@ -43,6 +46,10 @@ def row_of(name: str, clients: int, size: int, samples: list[Sample]) -> Row:
         percentile_ms(latencies, 0.5),
         percentile_ms(latencies, 0.99),
     )
+    row.extra["percentiles_ms"] = {
+        f"p{q * 100:g}": round(percentile_ms(latencies, q), 3) for q in SPREAD
+    }
+    return row
 
 
 def format_row(row: Row) -> str:

@@ -1,0 +1,72 @@
+# `python -m bench.headline`: the headline figures alone, in a few minutes: durable
+# saves a second and their latency for sessionstored against SQLite (WAL,
+# synchronous=FULL), Redis (appendfsync always) and the one-fdatasync floor, on the
+# same clients and bytes, at 4 and 64 KiB and 1, 8 and 64 clients. Writes
+# bench/results/headline.json and the pictures (bench/plots.py). `make bench` draws
+# the same pictures from its full run.
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import anchors, redis_anchor
+from .plots import write_figures
+from .rows import KIB, RESULTS, Row, percentile_ms
+from .saves import anchor_rows, bench_daemon
+from .workload import make_snapshot, snapshot_bytes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.headline")
+    parser.add_argument("--dir", default=None, help="where to put the stores (a real disk)")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    args.sizes, args.clients, args.load_clients = [4 * KIB, 64 * KIB], [1, 8, 64], 16
+    base = Path(tempfile.mkdtemp(prefix="ssbench-", dir=args.dir))
+    appends = anchors.append_floor(str(base), snapshot_bytes("floor", 4 * KIB), 2000)
+    rows = [
+        Row("floor: append+fdatasync", 1, 4 * KIB, 1 / statistics.median(appends),
+            percentile_ms(appends, 0.5), percentile_ms(appends, 0.99))
+    ]  # fmt: skip
+    (base / "daemon").mkdir()
+    rows += bench_daemon(base / "daemon", args)
+    db = str(base / "sessions.db")
+    anchors.open_sqlite(db).close()
+    rows += anchor_rows(
+        "sqlite WAL sync=FULL save",
+        anchors.sqlite_saves,
+        lambda size, n, deadline: (db, f"s{n}", make_snapshot(f"s{n}", size), deadline),
+        args,
+        args.clients,
+    )
+    missing = redis_anchor.available()
+    if missing is None:
+        rows += redis_anchor.bench_redis(
+            base / "redis", args.sizes, args.clients, args.seconds, args.repeats
+        )
+    else:
+        print(f"bench: Redis left out: {missing}", flush=True)
+    RESULTS.mkdir(exist_ok=True)
+    result_file = RESULTS / "headline.json"
+    result_file.write_text(json.dumps({
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join(["python -m bench.headline", *sys.argv[1:]]),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "kernel": platform.release()},
+        "redis": missing or "included",
+        "rows": [row.__dict__ for row in rows],
+    }, indent=2))  # fmt: skip
+    for path in write_figures(result_file):
+        print(f"bench: wrote {path}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+# The pictures of a run (matplotlib), from the rows `make bench` (or
+# `python -m bench.headline`) wrote to bench/results: saves a second against
+# clients for sessionstored and its anchors, and the latency distribution at 1 and
+# 64 clients. Written next to the JSON, and into docs/performance/, which the
+# performance page shows.
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .rows import KIB
+
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
+DOCS = PAGE.parent / "performance"
+SERIES = {  # row name -> label, in the order drawn
+    "sessionstored save": "sessionstored",
+    "sqlite WAL sync=FULL save": "SQLite (WAL, synchronous=FULL)",
+    "redis appendfsync=always save": "Redis (appendfsync always)",
+}
+FLOOR = "floor: append+fdatasync"
+PERCENTILES = ("p10", "p25", "p50", "p75", "p90", "p99", "p99.9")
+
+
+def _rows(result: dict[str, Any], name: str, size: int) -> list[dict[str, Any]]:
+    found = [r for r in result["rows"] if r["name"] == name and r["size"] == size]
+    return sorted(found, key=lambda r: r["clients"])
+
+
+def saves_figure(result: dict[str, Any], out: list[Path]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted({r["size"] for r in result["rows"] if r["name"] in SERIES})
+    figure, axes = plt.subplots(1, len(sizes), figsize=(5.2 * len(sizes), 4), squeeze=False)
+    floor = [r for r in result["rows"] if r["name"] == FLOOR]
+    for axis, size in zip(axes[0], sizes, strict=True):
+        for name, label in SERIES.items():
+            rows = _rows(result, name, size)
+            if rows:
+                clients = [r["clients"] for r in rows]
+                axis.plot(clients, [r["ops_per_s"] for r in rows], marker="o", label=label)
+        if floor and size == 4 * KIB:
+            axis.axhline(floor[0]["ops_per_s"], color="grey", linestyle="--",
+                         label="one fdatasync per save (this disk)")  # fmt: skip
+        axis.set_xscale("log", base=2)
+        counts = sorted({r["clients"] for r in result["rows"] if r["name"] in SERIES})
+        axis.set_xticks(counts, [str(count) for count in counts])
+        axis.set_yscale("log")
+        axis.set_xlabel("clients, one save in flight each")
+        axis.set_ylabel("durable saves a second")
+        axis.set_title(f"{size // KIB} KiB snapshots")
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.suptitle(f"Saves a second, {result['when'][:10]}: {result['command']}", fontsize=9)
+    figure.tight_layout()
+    for path in out:
+        figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def latency_figure(result: dict[str, Any], out: list[Path]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    counts = [1, 64]
+    figure, axes = plt.subplots(1, len(counts), figsize=(10.4, 4), squeeze=False)
+    for axis, clients in zip(axes[0], counts, strict=True):
+        for name, label in SERIES.items():
+            rows = [r for r in _rows(result, name, 4 * KIB) if r["clients"] == clients]
+            spread = rows[0]["extra"].get("percentiles_ms") if rows else None
+            if spread:
+                axis.plot(PERCENTILES, [spread[p] for p in PERCENTILES], marker="o", label=label)
+        axis.set_yscale("log")
+        axis.set_xlabel("percentile")
+        axis.set_ylabel("save latency, ms")
+        axis.set_title(f"4 KiB saves, {clients} client{'s' if clients > 1 else ''}")
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.suptitle(f"Latency, {result['when'][:10]}: {result['command']}", fontsize=9)
+    figure.tight_layout()
+    for path in out:
+        figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write_figures(result_file: Path) -> list[Path]:
+    """Every picture of the run in result_file, beside it and in docs/performance/."""
+    result = json.loads(result_file.read_text())
+    DOCS.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for stem, draw in (("saves", saves_figure), ("latency", latency_figure)):
+        paths = [result_file.parent / f"{stem}.png", DOCS / f"{stem}.png"]
+        draw(result, paths)
+        written += paths
+    write_headline_section(result_file, PAGE)
+    return [*written, PAGE]
+
+
+if __name__ == "__main__":
+    for path in write_figures(Path(sys.argv[1])):
+        print(f"plots: wrote {path}")
+
+
+BEGIN, END = "<!-- headline figures: begin -->", "<!-- headline figures: end -->"
+
+
+def headline_section(result: dict[str, Any]) -> str:
+    """The page's section for this run: the command, the date, the pictures, and the
+    figures they show as a table (saves a second, p50, server CPU per save)."""
+    lines = [
+        BEGIN,
+        f"Made by `{result['command']}` on {result['when'][:10]} "
+        f"({result['machine']['cpus']} CPUs, Linux {result['machine']['kernel']}, "
+        f"Python {result['machine']['python']}); every row on the same disk, clients and bytes.",
+        "",
+        "![Durable saves a second against clients](performance/saves.png)",
+        "",
+        "![Save latency at 1 and 64 clients](performance/latency.png)",
+        "",
+        "| size | clients | " + " | ".join(SERIES.values()) + " |",
+        "|---|---|" + "---|" * len(SERIES),
+    ]
+    sizes = sorted({r["size"] for r in result["rows"] if r["name"] in SERIES})
+    counts = sorted({r["clients"] for r in result["rows"] if r["name"] in SERIES})
+    for size in sizes:
+        for count in counts:
+            cells = []
+            for name in SERIES:
+                found = [r for r in _rows(result, name, size) if r["clients"] == count]
+                if not found:
+                    cells.append("left out")
+                    continue
+                row = found[0]
+                cpu = row["extra"].get("daemon_cpu_us_per_save")
+                cells.append(f"{row['ops_per_s']:,.0f}/s, p50 {row['p50_ms']:.2f} ms"
+                             + (f", {cpu:,.0f} µs CPU" if cpu else ""))  # fmt: skip
+            lines.append(f"| {size // KIB} KiB | {count} | " + " | ".join(cells) + " |")
+    floor = [r for r in result["rows"] if r["name"] == FLOOR]
+    if floor:
+        lines += ["", f"The one-fdatasync floor of this disk: {floor[0]['ops_per_s']:,.0f} "
+                  f"appends+fdatasync a second (p50 {floor[0]['p50_ms']:.3f} ms)."]  # fmt: skip
+    if result.get("redis", "included") != "included":
+        lines += ["", f"Redis is left out of this run: {result['redis']}."]
+    return "\n".join([*lines, END])
+
+
+def write_headline_section(result_file: Path, page: Path) -> None:
+    text = page.read_text()
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    section = headline_section(json.loads(result_file.read_text()))
+    page.write_text(text[:start] + section + text[end:])
