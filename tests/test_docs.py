@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import re
+import struct
 from pathlib import Path
 
 from sessionstored.config import _parser
+from sessionstored.storage.log import records, segments
 
 ROOT = Path(__file__).resolve().parent.parent
 USER_PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("**/*.md"))]
@@ -42,3 +44,32 @@ def test_every_page_is_in_the_site_nav() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = [str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").glob("**/*.md")]
     assert [page for page in pages if f": {page}" not in nav] == []
+
+
+def _layout(page: str, caption: str) -> list[tuple[int, str]]:
+    """(offset, type) of each row of the `| offset | field | type |` table after caption."""
+    table = page[page.index(caption) :].split("\n\n")[1]
+    rows = [line.split("|")[1:-1] for line in table.splitlines()[2:]]
+    return [(int(offset), kind.strip()) for offset, _, kind in rows]
+
+
+def _struct_format(layout: list[tuple[int, str]]) -> tuple[str, int]:
+    codes = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q"}
+    out, at = "<", 0
+    for offset, kind in layout:
+        assert offset == at, (offset, at)
+        size = int(kind.split()[0]) if kind.endswith("bytes") else None
+        out += f"{size}s" if size else codes[kind]
+        at += size or struct.calcsize("<" + codes[kind])
+    return out, at
+
+
+def test_the_on_disk_page_has_each_layout_as_the_code_writes_it() -> None:
+    page = (ROOT / "docs" / "internals" / "on-disk.md").read_text()
+    record, record_bytes = _struct_format(_layout(page, "Record header (52 bytes)"))
+    assert record == records.HEADER.format + "Q" and record_bytes == records.HEADER_BYTES == 52
+    segment, segment_bytes = _struct_format(_layout(page, "Segment header (32 bytes)"))
+    zero_padded = segments.SEGMENT_HEADER.format.replace("7x", "7s") + "Q"
+    assert segment == zero_padded and segment_bytes == segments.SEGMENT_HEADER_BYTES == 32
+    assert records.COMMIT_PAYLOAD.format == "<QIQ"  # first seq, intents, committed_at_ms
+    assert "first seq (u64), intents in the batch (u32), `committed_at_ms` (u64)" in page
