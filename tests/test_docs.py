@@ -73,3 +73,24 @@ def test_the_on_disk_page_has_each_layout_as_the_code_writes_it() -> None:
     assert segment == zero_padded and segment_bytes == segments.SEGMENT_HEADER_BYTES == 32
     assert records.COMMIT_PAYLOAD.format == "<QIQ"  # first seq, intents, committed_at_ms
     assert "first seq (u64), intents in the batch (u32), `committed_at_ms` (u64)" in page
+
+
+def test_the_on_disk_page_names_every_field_of_an_index_checkpoint() -> None:
+    import cbor2
+
+    from sessionstored.storage.log.index import Index
+    from sessionstored.storage.log.index_checkpoint import (
+        CKPT_HEAD,
+        IndexCheckpointState,
+        encode_checkpoint,
+    )
+    from sessionstored.storage.sealing import PLAINTEXT
+
+    state = IndexCheckpointState(
+        generation=1, seq=0, batch=0, position=(0, 0), next_segment=1, segments={}, index=Index()
+    )
+    written = cbor2.loads(encode_checkpoint(state, PLAINTEXT)[CKPT_HEAD.size :])
+    page = (ROOT / "docs" / "internals" / "on-disk.md").read_text()
+    named = re.search(r"CBOR `\{([^}]*)\}`", page)
+    assert named is not None
+    assert [field.strip() for field in named[1].split(",")] == list(written)
