@@ -36,7 +36,7 @@ from . import (
 from .daemon import Daemon
 from .frontend_cost import frontend_cost
 from .load import run_clients, run_in_processes
-from .plots import write_figures
+from .plots import write_figures, write_part
 from .rows import KIB, RESULTS, Row, format_row, percentile_ms
 from .saves import anchor_rows, bench_daemon
 from .sealing_cost import sealing_cost
@@ -319,6 +319,12 @@ def main() -> None:
     print(f"bench: wrote {RESULTS / 'latest.json'}")
     for path in write_figures(RESULTS / "latest.json"):
         print(f"bench: wrote {path}")
+    for part, key in (("adapters", "adapters"), ("postgres", "postgresql")):
+        if out[key]:  # each part's own picture and section, from this run
+            part_file = RESULTS / f"{part}.json"
+            part_file.write_text(json.dumps({**out, "figures": out[key]}))
+            for path in write_part(part, part_file):
+                print(f"bench: wrote {path}")
 
 
 if __name__ == "__main__":

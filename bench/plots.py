@@ -20,6 +20,8 @@ SERIES = {  # row name -> label, in the order drawn
     "redis appendfsync=always save": "Redis (appendfsync always)",
 }
 FLOOR = "floor: append+fdatasync"
+# the measurements of a part that are an anchor's, not ours
+ANCHORS = ("one commit per save", "Postgres", "SQLAlchemy", "Sqlite", "AsyncSqlite", "SQLite")
 PERCENTILES = ("p10", "p25", "p50", "p75", "p90", "p99", "p99.9")
 
 
@@ -155,3 +157,63 @@ def write_headline_section(result_file: Path, page: Path) -> None:
     start, end = text.index(BEGIN), text.index(END) + len(END)
     section = headline_section(json.loads(result_file.read_text()))
     page.write_text(text[:start] + section + text[end:])
+
+
+def parts_figure(title: str, figures: dict[str, Any], out: list[Path]) -> None:
+    """One bar per measurement of a part (the adapters against the frameworks' own
+    backends, PostgreSQL): operations a second and p50 latency, ours in one colour."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n, f in figures.items() if isinstance(f, dict) and "ops_per_s" in f]
+    ours = [not n.startswith(ANCHORS) for n in names]
+    colours = ["tab:blue" if mine else "tab:orange" for mine in ours]
+    height = 0.8 + 0.32 * len(names)
+    figure, (rate, latency) = plt.subplots(1, 2, figsize=(11, height), sharey=True)
+    rate.barh(names, [figures[n]["ops_per_s"] for n in names], color=colours)
+    rate.set_xlabel("operations a second")
+    latency.barh(names, [figures[n].get("p50_ms", 0) for n in names], color=colours)
+    latency.set_xlabel("p50 latency, ms")
+    for axis in (rate, latency):
+        axis.grid(True, axis="x", alpha=0.3)
+    rate.invert_yaxis()
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    for path in out:
+        figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def part_section(part: str, result: dict[str, Any]) -> str:
+    figures = result["figures"]
+    lines = [
+        f"<!-- {part} figures: begin -->",
+        f"Made by `{result['command']}` on {result['when'][:10]}.",
+        "",
+        f"![{part}](performance/{part}.png)",
+        "",
+        "| measurement | a second | p50 |",
+        "|---|---|---|",
+    ]
+    for name, value in figures.items():
+        if isinstance(value, dict) and "ops_per_s" in value:
+            lines.append(
+                f"| {name} | {value['ops_per_s']:,.0f} | {value.get('p50_ms', 0):.2f} ms |"
+            )
+    return "\n".join([*lines, f"<!-- {part} figures: end -->"])
+
+
+def write_part(part: str, result_file: Path) -> list[Path]:
+    """A part's picture, beside its JSON and in docs/performance/, and its section of the
+    performance page (between its markers)."""
+    result = json.loads(result_file.read_text())
+    DOCS.mkdir(parents=True, exist_ok=True)
+    paths = [result_file.parent / f"{part}.png", DOCS / f"{part}.png"]
+    parts_figure(f"{part}, {result['when'][:10]}: {result['command']}", result["figures"], paths)
+    text = PAGE.read_text()
+    begin, end = f"<!-- {part} figures: begin -->", f"<!-- {part} figures: end -->"
+    start, stop = text.index(begin), text.index(end) + len(end)
+    PAGE.write_text(text[:start] + part_section(part, result) + text[stop:])
+    return [*paths, PAGE]

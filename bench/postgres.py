@@ -295,7 +295,7 @@ def _rekey(daemon_factory: Any, workdir: Path, url: str) -> dict[str, Any]:
     import subprocess
 
     from .backup import _busy, _fill
-    from .loop_stall import _summary
+    from .loop_stall import summary_of
 
     old, new = workdir / "old.key", workdir / "new.key"
     for path in (old, new):
@@ -331,8 +331,8 @@ def _rekey(daemon_factory: Any, workdir: Path, url: str) -> dict[str, Any]:
         "documents": REKEY_DOCUMENTS,
         "seconds": round(seconds, 2),
         "documents_per_s": round(REKEY_DOCUMENTS / seconds),
-        "save_before": _summary(before) if before else None,
-        "save_during": _summary(waits["save"]) if waits["save"] else None,
+        "save_before": summary_of(before) if before else None,
+        "save_during": summary_of(waits["save"]) if waits["save"] else None,
     }
 
 
