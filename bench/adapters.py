@@ -1,5 +1,5 @@
 # The framework adapters against the frameworks' own SQLite backends, in one
-# run on one disk (issue 14's targets):
+# run on one disk (the adapters' targets):
 # - LangGraph: SqliteSaver.put vs SessionStoreSaver.put at one thread (p50),
 #   AsyncSqliteSaver.aput vs SessionStoreSaver.aput, and total puts/s of 8
 #   processes putting at once, each on its own thread (SQLite's lock errors

@@ -1,4 +1,4 @@
-# Backup and restore figures (issue 28): a store of DOCUMENTS sessions of 4 KiB,
+# Backup and restore figures: a store of DOCUMENTS sessions of 4 KiB,
 # then `sessionstore backup` while one client pings (one ping in flight) and
 # another saves in a loop: the backup's MB/s, and how long the others waited
 # meanwhile; then `sessionstored restore` into a new state directory, its MB/s.

@@ -1,4 +1,4 @@
-# The cost of a save against its bytes and its CBOR items (issue 22), for each
+# The cost of a save against its bytes and its CBOR items, for each
 # CBOR helper path: the compiled one and the pure-Python one, side by side in one
 # `make bench` run. Each path runs in a process of its own (python -m
 # bench.item_cost, with SESSIONSTORE_CBOR_HELPER set), so that the daemon, the

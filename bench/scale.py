@@ -1,4 +1,4 @@
-# The scale figures (issues 3 and 11): restart-to-serving time and RSS with 100,000
+# The scale figures: restart-to-serving time and RSS with 100,000
 # sessions, and one client's save latency after 1,000,000 past commits against
 # a fresh store. `python -m bench.scale [--sessions N] [--commits N]`.
 #

@@ -10,7 +10,7 @@ from .verdicts import verdict
 def fast_path_targets(
     rows: list[Row], cpu_figures: dict[str, Any], frameworks: dict[str, Any], pg: dict[str, Any]
 ) -> dict[str, tuple[Any, str]]:
-    """The fast path's targets (issue 21), each as (figure of this run, met or missed)."""
+    """The fast path's targets, each as (figure of this run, met or missed)."""
 
     def ours(name: str, clients: int) -> dict[str, Any]:
         figures: dict[str, Any] = cpu_figures.get(f"sessionstored: {name}, {clients} clients", {})
@@ -97,7 +97,7 @@ def best_row(rows: list[Row], name: str, size: int) -> Row | None:
 
 
 def targets(rows: list[Row]) -> dict[str, Any]:
-    """The log engine's targets (issue 11), as ratios of figures measured in this run."""
+    """The log engine's targets, as ratios of figures measured in this run."""
 
     def find(name: str, clients: int, size: int) -> Row | None:
         return find_row(rows, name, clients, size)

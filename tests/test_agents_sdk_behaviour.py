@@ -1,5 +1,5 @@
 # What the OpenAI Agents SDK's own session tests expect of any backend, as its
-# bundled SQLiteSession does it (issue 25): session_settings taken as a dict, a
+# bundled SQLiteSession does it: session_settings taken as a dict, a
 # SessionSettings or nothing; an item that cannot be serialised is a TypeError,
 # stores nothing, and leaves the session usable. Through the SDK's Runner and
 # its offline ScriptedModel, on both backends.

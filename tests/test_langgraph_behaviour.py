@@ -1,5 +1,5 @@
 # What LangGraph's own checkpointer tests expect of any saver, as SqliteSaver and
-# PostgresSaver do it (issue 25), through LangGraph's packages on both backends:
+# PostgresSaver do it, through LangGraph's packages on both backends:
 # parent walks that end on a cycle, sequences of ids that refuse a lone string,
 # prune that refuses DeltaChannel threads, keeps the head's writes whenever they
 # came and makes the head a root, and puts on a never-stored parent taken while
