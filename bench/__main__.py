@@ -36,7 +36,7 @@ from . import (
 from .daemon import Daemon
 from .frontend_cost import frontend_cost
 from .load import run_clients, run_in_processes
-from .plots import write_figures, write_part
+from .plots import write_figures, write_item_cost, write_part
 from .rows import KIB, RESULTS, Row, format_row, percentile_ms
 from .saves import anchor_rows, bench_daemon
 from .sealing_cost import sealing_cost
@@ -325,6 +325,11 @@ def main() -> None:
             part_file.write_text(json.dumps({**out, "figures": out[key]}))
             for path in write_part(part, part_file):
                 print(f"bench: wrote {path}")
+    if out["item_cost"]:
+        cost_file = RESULTS / "item_cost.json"
+        cost_file.write_text(json.dumps({**out, "figures": out["item_cost"]}))
+        for path in write_item_cost(cost_file):
+            print(f"bench: wrote {path}")
 
 
 if __name__ == "__main__":

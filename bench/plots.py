@@ -217,3 +217,78 @@ def write_part(part: str, result_file: Path) -> list[Path]:
     start, stop = text.index(begin), text.index(end) + len(end)
     PAGE.write_text(text[:start] + part_section(part, result) + text[stop:])
     return [*paths, PAGE]
+
+
+ITEM_COST_POINTS = (  # (measurement key of bench/item_cost.py, label)
+    ("save 4 KiB, 1 clients", "4 KiB, 1 client"),
+    ("save 4 KiB, 64 clients", "4 KiB, 64 clients"),
+    ("save 64 KiB, 1 clients", "64 KiB, 1 client"),
+    ("save 64 KiB, 64 clients", "64 KiB, 64 clients"),
+)
+
+
+def item_cost_figure(title: str, figures: dict[str, Any], out: list[Path]) -> None:
+    """The daemon's CPU per save and saves a second, by size and client count, with the
+    compiled CBOR helper and with its pure-Python twin."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = [p for p in ("compiled", "python") if isinstance(figures.get(p), dict)]
+    figure, (cpu, rate) = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.8 / max(1, len(paths))
+    labels = [label for _, label in ITEM_COST_POINTS]
+    for index, path in enumerate(paths):
+        at = [n + index * width for n in range(len(ITEM_COST_POINTS))]
+        points = [figures[path].get(key, {}) for key, _ in ITEM_COST_POINTS]
+        cpu.bar(at, [p.get("daemon_cpu_us_per_save", 0) for p in points], width, label=path)
+        rate.bar(at, [p.get("saves_per_s", 0) for p in points], width, label=path)
+    for axis, unit in ((cpu, "daemon CPU per save, µs"), (rate, "saves a second")):
+        axis.set_xticks([n + width * (len(paths) - 1) / 2 for n in range(len(labels))], labels)
+        axis.set_ylabel(unit)
+        axis.grid(True, axis="y", alpha=0.3)
+        axis.legend(title="CBOR helper", fontsize=8)
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    for path in out:
+        figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write_item_cost(result_file: Path) -> list[Path]:
+    """The cost per CBOR item's picture and its section of the performance page."""
+    result = json.loads(result_file.read_text())
+    figures = result["figures"]
+    DOCS.mkdir(parents=True, exist_ok=True)
+    paths = [result_file.parent / "item_cost.png", DOCS / "item_cost.png"]
+    item_cost_figure(f"cost per CBOR item, {result['when'][:10]}: {result['command']}",
+                     figures, paths)  # fmt: skip
+    lines = [
+        "<!-- item_cost figures: begin -->",
+        f"Made by `{result['command']}` on {result['when'][:10]}.",
+        "",
+        "![Daemon CPU per save and saves a second, by CBOR helper](performance/item_cost.png)",
+        "",
+        "| save | compiled helper | pure Python |",
+        "|---|---|---|",
+    ]
+    for key, label in ITEM_COST_POINTS:
+        cells = []
+        for path in ("compiled", "python"):
+            point = (figures.get(path) or {}).get(key)
+            cells.append(f"{point['saves_per_s']:,.0f}/s, {point['daemon_cpu_us_per_save']:,.0f}"
+                         " µs CPU" if point else "not measured")  # fmt: skip
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    large = [(figures.get(p) or {}).get("save 1 MiB, 1 client") for p in ("compiled", "python")]
+    if all(large):
+        lines.append(f"| 1 MiB of small maps, 1 client, p50 | {large[0]['p50_ms']:.1f} ms | "
+                     f"{large[1]['p50_ms']:.1f} ms |")  # fmt: skip
+    sqlite = figures.get("sqlite 1 MiB commit")
+    if sqlite:
+        lines += ["", f"SQLite's commit of the same 1 MiB snapshot: p50 {sqlite['p50_ms']:.1f} ms."]
+    text = PAGE.read_text()
+    begin, end = "<!-- item_cost figures: begin -->", "<!-- item_cost figures: end -->"
+    start, stop = text.index(begin), text.index(end) + len(end)
+    PAGE.write_text(text[:start] + "\n".join([*lines, end]) + text[stop:])
+    return [*paths, PAGE]
