@@ -245,7 +245,8 @@ def item_cost_figure(title: str, figures: dict[str, Any], out: list[Path]) -> No
         cpu.bar(at, [p.get("daemon_cpu_us_per_save", 0) for p in points], width, label=path)
         rate.bar(at, [p.get("saves_per_s", 0) for p in points], width, label=path)
     for axis, unit in ((cpu, "daemon CPU per save, µs"), (rate, "saves a second")):
-        axis.set_xticks([n + width * (len(paths) - 1) / 2 for n in range(len(labels))], labels)
+        centres = [n + width * (len(paths) - 1) / 2 for n in range(len(labels))]
+        axis.set_xticks(centres, [label.replace(", ", "\n") for label in labels])
         axis.set_ylabel(unit)
         axis.grid(True, axis="y", alpha=0.3)
         axis.legend(title="CBOR helper", fontsize=8)
