@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -37,7 +36,7 @@ from .daemon import Daemon
 from .frontend_cost import frontend_cost
 from .load import run_clients, run_in_processes
 from .plots import write_figures, write_item_cost, write_part
-from .rows import KIB, RESULTS, Row, format_row, percentile_ms
+from .rows import KIB, RESULTS, Row, format_row, percentile_ms, run_header
 from .saves import anchor_rows, bench_daemon
 from .sealing_cost import sealing_cost
 from .targets import best_row, fast_path_targets, find_row, rate_of, targets
@@ -277,13 +276,7 @@ def main() -> None:
         shutil.rmtree(base, ignore_errors=True)
     RESULTS.mkdir(exist_ok=True)
     out = {
-        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": " ".join(["python -m bench", *sys.argv[1:]]),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "kernel": platform.release(),
-        },
+        **run_header(" ".join(["python -m bench", *sys.argv[1:]])),
         "rows": [row.__dict__ for row in rows],
         "soak": soak,
         "space": space_result,

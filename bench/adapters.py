@@ -250,6 +250,12 @@ def main(daemon_factory: Callable[[Path], Any], workdir: Path, seconds: float) -
 
 
 if __name__ == "__main__":  # python -m bench.adapters [--dir DIR] [--seconds S]: this part alone
+    from .plots import write_part
     from .standalone import run_alone
 
-    run_alone("python -m bench.adapters", main, 3.0)
+    run_alone(
+        "python -m bench.adapters",
+        main,
+        3.0,
+        lambda result_file: write_part("adapters", result_file),
+    )

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from . import anchors, redis_anchor
 from .plots import write_figures
-from .rows import KIB, RESULTS, Row, percentile_ms
+from .rows import KIB, RESULTS, Row, percentile_ms, run_header
 from .saves import anchor_rows, bench_daemon
 from .workload import make_snapshot, snapshot_bytes
 
@@ -56,14 +53,9 @@ def main() -> None:
         print(f"bench: Redis left out: {missing}", flush=True)
     RESULTS.mkdir(exist_ok=True)
     result_file = RESULTS / "headline.json"
-    result_file.write_text(json.dumps({
-        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": " ".join(["python -m bench.headline", *sys.argv[1:]]),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "kernel": platform.release()},
-        "redis": missing or "included",
-        "rows": [row.__dict__ for row in rows],
-    }, indent=2))  # fmt: skip
+    command = " ".join(["python -m bench.headline", *sys.argv[1:]])
+    result = {**run_header(command), "redis": missing or "included"}
+    result_file.write_text(json.dumps({**result, "rows": [row.__dict__ for row in rows]}, indent=2))
     for path in write_figures(result_file):
         print(f"bench: wrote {path}", flush=True)
 

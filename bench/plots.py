@@ -25,17 +25,49 @@ ANCHORS = ("one commit per save", "Postgres", "SQLAlchemy", "Sqlite", "AsyncSqli
 PERCENTILES = ("p10", "p25", "p50", "p75", "p90", "p99", "p99.9")
 
 
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _finish(plt: Any, figure: Any, title: str, out: list[Path]) -> None:
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    for path in out:
+        figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _title(what: str, result: dict[str, Any]) -> str:
+    return f"{what}, {result['when'][:10]}: {result['command']}"
+
+
+def _pictures(result_file: Path, stem: str) -> list[Path]:
+    """Where a picture goes: beside the run's JSON, and into docs/performance/."""
+    DOCS.mkdir(parents=True, exist_ok=True)
+    return [result_file.parent / f"{stem}.png", DOCS / f"{stem}.png"]
+
+
+def _replace_section(name: str, lines: list[str]) -> Path:
+    """The performance page's section between its `name` markers, replaced by lines."""
+    begin, end = f"<!-- {name} figures: begin -->", f"<!-- {name} figures: end -->"
+    text = PAGE.read_text()
+    start, stop = text.index(begin), text.index(end) + len(end)
+    PAGE.write_text(text[:start] + "\n".join([begin, *lines, end]) + text[stop:])
+    return PAGE
+
+
 def _rows(result: dict[str, Any], name: str, size: int) -> list[dict[str, Any]]:
     found = [r for r in result["rows"] if r["name"] == name and r["size"] == size]
     return sorted(found, key=lambda r: r["clients"])
 
 
 def saves_figure(result: dict[str, Any], out: list[Path]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     sizes = sorted({r["size"] for r in result["rows"] if r["name"] in SERIES})
     figure, axes = plt.subplots(1, len(sizes), figsize=(5.2 * len(sizes), 4), squeeze=False)
     floor = [r for r in result["rows"] if r["name"] == FLOOR]
@@ -57,19 +89,11 @@ def saves_figure(result: dict[str, Any], out: list[Path]) -> None:
         axis.set_title(f"{size // KIB} KiB snapshots")
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=8)
-    figure.suptitle(f"Saves a second, {result['when'][:10]}: {result['command']}", fontsize=9)
-    figure.tight_layout()
-    for path in out:
-        figure.savefig(path, dpi=110)
-    plt.close(figure)
+    _finish(plt, figure, _title("Saves a second", result), out)
 
 
 def latency_figure(result: dict[str, Any], out: list[Path]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     counts = [1, 64]
     figure, axes = plt.subplots(1, len(counts), figsize=(10.4, 4), squeeze=False)
     for axis, clients in zip(axes[0], counts, strict=True):
@@ -84,39 +108,24 @@ def latency_figure(result: dict[str, Any], out: list[Path]) -> None:
         axis.set_title(f"4 KiB saves, {clients} client{'s' if clients > 1 else ''}")
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=8)
-    figure.suptitle(f"Latency, {result['when'][:10]}: {result['command']}", fontsize=9)
-    figure.tight_layout()
-    for path in out:
-        figure.savefig(path, dpi=110)
-    plt.close(figure)
+    _finish(plt, figure, _title("Latency", result), out)
 
 
 def write_figures(result_file: Path) -> list[Path]:
     """Every picture of the run in result_file, beside it and in docs/performance/."""
     result = json.loads(result_file.read_text())
-    DOCS.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for stem, draw in (("saves", saves_figure), ("latency", latency_figure)):
-        paths = [result_file.parent / f"{stem}.png", DOCS / f"{stem}.png"]
+        paths = _pictures(result_file, stem)
         draw(result, paths)
         written += paths
-    write_headline_section(result_file, PAGE)
-    return [*written, PAGE]
+    return [*written, _replace_section("headline", headline_section(result))]
 
 
-if __name__ == "__main__":
-    for path in write_figures(Path(sys.argv[1])):
-        print(f"plots: wrote {path}")
-
-
-BEGIN, END = "<!-- headline figures: begin -->", "<!-- headline figures: end -->"
-
-
-def headline_section(result: dict[str, Any]) -> str:
+def headline_section(result: dict[str, Any]) -> list[str]:
     """The page's section for this run: the command, the date, the pictures, and the
     figures they show as a table (saves a second, p50, server CPU per save)."""
     lines = [
-        BEGIN,
         f"Made by `{result['command']}` on {result['when'][:10]} "
         f"({result['machine']['cpus']} CPUs, Linux {result['machine']['kernel']}, "
         f"Python {result['machine']['python']}); every row on the same disk, clients and bytes.",
@@ -149,24 +158,13 @@ def headline_section(result: dict[str, Any]) -> str:
                   f"appends+fdatasync a second (p50 {floor[0]['p50_ms']:.3f} ms)."]  # fmt: skip
     if result.get("redis", "included") != "included":
         lines += ["", f"Redis is left out of this run: {result['redis']}."]
-    return "\n".join([*lines, END])
-
-
-def write_headline_section(result_file: Path, page: Path) -> None:
-    text = page.read_text()
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    section = headline_section(json.loads(result_file.read_text()))
-    page.write_text(text[:start] + section + text[end:])
+    return lines
 
 
 def parts_figure(title: str, figures: dict[str, Any], out: list[Path]) -> None:
     """One bar per measurement of a part (the adapters against the frameworks' own
     backends, PostgreSQL): operations a second and p50 latency, ours in one colour."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     names = [n for n, f in figures.items() if isinstance(f, dict) and "ops_per_s" in f]
     ours = [not n.startswith(ANCHORS) for n in names]
     colours = ["tab:blue" if mine else "tab:orange" for mine in ours]
@@ -179,17 +177,12 @@ def parts_figure(title: str, figures: dict[str, Any], out: list[Path]) -> None:
     for axis in (rate, latency):
         axis.grid(True, axis="x", alpha=0.3)
     rate.invert_yaxis()
-    figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
-    for path in out:
-        figure.savefig(path, dpi=110)
-    plt.close(figure)
+    _finish(plt, figure, title, out)
 
 
-def part_section(part: str, result: dict[str, Any]) -> str:
+def part_section(part: str, result: dict[str, Any]) -> list[str]:
     figures = result["figures"]
     lines = [
-        f"<!-- {part} figures: begin -->",
         f"Made by `{result['command']}` on {result['when'][:10]}.",
         "",
         f"![{part}](performance/{part}.png)",
@@ -202,21 +195,16 @@ def part_section(part: str, result: dict[str, Any]) -> str:
             lines.append(
                 f"| {name} | {value['ops_per_s']:,.0f} | {value.get('p50_ms', 0):.2f} ms |"
             )
-    return "\n".join([*lines, f"<!-- {part} figures: end -->"])
+    return lines
 
 
 def write_part(part: str, result_file: Path) -> list[Path]:
     """A part's picture, beside its JSON and in docs/performance/, and its section of the
     performance page (between its markers)."""
     result = json.loads(result_file.read_text())
-    DOCS.mkdir(parents=True, exist_ok=True)
-    paths = [result_file.parent / f"{part}.png", DOCS / f"{part}.png"]
-    parts_figure(f"{part}, {result['when'][:10]}: {result['command']}", result["figures"], paths)
-    text = PAGE.read_text()
-    begin, end = f"<!-- {part} figures: begin -->", f"<!-- {part} figures: end -->"
-    start, stop = text.index(begin), text.index(end) + len(end)
-    PAGE.write_text(text[:start] + part_section(part, result) + text[stop:])
-    return [*paths, PAGE]
+    paths = _pictures(result_file, part)
+    parts_figure(_title(part, result), result["figures"], paths)
+    return [*paths, _replace_section(part, part_section(part, result))]
 
 
 ITEM_COST_POINTS = (  # (measurement key of bench/item_cost.py, label)
@@ -230,11 +218,7 @@ ITEM_COST_POINTS = (  # (measurement key of bench/item_cost.py, label)
 def item_cost_figure(title: str, figures: dict[str, Any], out: list[Path]) -> None:
     """The daemon's CPU per save and saves a second, by size and client count, with the
     compiled CBOR helper and with its pure-Python twin."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     paths = [p for p in ("compiled", "python") if isinstance(figures.get(p), dict)]
     figure, (cpu, rate) = plt.subplots(1, 2, figsize=(11, 4))
     width = 0.8 / max(1, len(paths))
@@ -250,23 +234,16 @@ def item_cost_figure(title: str, figures: dict[str, Any], out: list[Path]) -> No
         axis.set_ylabel(unit)
         axis.grid(True, axis="y", alpha=0.3)
         axis.legend(title="CBOR helper", fontsize=8)
-    figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
-    for path in out:
-        figure.savefig(path, dpi=110)
-    plt.close(figure)
+    _finish(plt, figure, title, out)
 
 
 def write_item_cost(result_file: Path) -> list[Path]:
     """The cost per CBOR item's picture and its section of the performance page."""
     result = json.loads(result_file.read_text())
     figures = result["figures"]
-    DOCS.mkdir(parents=True, exist_ok=True)
-    paths = [result_file.parent / "item_cost.png", DOCS / "item_cost.png"]
-    item_cost_figure(f"cost per CBOR item, {result['when'][:10]}: {result['command']}",
-                     figures, paths)  # fmt: skip
+    paths = _pictures(result_file, "item_cost")
+    item_cost_figure(_title("cost per CBOR item", result), figures, paths)
     lines = [
-        "<!-- item_cost figures: begin -->",
         f"Made by `{result['command']}` on {result['when'][:10]}.",
         "",
         "![Daemon CPU per save and saves a second, by CBOR helper](performance/item_cost.png)",
@@ -288,8 +265,9 @@ def write_item_cost(result_file: Path) -> list[Path]:
     sqlite = figures.get("sqlite 1 MiB commit")
     if sqlite:
         lines += ["", f"SQLite's commit of the same 1 MiB snapshot: p50 {sqlite['p50_ms']:.1f} ms."]
-    text = PAGE.read_text()
-    begin, end = "<!-- item_cost figures: begin -->", "<!-- item_cost figures: end -->"
-    start, stop = text.index(begin), text.index(end) + len(end)
-    PAGE.write_text(text[:start] + "\n".join([*lines, end]) + text[stop:])
-    return [*paths, PAGE]
+    return [*paths, _replace_section("item_cost", lines)]
+
+
+if __name__ == "__main__":  # python -m bench.plots RESULT.json: the headline pictures again
+    for path in write_figures(Path(sys.argv[1])):
+        print(f"plots: wrote {path}")

@@ -403,6 +403,12 @@ def targets(out: dict[str, Any]) -> dict[str, float]:
 
 
 if __name__ == "__main__":  # python -m bench.postgres [--dir DIR] [--seconds S]: this part alone
+    from .plots import write_part
     from .standalone import run_alone
 
-    run_alone("python -m bench.postgres", run, 5.0)
+    run_alone(
+        "python -m bench.postgres",
+        run,
+        5.0,
+        lambda result_file: write_part("postgres", result_file),
+    )

@@ -2,7 +2,10 @@
 # operations a second and latency percentiles, and how it prints.
 from __future__ import annotations
 
+import os
+import platform
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,3 +60,16 @@ def format_row(row: Row) -> str:
         f"{row.name:<28} {row.clients:>4} {row.size // KIB:>4} KiB "
         f"{row.ops_per_s:>10.0f}/s  p50 {row.p50_ms:>7.2f} ms  p99 {row.p99_ms:>7.2f} ms"
     )
+
+
+def run_header(command: str) -> dict[str, Any]:
+    """What every result file of a run starts with: when, the command, the machine."""
+    return {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": command,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "kernel": platform.release(),
+        },
+    }

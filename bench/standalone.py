@@ -1,5 +1,7 @@
-# Running one part of `make bench` alone (python -m bench.adapters, bench.postgres):
-# a temporary directory on the chosen disk, the part, its figures printed.
+# Running one part of `make bench` alone (python -m bench.adapters, bench.postgres,
+# bench.item_cost_alone): a temporary directory on the chosen disk, the part, its
+# figures printed; with draw, the figures also go to bench/results/NAME.json and
+# draw makes the part's picture and section of the performance page from it.
 from __future__ import annotations
 
 import argparse
@@ -7,16 +9,15 @@ import json
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 Part = Callable[[Any, Path, float], dict[str, Any]]  # (daemon factory, workdir, seconds)
-PICTURED = ("adapters", "postgres")  # the parts with a picture on the performance page
+Draw = Callable[[Path], list[Path]]  # result file -> what it wrote
 
 
-def run_alone(prog: str, part: Part, default_seconds: float) -> None:
+def run_alone(prog: str, part: Part, default_seconds: float, draw: Draw | None = None) -> None:
     from .daemon import Daemon
 
     parser = argparse.ArgumentParser(prog=prog)
@@ -30,15 +31,12 @@ def run_alone(prog: str, part: Part, default_seconds: float) -> None:
         shutil.rmtree(base, ignore_errors=True)
     for name, figures in result.items():
         print(f"{name}: {json.dumps(figures)}")
-    part = prog.rsplit(".", 1)[-1]
-    if part in PICTURED:
-        from .plots import write_part
-        from .rows import RESULTS
+    if draw is not None:
+        from .rows import RESULTS, run_header
 
         RESULTS.mkdir(exist_ok=True)
-        result_file = RESULTS / f"{part}.json"
-        command = " ".join([f"python -m bench.{part}", *sys.argv[1:]])
-        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        result_file.write_text(json.dumps({"when": when, "command": command, "figures": result}))
-        for path in write_part(part, result_file):
+        result_file = RESULTS / f"{prog.rsplit('.', 1)[-1]}.json"
+        header = run_header(" ".join([prog, *sys.argv[1:]]))
+        result_file.write_text(json.dumps({**header, "figures": result}))
+        for path in draw(result_file):
             print(f"bench: wrote {path}")

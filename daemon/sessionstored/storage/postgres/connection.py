@@ -5,7 +5,6 @@
 # refuses is DatabaseRefused (give up), a read that fails is DatabaseUnavailable.
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,8 +32,6 @@ from .keying import Keying, application_name, read_keying, row_key, row_keys
 from .schema import (
     ROWS_BY_KEY,
 )
-
-log = logging.getLogger("sessionstored.postgres")
 
 READ_POOL_CONNECTIONS = 4
 CONNECT_TIMEOUT_S = 10

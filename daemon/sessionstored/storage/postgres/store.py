@@ -29,7 +29,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -74,8 +73,6 @@ from .schema import (
     schema_exists,
 )
 from .sweeping import PgSweeping
-
-log = logging.getLogger("sessionstored.postgres")
 
 RESTORE_ROWS = 1000  # documents per INSERT round trip of a restore
 
