@@ -195,6 +195,20 @@ def test_hang_blocks_writes_but_reads_are_served(daemon: DaemonProcess) -> None:
         assert client.load("h") == snapshot("h", gen=1)
 
 
+def test_a_slow_disk_is_waited_for_through_the_loop_not_on_it(daemon: DaemonProcess) -> None:
+    """Every commit 20 ms slower: after the first (waited for on the loop for at most
+    a moment, then through trio), no commit is waited for on the loop."""
+    daemon.start(env={"SESSIONSTORED_FAILPOINTS": "before-commit-record=slow"})
+    with daemon.client() as client, daemon.client() as reader:
+        for gen in range(1, 5):
+            assert client.save(snapshot("slow", gen=gen))["seq"] == gen
+            reader.ping()
+        stats = client.stats()
+        assert stats["batches"] == 4
+        assert stats["batches_waited_on_loop"] == 0
+        assert client.load("slow") == snapshot("slow", gen=4)
+
+
 def _writer_loop(
     daemon: DaemonProcess,
     worker: int,

@@ -7,12 +7,14 @@ import contextlib
 import socket
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
 from sessionstored.storage.mutations import Outcome
+from sessionstored.writer import writer as writer_module
 from sessionstored.writer.jobs import MutationJob
 from sessionstored.writer.worker_thread import WorkerThread
 from sessionstored.writer.writer import Writer
@@ -139,3 +141,73 @@ async def test_a_call_handed_to_the_thread_is_delivered_though_its_caller_is_can
     worker.close()
     assert scope.cancelled_caught
     assert delivered == ["durable"]
+
+
+async def test_a_call_waited_for_on_the_loop_returns_at_once_or_falls_back_to_trio() -> None:
+    worker = WorkerThread("test-worker")
+    assert await worker.call_waiting(lambda: 42, 30.0) == (42, True)
+
+    def fails() -> None:
+        raise ValueError("from the thread")
+
+    with pytest.raises(ValueError, match="from the thread"):
+        await worker.call_waiting(fails, 30.0)
+    release = threading.Event()
+
+    async def release_from_the_loop() -> None:
+        await trio.sleep(0.05)
+        release.set()  # runs only if the loop is not held by the waiting call
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(release_from_the_loop)
+        value = await worker.call_waiting(lambda: release.wait(60) and "done", 0.01)
+    worker.close()
+    assert value == ("done", False)
+
+
+class _HeldCommits:
+    """A log store whose commits wait for `release` while `hold` is set."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.hold = False
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def commit_durably(self, mutations: Any) -> Any:
+        if self.hold:
+            self.release.wait(60)
+        return self.store.commit_durably(mutations)
+
+
+async def test_lone_saves_are_waited_for_on_the_loop_until_a_commit_is_slow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(writer_module, "WAIT_ON_LOOP_MAX_S", 30.0)
+    store = _HeldCommits(open_store(new_fs()))
+    writer = Writer(store, on_fatal=lambda reason: None)  # type: ignore[arg-type]
+    results: list[Outcome] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        for n in range(3):
+            await _submit(writer, MutationJob(put(f"lone{n}", n)), results)
+        assert writer.waited_on_loop == 3
+        monkeypatch.setattr(writer_module, "WAIT_ON_LOOP_MAX_S", 0.01)
+        store.hold = True
+
+        async def release_from_the_loop() -> None:
+            await trio.sleep(0.05)
+            store.release.set()  # only if the loop went on while the commit was held
+
+        nursery.start_soon(release_from_the_loop)
+        await _submit(writer, MutationJob(put("slow", 0)), results)
+        store.hold = False
+        await _submit(writer, MutationJob(put("after", 0)), results)  # through trio
+        assert writer.waited_on_loop == 3
+        monkeypatch.setattr(writer_module, "WAIT_ON_LOOP_MAX_S", 30.0)
+        await _submit(writer, MutationJob(put("fast again", 0)), results)
+        assert writer.waited_on_loop == 4
+        writer.close()
+    assert [o.seq for o in results] == [1, 2, 3, 4, 5, 6]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from dataclasses import dataclass
 
 from .storage.errors import InjectedFault
@@ -18,7 +19,8 @@ POINTS = (
     "before-commit-record",
     "after-commit-record",
 )
-ACTIONS = ("crash", "error", "hang")
+ACTIONS = ("crash", "error", "hang", "slow")
+SLOW_FAILPOINT_S = 0.020  # `slow`: a disk whose every commit takes this much longer
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,10 @@ class Failpoints:
         if spec is None:
             return
         self._passes[point] += 1
+        if spec.action == "slow":  # every pass from the N-th on
+            if self._passes[point] >= spec.nth:
+                time.sleep(SLOW_FAILPOINT_S)
+            return
         if self._passes[point] != spec.nth:
             return
         if spec.action == "crash":

@@ -168,6 +168,7 @@ class Server(ConnectionLoop):
                 "request_timeouts": self.timed_out_requests,
             },
             "batches": self.writer.batches,
+            "batches_waited_on_loop": self.writer.waited_on_loop,
             "committed": self.writer.committed_jobs,
             "compactions": self.writer.compactions,
             "checkpoints": self.writer.checkpoints,

@@ -14,6 +14,8 @@
 # batches_in_flight says how many batches the writer may have committing at
 # once: the log's one (one sync at a time), PostgreSQL's several (each on a
 # connection of its own; the database orders them, postgres/batch.py).
+# local_commits says a commit is a local write and sync (the log), never a
+# network round trip: the writer may run a lone small one on the event loop.
 from __future__ import annotations
 
 import threading
@@ -109,6 +111,7 @@ class Follower(Protocol):
 class Engine(Protocol):
     blocking_reads: bool
     batches_in_flight: int  # commit_durably may run in this many threads at once
+    local_commits: bool  # a commit is a local write and sync, never a network round trip
     seq: int  # the watch history's: every change up to it is in history
     history: History
     sealer: Sealer

@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import os
 import queue
+import select
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -35,6 +36,8 @@ class WorkerThread:
     def __init__(self, name: str) -> None:
         self._calls: queue.SimpleQueue[Callable[[], Any] | None] = queue.SimpleQueue()
         self._done = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._poll = select.poll()  # call_waiting's: the eventfd alone
+        self._poll.register(self._done, select.POLLIN)
         self._result: outcome.Outcome[Any] | None = None
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
@@ -56,15 +59,34 @@ class WorkerThread:
         level-triggered), so a batch's outcome always reaches its clients. A shielded
         scope around every call would do the same at 9% of a small write's cost."""
         self._calls.put(fn)
+        value: T = await self._result_when_returned()
+        return value
+
+    async def call_waiting(self, fn: Callable[[], T], seconds: float) -> tuple[T, bool]:
+        """call(fn), first waiting for it with the event loop blocked, in poll(2) (the GIL
+        released), for at most `seconds`; True when it was back by then."""
+        self._calls.put(fn)
+        if self._poll.poll(seconds * 1000):
+            try:
+                os.eventfd_read(self._done)
+            except BlockingIOError:
+                pass
+            else:
+                return self._take_result(), True
+        return await self._result_when_returned(), False
+
+    async def _result_when_returned(self) -> Any:
         try:
             await self._returned()
         except trio.Cancelled:
             with trio.CancelScope(shield=True):
                 await self._returned()
+        return self._take_result()
+
+    def _take_result(self) -> Any:
         result, self._result = self._result, None
         assert result is not None
-        value: T = result.unwrap()
-        return value
+        return result.unwrap()
 
     async def _returned(self) -> None:
         while True:

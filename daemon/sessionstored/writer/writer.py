@@ -15,6 +15,17 @@
 # land, so one client's pipelined writes still apply in the order sent. The
 # log takes one at a time: its order is its commit order.
 #
+# A lone small batch (one put or remove of at most WAIT_ON_LOOP_MAX_BYTES) on
+# the log is still committed in the thread, but the event loop waits for it
+# right there, blocked in poll(2) on the thread's eventfd for at most
+# WAIT_ON_LOOP_MAX_S, instead of going back to trio's scheduler and being woken
+# through it: a lone client's save skips a pass of the loop (measured with
+# callgrind: see docs/performance.md). Redis, with appendfsync always, stalls
+# its loop for each fsync; here the stall is bounded by WAIT_ON_LOOP_MAX_S.
+# A commit that is not back by then is waited for the usual way, so a slow or
+# hung disk stalls the other connections by that much once: the next batches
+# are waited for through trio until a commit is fast again.
+#
 # Exclusive jobs (verify, compact) run in the thread with no batch in flight.
 # Between batches the writer also keeps the store in shape:
 #   - an index checkpoint when enough changes or log bytes accumulated;
@@ -49,7 +60,14 @@ from sessionstore.wire.codes import ErrorCode
 from ..notify import notify
 from ..storage.engine import CompactionRun, Engine, LogMaintenance
 from ..storage.errors import FatalStorageError, InjectedFault, NoSpace
-from ..storage.mutations import Batch, mutation_keys, needs_whole_store, split_batches
+from ..storage.mutations import (
+    Batch,
+    Put,
+    Remove,
+    mutation_keys,
+    needs_whole_store,
+    split_batches,
+)
 from .collector import Collector
 from .jobs import ExclusiveJob, Job, MutationJob
 from .worker_thread import WorkerThread, name_os_thread
@@ -61,6 +79,8 @@ QUEUE_DEPTH = 64
 MAX_BATCH_JOBS = 512
 MAX_BATCH_BYTES = 128 * 1024 * 1024
 RECENT_BATCHES = 256
+WAIT_ON_LOOP_MAX_BYTES = 256 * 1024
+WAIT_ON_LOOP_MAX_S = 0.002
 
 
 @dataclass
@@ -101,6 +121,8 @@ class Writer:
         self._busy: set[WorkerThread] = set()
         self._landed = trio.lowlevel.ParkingLot()
         self._nursery: trio.Nursery | None = None
+        self._last_commit_s = 0.0  # the engine's time for the last batch
+        self.waited_on_loop = 0  # batches whose commit the event loop waited for itself
 
     def submit(self, job: Job) -> bool:
         """Hand a job over without waiting; False when the queue is full (then enqueue)."""
@@ -265,10 +287,15 @@ class Writer:
             return result
 
         try:
-            batch = await thread.call(commit)
+            if self._wait_on_loop(jobs):
+                batch, on_loop = await thread.call_waiting(commit, WAIT_ON_LOOP_MAX_S)
+                self.waited_on_loop += on_loop
+            else:
+                batch = await thread.call(commit)
         except FatalStorageError as error:
             self._fatal(str(error), jobs)
             return
+        self._last_commit_s = timing[0]
         self.store.publish(batch)
         self.batches += 1
         self._recent.append((timing[0], time.perf_counter() - started, len(jobs)))
@@ -280,6 +307,18 @@ class Writer:
             self.on_publish()
         if self.on_batch is not None:
             self.on_batch(len(jobs), timing[0], batch.sync_s)
+
+    def _wait_on_loop(self, jobs: list[MutationJob]) -> bool:
+        """Wait for the commit on the event loop: a lone small put or remove on the log,
+        while commits are fast."""
+        return (
+            len(jobs) == 1
+            and isinstance(jobs[0].mutation, (Put, Remove))
+            and self.store.local_commits
+            and not self._spare_threads
+            and self._last_commit_s < WAIT_ON_LOOP_MAX_S
+            and jobs[0].size() <= WAIT_ON_LOOP_MAX_BYTES
+        )
 
     # -- keeping the store in shape, between batches ------------------------------
 

@@ -109,6 +109,7 @@ class StoreOptions(TypedDict, total=False):
 class Store(LogReads):
     blocking_reads = False  # reads come from the in-memory index and the page cache
     batches_in_flight = 1  # one append and sync at a time: the log's order is the commit order
+    local_commits = True
     follower = None  # this daemon is the only writer
 
     def __init__(

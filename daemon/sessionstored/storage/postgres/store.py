@@ -99,6 +99,7 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
     opening, the batches, restore and the maintenance ops."""
 
     blocking_reads = True  # reads are network round trips: the ops run them in threads
+    local_commits = False
     maintenance = None  # no segments, checkpoints or spares to keep: the writer skips them
 
     @functools.cached_property
