@@ -91,7 +91,10 @@ class ByteReader:
         documents: dict[bytes, str] = {}
         for key_at, value_at, end in pairs:
             if item[key_at:value_at] == _OP_KEY:
-                op = cbor2.loads(item[value_at:end])
+                encoded = item[value_at:end]
+                op = _KEYS.get(encoded)
+                if op is None:
+                    op = _remembered_key(encoded)
                 documents = self.documents.get(op, {}) if isinstance(op, str) else {}
                 break
         return _decoded_keeping(item, pairs, documents)
@@ -142,10 +145,29 @@ def map_fields(data: bytes, start: int = 0, end: int | None = None) -> dict[str,
     if end is None:
         end = len(data) if start == 0 else -1
     offsets = cbor_bytes.entries(data, start, end)
-    return {
-        cbor2.loads(data[offsets[i] : offsets[i + 1]]): (offsets[i + 1], offsets[i + 2])
-        for i in range(0, len(offsets) - 1, 2)
-    }
+    fields = {}
+    for i in range(0, len(offsets) - 1, 2):
+        key_at, value_at = offsets[i], offsets[i + 1]
+        encoded = data[key_at:value_at]
+        key = _KEYS.get(encoded)
+        if key is None:
+            key = _remembered_key(encoded)
+        fields[key] = (value_at, offsets[i + 2])
+    return fields
+
+
+# The text keys map_fields has met, and the ops requests named, by their encoding:
+# the same few dozen names (a snapshot's components, a session's fields, the ops)
+# come back in every request, and a dict lookup costs a tenth of decoding one.
+_KEYS: dict[bytes, Any] = {}
+MAX_REMEMBERED_KEYS = 4096
+
+
+def _remembered_key(encoded: bytes) -> Any:
+    key = cbor2.loads(encoded)
+    if isinstance(key, str) and len(_KEYS) < MAX_REMEMBERED_KEYS:
+        _KEYS[encoded] = key
+    return key
 
 
 def raw_entries(data: bytes) -> dict[bytes, bytes]:
