@@ -184,6 +184,12 @@ class Connection:
         return self._inbox.eof and not self._inbox.data
 
     @property
+    def idle(self) -> bool:
+        """Nothing buffered and no EOF: the next message needs more bytes (next_message
+        would say NEED_DATA)."""
+        return not self._inbox.data and not self._inbox.eof and not self._failed
+
+    @property
     def buffered(self) -> int:
         return len(self._inbox.data)
 

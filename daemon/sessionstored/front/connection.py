@@ -216,6 +216,8 @@ class ConnectionLoop:
 
     async def _take_request(self, conn: Connection, outbox: Outbox) -> Request | _Turn:
         """The next whole request the connection holds; a refusal is answered here."""
+        if conn.idle:  # the common case after a request: skip the framing layers
+            return _Turn.READ_MORE
         try:
             message = conn.next_message()
         except Refusal as refusal:
