@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -23,21 +22,21 @@ from . import (
     backup,
     cpu,
     expiry,
+    floor_shapes,
     generations,
     item_cost,
     loop_stall,
     metrics_cost,
     postgres,
-    redis_anchor,
     space,
     store,
 )
 from .daemon import Daemon
 from .frontend_cost import frontend_cost
 from .load import run_clients, run_in_processes
-from .plots import write_figures, write_item_cost, write_part
+from .plots import write_figures, write_floor_shapes, write_item_cost, write_part
 from .rows import KIB, RESULTS, Row, format_row, percentile_ms, run_header
-from .saves import anchor_rows, bench_daemon
+from .saves import anchor_rows, save_rows
 from .sealing_cost import sealing_cost
 from .targets import best_row, fast_path_targets, find_row, rate_of, targets
 from .workload import make_snapshot, snapshot_bytes
@@ -170,34 +169,10 @@ def main() -> None:
         sealing = _cpu_costs("sealing one {} document", sealing_cost)
         frontend = _cpu_costs("one {} save before the disk", frontend_cost)
 
-        daemon_dir = base / "daemon"
-        daemon_dir.mkdir()
-        rows += bench_daemon(daemon_dir, args)
-        sealed_dir = base / "sealed"
-        sealed_dir.mkdir()
-        key_file = sealed_dir / "bench.key"
-        key_file.write_bytes(os.urandom(32))
-        rows += bench_daemon(sealed_dir, args, "sessionstored+key", "--key-file", str(key_file))
-
-        sqlite_dir = base / "sqlite"
-        sqlite_dir.mkdir()
-        db = str(sqlite_dir / "sessions.db")
-        anchors.open_sqlite(db).close()
-        sqlite_counts = [1, 64] if args.quick else [1, 8, 64]
-        rows += anchor_rows(
-            "sqlite WAL sync=FULL save",
-            anchors.sqlite_saves,
-            lambda size, n, deadline: (db, f"s{n}", make_snapshot(f"s{n}", size), deadline),
-            args,
-            sqlite_counts,
-        )
-        redis_missing = redis_anchor.available()
-        if redis_missing is None:
-            rows += redis_anchor.bench_redis(
-                base / "redis", args.sizes, args.clients, args.seconds, args.repeats
-            )
-        else:
-            print(f"bench: Redis left out: {redis_missing}", flush=True)
+        saves_dir = base / "saves"
+        saves_dir.mkdir()
+        rows += save_rows(saves_dir, args, sealed=True)
+        db = str(saves_dir / "sessions.db")  # the SQLite anchor's, with its 64 sessions
         ids = [f"s{n}" for n in range(64)]
         deadline = time.perf_counter() + args.seconds
         loads = run_in_processes(anchors.sqlite_loads, [(db, ids, deadline)] * args.load_clients)
@@ -229,6 +204,8 @@ def main() -> None:
         )
         (base / "cpu").mkdir()
         cpu_per_request = cpu.run(Daemon, base / "cpu", args.seconds)
+        (base / "floor_shapes").mkdir()
+        shapes = floor_shapes.run(Daemon, base / "floor_shapes", args.seconds)
         (base / "item_cost").mkdir()
         per_item = item_cost.run(base / "item_cost", args.seconds)
         (base / "adapters").mkdir()
@@ -291,6 +268,7 @@ def main() -> None:
         "store": memory_store,
         "postgresql": on_postgres,
         "cpu_per_request": cpu_per_request,
+        "floor_shapes": shapes,
         "targets": targets(rows),
         "fast_path_targets": fast_path_targets(rows, cpu_per_request, frameworks, on_postgres),
         "item_cost": per_item,
@@ -318,6 +296,10 @@ def main() -> None:
             part_file.write_text(json.dumps({**out, "figures": out[key]}))
             for path in write_part(part, part_file):
                 print(f"bench: wrote {path}")
+    shapes_file = RESULTS / "floor_shapes.json"
+    shapes_file.write_text(json.dumps({**out, "figures": out["floor_shapes"]}))
+    for path in write_floor_shapes(shapes_file):
+        print(f"bench: wrote {path}")
     if out["item_cost"]:
         cost_file = RESULTS / "item_cost.json"
         cost_file.write_text(json.dumps({**out, "figures": out["item_cost"]}))

@@ -16,8 +16,8 @@ from pathlib import Path
 from . import anchors, redis_anchor
 from .plots import write_figures
 from .rows import KIB, RESULTS, Row, percentile_ms, run_header
-from .saves import anchor_rows, bench_daemon
-from .workload import make_snapshot, snapshot_bytes
+from .saves import save_rows
+from .workload import snapshot_bytes
 
 
 def main() -> None:
@@ -33,27 +33,11 @@ def main() -> None:
         Row("floor: append+fdatasync", 1, 4 * KIB, 1 / statistics.median(appends),
             percentile_ms(appends, 0.5), percentile_ms(appends, 0.99))
     ]  # fmt: skip
-    (base / "daemon").mkdir()
-    rows += bench_daemon(base / "daemon", args)
-    db = str(base / "sessions.db")
-    anchors.open_sqlite(db).close()
-    rows += anchor_rows(
-        "sqlite WAL sync=FULL save",
-        anchors.sqlite_saves,
-        lambda size, n, deadline: (db, f"s{n}", make_snapshot(f"s{n}", size), deadline),
-        args,
-        args.clients,
-    )
-    missing = redis_anchor.available()
-    if missing is None:
-        rows += redis_anchor.bench_redis(
-            base / "redis", args.sizes, args.clients, args.seconds, args.repeats
-        )
-    else:
-        print(f"bench: Redis left out: {missing}", flush=True)
+    rows += save_rows(base, args, sealed=False)
     RESULTS.mkdir(exist_ok=True)
     result_file = RESULTS / "headline.json"
     command = " ".join(["python -m bench.headline", *sys.argv[1:]])
+    missing = redis_anchor.available()
     result = {**run_header(command), "redis": missing or "included"}
     result_file.write_text(json.dumps({**result, "rows": [row.__dict__ for row in rows]}, indent=2))
     for path in write_figures(result_file):

@@ -268,6 +268,24 @@ def write_item_cost(result_file: Path) -> list[Path]:
     return [*paths, _replace_section("item_cost", lines)]
 
 
+def write_floor_shapes(result_file: Path) -> list[Path]:
+    """The floors of the daemon's stack against sessionstored: its section of the page."""
+    result = json.loads(result_file.read_text())
+    lines = [
+        f"Made by `{result['command']}` on {result['when'][:10]}: 64 clients, pre-encoded"
+        " 4 KiB saves, CPU per save from `/proc`, by thread.",
+        "",
+        "| server | saves a second | CPU per save | by thread |",
+        "|---|---|---|---|",
+    ]
+    for name, point in result["figures"].items():
+        threads = ", ".join(f"{thread} {us:,.0f}" for thread, us in point["threads_us"].items())
+        lines.append(
+            f"| {name} | {point['ops_per_s']:,.0f} | {point['cpu_us']:,.0f} µs | {threads} |"
+        )
+    return [_replace_section("floor_shapes", lines)]
+
+
 if __name__ == "__main__":  # python -m bench.plots RESULT.json: the headline pictures again
     for path in write_figures(Path(sys.argv[1])):
         print(f"plots: wrote {path}")

@@ -19,7 +19,6 @@ from typing import Any
 from sessionstore.wire.canonical import canonical_dumps
 
 from .load import Sample, run_fixed
-from .rows import Row, format_row, row_of
 from .workload import make_snapshot
 
 START_TIMEOUT_S = 30
@@ -116,28 +115,3 @@ def run_redis_clients(
         for n in range(clients)
     ]
     return run_fixed(socket_path, requests, duration_s, client=redis_client)
-
-
-def bench_redis(workdir: Path, sizes: list[int], clients: list[int], seconds: float,
-                repeats: int) -> list[Row]:  # fmt: skip
-    """Redis's rows, as bench_daemon's for sessionstored: saves/s, p50 and p99 at each
-    size and client count, and redis-server's CPU per save (from /proc)."""
-    rows: list[Row] = []
-    server = RedisServer(workdir)
-    try:
-        for size in sizes:
-            for count in clients:
-                cpu_before = server.cpu_s()
-                samples = [
-                    run_redis_clients(server.socket, count, size, seconds, f"{size}-{count}-{r}")
-                    for r in range(repeats)
-                ]
-                cpu = server.cpu_s() - cpu_before
-                rows.append(row_of(REDIS_ROW, count, size, samples))
-                sets = sum(sample.operations for sample in samples)
-                rows[-1].extra["daemon_cpu_us_per_save"] = round(cpu / sets * 1e6, 1)
-                print(format_row(rows[-1]) + f"  cpu {rows[-1].extra['daemon_cpu_us_per_save']}"
-                      " us/save", flush=True)  # fmt: skip
-    finally:
-        server.stop()
-    return rows

@@ -1,58 +1,76 @@
-# The save rows of a run: sessionstored's on a daemon of the bench's own (with its
-# CPU per save from /proc), and an anchor's, its clients in processes of their own.
+# The save rows of a run: sessionstored's on daemons of the bench's own and the
+# anchors', taken in turns (interleaved.py), each server's CPU per save from
+# /proc; and an anchor's alone, its clients in processes of their own.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 from typing import Any
 
+from . import anchors, redis_anchor
 from .daemon import Daemon
+from .interleaved import daemon_system, interleaved_rows, redis_system, sqlite_system
 from .load import Sample, run_clients, run_in_processes
 from .rows import KIB, Row, format_row, row_of
 
 
-def bench_daemon(
-    workdir: Path, args: argparse.Namespace, name: str = "sessionstored", *extra: str
-) -> list[Row]:
-    rows = []
-    daemon = Daemon(workdir, *extra)
+def save_rows(base: Path, args: argparse.Namespace, *, sealed: bool) -> list[Row]:
+    """sessionstored (and, with sealed, sessionstored with a key), SQLite and Redis, their
+    saves taken in turns (interleaved.py), then each daemon's load row. Redis is left out,
+    with a note, where redis-server is not installed."""
+    daemons = {"sessionstored": _daemon(base / "daemon")}
+    if sealed:
+        key_file = base / "bench.key"
+        key_file.write_bytes(os.urandom(32))
+        daemons["sessionstored+key"] = _daemon(base / "sealed", "--key-file", str(key_file))
+    redis = None
+    missing = redis_anchor.available()
+    if missing is None:
+        redis = redis_anchor.RedisServer(base / "redis")
+    else:
+        print(f"bench: Redis left out: {missing}", flush=True)
+    db = str(base / "sessions.db")
+    anchors.open_sqlite(db).close()
+    systems = [daemon_system(name, daemon) for name, daemon in daemons.items()]
+    systems.append(sqlite_system(db))
+    if redis is not None:
+        systems.append(redis_system(redis))
     try:
-        for size in args.sizes:
-            for clients in args.clients:
-                cpu_before = daemon.cpu_s()
-                samples = [
-                    run_clients(
-                        daemon.socket, "save", clients, size, args.seconds, f"{size}-{clients}-{r}"
-                    )
-                    for r in range(args.repeats)
-                ]
-                cpu = daemon.cpu_s() - cpu_before
-                rows.append(row_of(f"{name} save", clients, size, samples))
-                saves = sum(sample.operations for sample in samples)
-                rows[-1].extra["daemon_cpu_us_per_save"] = round(cpu / saves * 1e6, 1)
-                print(
-                    format_row(rows[-1])
-                    + f"  cpu {rows[-1].extra['daemon_cpu_us_per_save']} us/save",
-                    flush=True,
-                )
-        samples = [
-            run_clients(
-                daemon.socket,
-                "load",
-                args.load_clients,
-                4 * KIB,
-                args.seconds,
-                f"{4 * KIB}-{args.load_clients}-0",
-            )
-            for _ in range(args.repeats)
-        ]
-        rows.append(row_of(f"{name} load", args.load_clients, 4 * KIB, samples))
-        rows[-1].extra["rss_kib_after"] = daemon.rss_kib()
-        print(format_row(rows[-1]), flush=True)
+        rows = interleaved_rows(systems, args.sizes, args.clients, args.seconds, args.repeats)
+        for name, daemon in daemons.items():
+            rows.append(load_row(daemon, args, name))
     finally:
-        daemon.stop()
+        for daemon in daemons.values():
+            daemon.stop()
+        if redis is not None:
+            redis.stop()
     return rows
+
+
+def _daemon(workdir: Path, *extra: str) -> Daemon:
+    workdir.mkdir(parents=True, exist_ok=True)
+    return Daemon(workdir, *extra)
+
+
+def load_row(daemon: Daemon, args: argparse.Namespace, name: str) -> Row:
+    """Loads of 4 KiB snapshots by args.load_clients clients, and the daemon's RSS after."""
+    samples = [
+        run_clients(
+            daemon.socket,
+            "load",
+            args.load_clients,
+            4 * KIB,
+            args.seconds,
+            f"{4 * KIB}-{args.load_clients}-0",
+        )
+        for _ in range(args.repeats)
+    ]
+    row = row_of(f"{name} load", args.load_clients, 4 * KIB, samples)
+    row.extra["rss_kib_after"] = daemon.rss_kib()
+    print(format_row(row), flush=True)
+    return row
 
 
 def anchor_rows(

@@ -1,0 +1,229 @@
+# Where a save's CPU goes, against the floors of the daemon's own stack: the same
+# 64 clients sending the same pre-encoded 4 KiB saves to two bare trio servers
+# and to sessionstored, in one run, with each server's CPU per request from
+# /proc. Both bare servers frame each request with the compiled helper's walk
+# (no decode), group-commit what is queued with one pwrite and one fdatasync in
+# a thread of their own (woken back through an eventfd, as the daemon's writer
+# is) and answer {"ok": true, "seq": n}. They differ only in how they read:
+#   task per connection  each connection a trio task waiting on its socket, as
+#                        sessionstored's connections are;
+#   one task, epoll set  one task waits on an epoll set of every connection (one
+#                        fd to trio) and drains every ready socket per wake-up,
+#                        as Redis's event loop does.
+# What sessionstored spends beyond them is its own Python: checks, the index,
+# the log's records, watch history, metrics.
+#
+#   python -m bench.floor_shapes [--dir DIR] [--seconds S]
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import select
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import cbor2
+import trio
+
+from sessionstore.wire import cbor_bytes
+
+from .cpu import measure
+
+SHAPES = ("task per connection", "one task, epoll set")
+CLIENTS = 64
+REQUEST = "save 4 KiB"
+FILE_BYTES = 64 * 1024 * 1024  # zero-filled at start, as the log's segments are; writes wrap
+RECEIVE_BYTES = 256 * 1024
+MAX_DEPTH = 64
+MAX_REQUEST_BYTES = 1 << 30
+
+
+class _Disk:
+    """pwrite + fdatasync of a batch in a thread; the caller waits on an eventfd."""
+
+    def __init__(self, directory: str) -> None:
+        self.fd = os.open(os.path.join(directory, "floor.log"), os.O_RDWR | os.O_CREAT, 0o600)
+        page = bytes(4096)
+        for _ in range(FILE_BYTES // len(page)):
+            os.write(self.fd, page)
+        os.fsync(self.fd)
+        self.offset = 0
+        self.done = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.calls: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            data = self.calls.get()
+            if self.offset + len(data) > FILE_BYTES:
+                self.offset = 0
+            os.pwrite(self.fd, data, self.offset)
+            self.offset += len(data)
+            os.fdatasync(self.fd)
+            os.eventfd_write(self.done, 1)
+
+    async def write(self, data: bytes) -> None:
+        self.calls.put(data)
+        while True:
+            await trio.lowlevel.wait_readable(self.done)
+            try:
+                os.eventfd_read(self.done)
+            except BlockingIOError:
+                continue
+            return
+
+
+class _Server:
+    def __init__(self, directory: str) -> None:
+        self.disk = _Disk(directory)
+        self.queued: list[tuple[socket.socket, bytes]] = []
+        self.wake = trio.Event()
+        self.buffer = bytearray(RECEIVE_BYTES)
+        self.seq = 0
+
+    def received(self, sock: socket.socket, inbox: bytearray) -> bool:
+        """Take what the socket holds into inbox, queue each whole request; False at EOF."""
+        try:
+            count = sock.recv_into(self.buffer)
+        except BlockingIOError:
+            return True
+        if not count:
+            return False
+        inbox += memoryview(self.buffer)[:count]
+        while inbox:
+            status, _, end = cbor_bytes.walk(inbox, 0, MAX_REQUEST_BYTES, MAX_DEPTH, 2**62)
+            if status == cbor_bytes.INCOMPLETE:
+                break
+            if status not in (cbor_bytes.CANONICAL, cbor_bytes.VALID):
+                raise SystemExit(f"floor server: not a CBOR request ({status})")
+            self.queued.append((sock, bytes(inbox[:end])))
+            del inbox[:end]
+            self.wake.set()
+        return True
+
+    async def commit(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake = trio.Event()
+            batch, self.queued = self.queued, []
+            await self.disk.write(b"".join(request for _, request in batch))
+            for sock, _ in batch:
+                self.seq += 1
+                with contextlib.suppress(OSError):  # the client went away
+                    sock.send(cbor2.dumps({"ok": True, "seq": self.seq}))
+
+    async def per_connection(self, sock: socket.socket) -> None:
+        inbox = bytearray()
+        with sock:
+            while True:
+                await trio.lowlevel.wait_readable(sock)
+                if not self.received(sock, inbox):
+                    return
+
+    async def accept(self, listener: socket.socket, nursery: trio.Nursery) -> None:
+        while True:
+            await trio.lowlevel.wait_readable(listener)
+            try:
+                sock, _ = listener.accept()
+            except BlockingIOError:
+                continue
+            sock.setblocking(False)
+            nursery.start_soon(self.per_connection, sock)
+
+    async def epoll_set(self, listener: socket.socket) -> None:
+        ready = select.epoll()
+        ready.register(listener.fileno(), select.EPOLLIN)
+        connections: dict[int, tuple[socket.socket, bytearray]] = {}
+        while True:
+            await trio.lowlevel.wait_readable(ready.fileno())
+            for fd, _ in ready.poll(0):
+                if fd == listener.fileno():
+                    try:
+                        sock, _ = listener.accept()
+                    except BlockingIOError:
+                        continue
+                    sock.setblocking(False)
+                    connections[sock.fileno()] = (sock, bytearray())
+                    ready.register(sock.fileno(), select.EPOLLIN)
+                    continue
+                sock, inbox = connections[fd]
+                if not self.received(sock, inbox):
+                    ready.unregister(fd)
+                    del connections[fd]
+                    sock.close()
+            await trio.lowlevel.checkpoint()  # the writer and its replies run between passes
+
+
+async def serve(shape: str, socket_path: str, directory: str) -> None:
+    server = _Server(directory)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(512)
+    listener.setblocking(False)
+    print("ready", flush=True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.commit)
+        if shape == SHAPES[0]:
+            nursery.start_soon(server.accept, listener, nursery)
+        else:
+            nursery.start_soon(server.epoll_set, listener)
+
+
+class ShapeServer:
+    def __init__(self, shape: str, workdir: Path) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.socket = str(workdir / "floor.sock")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.floor_shapes", "serve", shape, self.socket, str(workdir)],
+            stdout=subprocess.PIPE,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != b"ready":
+            raise SystemExit(f"bench: the floor server ({shape}) did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
+    """CPU per 4 KiB save at 64 clients: each bare shape, then sessionstored."""
+    results: dict[str, Any] = {}
+    for shape in SHAPES:
+        server = ShapeServer(shape, workdir / shape.replace(" ", "-").replace(",", ""))
+        try:
+            results[shape] = measure(server.proc.pid, server.socket, REQUEST, CLIENTS, seconds)
+        finally:
+            server.stop()
+        print(f"floor shapes: {shape}: {results[shape]}", flush=True)
+    daemon_dir = workdir / "sessionstored"
+    daemon_dir.mkdir()
+    daemon = daemon_factory(daemon_dir)
+    try:
+        ours = measure(daemon.proc.pid, daemon.socket, REQUEST, CLIENTS, seconds)
+        results["sessionstored"] = ours
+    finally:
+        daemon.stop()
+    print(f"floor shapes: sessionstored: {results['sessionstored']}", flush=True)
+    return results
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["serve"]:
+        shape, socket_path, directory = sys.argv[2:5]
+        trio.run(serve, shape, socket_path, directory)
+        return
+    from .plots import write_floor_shapes
+    from .standalone import run_alone
+
+    run_alone("python -m bench.floor_shapes", run, 5.0, write_floor_shapes)
+
+
+if __name__ == "__main__":
+    main()
