@@ -13,7 +13,7 @@ from sessionstore.client import Client
 
 
 class Daemon:
-    def __init__(self, workdir: Path, *extra: str) -> None:
+    def __init__(self, workdir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.socket = str(workdir / "sock")
         self.log = open(workdir / "daemon.log", "ab")  # noqa: SIM115 - lives as long as the daemon
         self.proc = subprocess.Popen(
@@ -31,6 +31,7 @@ class Daemon:
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
         )
         deadline = time.monotonic() + 120
         while True:

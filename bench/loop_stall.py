@@ -2,7 +2,11 @@
 # client pings in a loop (one ping in flight) while another sends the most
 # expensive requests within the limits we could construct, and the ping
 # latencies during each are reported. Dense small maps are the worst case per
-# byte for cbor2 (measured in prepare.py's comment).
+# byte for cbor2 (measured in prepare.py's comment). Then the same pings while
+# one client saves, one save in flight: the writer waits for a lone client's
+# commit on the event loop for at most 2 ms; on a disk whose every commit takes
+# 20 ms longer (the test-only failpoint action `slow`) it waits through trio,
+# and the pings go on.
 from __future__ import annotations
 
 import json
@@ -133,6 +137,42 @@ def run(daemon_class: Any, workdir: Path, *, quick: bool = False) -> dict[str, A
             results[name] = {"answered_s": round(seconds, 2), "reply": outcome, **summary_of(pings)}
     finally:
         daemon.stop()
+    return {**results, **lone_saver(daemon_class, workdir)}
+
+
+LONE_SAVES_S = 3.0
+SLOW_DISK = {"SESSIONSTORED_FAILPOINTS": "before-commit-record=slow"}
+
+
+def _save_for(socket_path: str, seconds: float, saved: list[int]) -> None:
+    snapshot = {"schema_version": 1, "session": {"id": "lone"}, "artifacts": ["x" * 4000]}
+    deadline = time.monotonic() + seconds
+    with Client(socket_path, timeout=600) as client:
+        while time.monotonic() < deadline:
+            client.save(snapshot)
+            saved[0] += 1
+
+
+def lone_saver(daemon_class: Any, workdir: Path) -> dict[str, Any]:
+    """Pings while one client saves 4 KiB snapshots, on this disk and on a slow one."""
+    results: dict[str, Any] = {}
+    disks: dict[str, dict[str, str]] = {
+        "one client saving": {},
+        "one client saving, every commit 20 ms slower": SLOW_DISK,
+    }
+    for name, env in disks.items():
+        directory = workdir / ("slow-disk" if env else "lone-saver")
+        directory.mkdir()
+        daemon = daemon_class(directory, env=env)
+        try:
+            saved = [0]
+            saver = threading.Thread(target=_save_for, args=(daemon.socket, LONE_SAVES_S, saved))
+            saver.start()
+            pings = _ping_while(daemon.socket, saver.is_alive)
+            saver.join()
+            results[name] = {"saves": saved[0], **summary_of(pings)}
+        finally:
+            daemon.stop()
     return results
 
 
