@@ -15,7 +15,8 @@
 # once: the log's one (one sync at a time), PostgreSQL's several (each on a
 # connection of its own; the database orders them, postgres/batch.py).
 # local_commits says a commit is a local write and sync (the log), never a
-# network round trip: the writer may run a lone small one on the event loop.
+# network round trip: the event loop may wait for a lone small one itself
+# (writer.py), for a bounded time.
 from __future__ import annotations
 
 import threading
