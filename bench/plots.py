@@ -128,7 +128,8 @@ def headline_section(result: dict[str, Any]) -> list[str]:
     lines = [
         f"Made by `{result['command']}` on {result['when'][:10]} "
         f"({result['machine']['cpus']} CPUs, Linux {result['machine']['kernel']}, "
-        f"Python {result['machine']['python']}); every row on the same disk, clients and bytes.",
+        f"Python {result['machine']['python']}); every row on the same disk, clients and "
+        "bytes, the systems taking turns.",
         "",
         "![Durable saves a second against clients](performance/saves.png)",
         "",
