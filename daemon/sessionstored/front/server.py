@@ -48,6 +48,10 @@ FOLLOW_POLL_S = 0.5
 # commits of many batches instead of each batch waking a round of its own (measured:
 # a round per batch took 0.3 of a core at 3,500 saves/s, starving the event loop)
 FOLLOW_GATHER_S = 0.005
+# how long a stopping daemon waits for the database listener's thread: it looks at
+# its stop event every quarter second, a connection attempt takes at most 10 s
+# (postgres/following.py, connection.py)
+LISTENER_STOP_S = 15.0
 
 
 class _Wakeup:
@@ -150,6 +154,7 @@ class Server(ConnectionLoop):
         )
         self._stop = trio.Event()
         self._streams: set[trio.SocketStream] = set()
+        self._listener: threading.Thread | None = None  # the database's NOTIFY listener
         # counted always (`stats` and `sessionstore top` read it); served over HTTP only
         # with --metrics-listen
         self.metrics = Metrics()
@@ -229,6 +234,8 @@ class Server(ConnectionLoop):
         if socket_path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(socket_path)
+        if self._listener is not None:  # not left inside libpq while the process exits
+            await trio.to_thread.run_sync(self._listener.join, LISTENER_STOP_S)
         if self.exit_code == ExitCode.OK:
             await trio.to_thread.run_sync(self.store.close)
         return int(self.exit_code)
@@ -250,6 +257,7 @@ class Server(ConnectionLoop):
         listener = threading.Thread(target=follower.listen, args=(stop, wakeup.set_from_thread))
         listener.daemon = True
         listener.start()
+        self._listener = listener
         last_round = trio.current_time()
         try:
             with scope:

@@ -24,6 +24,7 @@ from .schema import (
 
 FOLLOW_PAGE = 1000
 RETENTION_EVERY_BATCHES = 500
+LISTEN_CHECK_STOP_S = 0.25  # the listener looks at its stop event this often
 
 
 class PgFollowing(PgConnection):
@@ -107,7 +108,7 @@ class PgFollowing(PgConnection):
                 with self._connect(autocommit=True) as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     while not stop.is_set():
-                        for note in conn.notifies(timeout=1.0, stop_after=1):
+                        for note in conn.notifies(timeout=LISTEN_CHECK_STOP_S, stop_after=1):
                             if note.pid != self._announcer_pid:  # not our own
                                 wake()
             except (psycopg.Error, DatabaseUnreachable, DatabaseRefused):
