@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -28,12 +29,15 @@ def main() -> None:
     args = parser.parse_args()
     args.sizes, args.clients, args.load_clients = [4 * KIB, 64 * KIB], [1, 8, 64], 16
     base = Path(tempfile.mkdtemp(prefix="ssbench-", dir=args.dir))
-    appends = anchors.append_floor(str(base), snapshot_bytes("floor", 4 * KIB), 2000)
-    rows = [
-        Row("floor: append+fdatasync", 1, 4 * KIB, 1 / statistics.median(appends),
-            percentile_ms(appends, 0.5), percentile_ms(appends, 0.99))
-    ]  # fmt: skip
-    rows += save_rows(base, args, sealed=False)
+    try:
+        appends = anchors.append_floor(str(base), snapshot_bytes("floor", 4 * KIB), 2000)
+        rows = [
+            Row("floor: append+fdatasync", 1, 4 * KIB, 1 / statistics.median(appends),
+                percentile_ms(appends, 0.5), percentile_ms(appends, 0.99))
+        ]  # fmt: skip
+        rows += save_rows(base, args, sealed=False)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)  # the stores: hundreds of MB a run
     RESULTS.mkdir(exist_ok=True)
     result_file = RESULTS / "headline.json"
     command = " ".join(["python -m bench.headline", *sys.argv[1:]])
