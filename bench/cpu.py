@@ -75,16 +75,19 @@ def _delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float
 
 
 class FloorServer:
-    def __init__(self, workdir: Path) -> None:
+    """A bare server of bench/ in a process of its own, `python -m MODULE [ARGS] SOCKET
+    WORKDIR`, started once it prints `ready`: bench.floor_server by default."""
+
+    def __init__(self, workdir: Path, module: str = "bench.floor_server", *args: str) -> None:
         self.socket = str(workdir / "floor.sock")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.floor_server", self.socket, str(workdir)],
+            [sys.executable, "-m", module, *args, self.socket, str(workdir)],
             stdout=subprocess.PIPE,
             cwd=Path(__file__).resolve().parent.parent,
         )
         assert self.proc.stdout is not None
         if self.proc.stdout.readline().strip() != b"ready":
-            raise SystemExit("bench: the floor server did not start")
+            raise SystemExit(f"bench: {module} {' '.join(args)} did not start")
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -28,15 +28,20 @@ FILE_BYTES = 64 * 1024 * 1024  # preallocated at start; the writes wrap around
 PAGE_BYTES = 4096
 
 
-class IoThread:
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.offset = 0
-        self.token = trio.lowlevel.current_trio_token()
-        self.calls: queue.SimpleQueue[tuple[bytes, trio.lowlevel.Task]] = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="floor-io", daemon=True).start()
+class FloorLog:
+    """A preallocated file, zero-filled a page per write as the log's segments are, that
+    batches are appended to (wrapping around at its end), each made durable by one
+    fdatasync."""
 
-    def _write(self, data: bytes) -> int:
+    def __init__(self, directory: str) -> None:
+        self.fd = os.open(os.path.join(directory, "floor.log"), os.O_RDWR | os.O_CREAT, 0o600)
+        page = bytes(PAGE_BYTES)
+        for _ in range(FILE_BYTES // PAGE_BYTES):
+            os.write(self.fd, page)
+        os.fsync(self.fd)
+        self.offset = 0
+
+    def append(self, data: bytes) -> int:
         if self.offset + len(data) > FILE_BYTES:
             self.offset = 0
         os.pwrite(self.fd, data, self.offset)
@@ -44,10 +49,18 @@ class IoThread:
         os.fdatasync(self.fd)
         return self.offset
 
+
+class IoThread:
+    def __init__(self, log: FloorLog) -> None:
+        self.log = log
+        self.token = trio.lowlevel.current_trio_token()
+        self.calls: queue.SimpleQueue[tuple[bytes, trio.lowlevel.Task]] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="floor-io", daemon=True).start()
+
     def _serve(self) -> None:
         while True:
             data, task = self.calls.get()
-            result = outcome.capture(self._write, data)
+            result = outcome.capture(self.log.append, data)
             self.token.run_sync_soon(trio.lowlevel.reschedule, task, result)
 
     async def call(self, data: bytes) -> int:
@@ -108,18 +121,12 @@ async def connection(stream: trio.SocketStream, send: trio.MemorySendChannel[Job
 
 
 async def serve(socket_path: str, directory: str) -> None:
-    path = os.path.join(directory, "floor.log")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    page = bytes(PAGE_BYTES)
-    for _ in range(FILE_BYTES // PAGE_BYTES):
-        os.write(fd, page)  # zero-filled a page per write, as the log's segments are
-    os.fsync(fd)
     sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
     await sock.bind(socket_path)
     sock.listen(512)
     send, receive = trio.open_memory_channel[Job](QUEUE_DEPTH)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(writer, receive, IoThread(fd))
+        nursery.start_soon(writer, receive, IoThread(FloorLog(directory)))
         listener = trio.SocketListener(sock)
         print("ready", flush=True)
         await trio.serve_listeners(

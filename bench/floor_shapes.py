@@ -21,7 +21,6 @@ import os
 import queue
 import select
 import socket
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -32,39 +31,30 @@ import trio
 
 from sessionstore.wire import cbor_bytes
 
-from .cpu import measure
+from .cpu import FloorServer, measure
+from .floor_server import FloorLog
 
 SHAPES = ("task per connection", "one task, epoll set")
 CLIENTS = 64
 REQUEST = "save 4 KiB"
-FILE_BYTES = 64 * 1024 * 1024  # zero-filled at start, as the log's segments are; writes wrap
 RECEIVE_BYTES = 256 * 1024
 MAX_DEPTH = 64
 MAX_REQUEST_BYTES = 1 << 30
 
 
 class _Disk:
-    """pwrite + fdatasync of a batch in a thread; the caller waits on an eventfd."""
+    """The floor server's log (floor_server.FloorLog), appended to in a thread; the
+    caller waits on an eventfd."""
 
     def __init__(self, directory: str) -> None:
-        self.fd = os.open(os.path.join(directory, "floor.log"), os.O_RDWR | os.O_CREAT, 0o600)
-        page = bytes(4096)
-        for _ in range(FILE_BYTES // len(page)):
-            os.write(self.fd, page)
-        os.fsync(self.fd)
-        self.offset = 0
+        self.log = FloorLog(directory)
         self.done = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.calls: queue.SimpleQueue[bytes] = queue.SimpleQueue()
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
         while True:
-            data = self.calls.get()
-            if self.offset + len(data) > FILE_BYTES:
-                self.offset = 0
-            os.pwrite(self.fd, data, self.offset)
-            self.offset += len(data)
-            os.fdatasync(self.fd)
+            self.log.append(self.calls.get())
             os.eventfd_write(self.done, 1)
 
     async def write(self, data: bytes) -> None:
@@ -174,29 +164,13 @@ async def serve(shape: str, socket_path: str, directory: str) -> None:
             nursery.start_soon(server.epoll_set, listener)
 
 
-class ShapeServer:
-    def __init__(self, shape: str, workdir: Path) -> None:
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.socket = str(workdir / "floor.sock")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.floor_shapes", "serve", shape, self.socket, str(workdir)],
-            stdout=subprocess.PIPE,
-            cwd=Path(__file__).resolve().parent.parent,
-        )
-        assert self.proc.stdout is not None
-        if self.proc.stdout.readline().strip() != b"ready":
-            raise SystemExit(f"bench: the floor server ({shape}) did not start")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
-
-
 def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
     """CPU per 4 KiB save at 64 clients: each bare shape, then sessionstored."""
     results: dict[str, Any] = {}
     for shape in SHAPES:
-        server = ShapeServer(shape, workdir / shape.replace(" ", "-").replace(",", ""))
+        directory = workdir / shape.replace(" ", "-").replace(",", "")
+        directory.mkdir()
+        server = FloorServer(directory, "bench.floor_shapes", "serve", shape)
         try:
             results[shape] = measure(server.proc.pid, server.socket, REQUEST, CLIENTS, seconds)
         finally:

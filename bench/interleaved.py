@@ -20,6 +20,8 @@ from .redis_anchor import REDIS_ROW, RedisServer, run_redis_clients
 from .rows import Row, format_row, row_of
 from .workload import make_snapshot
 
+MakeArgs = Callable[[int, int, float], tuple[Any, ...]]  # (size, client, deadline) -> args
+
 
 @dataclass
 class System:
@@ -42,15 +44,26 @@ def redis_system(server: RedisServer) -> System:
     return System(REDIS_ROW, sample, server.cpu_s)
 
 
-def sqlite_system(db: str) -> System:
+def process_system(name: str, target: Callable[..., list[float]], make_args: MakeArgs) -> System:
+    """A store that runs in its clients' processes (SQLite, the naive upstream store): one
+    process a client, each running target(*make_args(size, n, deadline)), which returns
+    its latencies."""
+
     def sample(size: int, clients: int, seconds: float, tag: str) -> Sample:
         deadline = time.perf_counter() + seconds
-        arguments = [(db, f"s{n}", make_snapshot(f"s{n}", size), deadline) for n in range(clients)]
-        results = run_in_processes(anchors.sqlite_saves, arguments)
-        latencies = [lat for lats in results for lat in lats]
+        arguments = [make_args(size, n, deadline) for n in range(clients)]
+        latencies = [lat for lats in run_in_processes(target, arguments) for lat in lats]
         return Sample(len(latencies), seconds, latencies, 0)
 
-    return System("sqlite WAL sync=FULL save", sample, None)
+    return System(name, sample, None)
+
+
+def sqlite_system(db: str) -> System:
+    return process_system(
+        "sqlite WAL sync=FULL save",
+        anchors.sqlite_saves,
+        lambda size, n, deadline: (db, f"s{n}", make_snapshot(f"s{n}", size), deadline),
+    )
 
 
 def interleaved_rows(
@@ -75,12 +88,12 @@ def interleaved_rows(
                         cpu[system.name] += system.cpu_s() - before
             for system in systems:
                 row = row_of(system.name, count, size, samples[system.name])
-                extra: dict[str, Any] = {}
+                cpu_text = ""
                 if system.cpu_s:
                     saves = sum(sample.operations for sample in samples[system.name])
-                    extra["daemon_cpu_us_per_save"] = round(cpu[system.name] / saves * 1e6, 1)
-                row.extra.update(extra)
+                    per_save = round(cpu[system.name] / saves * 1e6, 1)
+                    row.extra["daemon_cpu_us_per_save"] = per_save
+                    cpu_text = f"  cpu {per_save} us/save"
                 rows.append(row)
-                cpu_text = f"  cpu {extra['daemon_cpu_us_per_save']} us/save" if extra else ""
                 print(format_row(row) + cpu_text, flush=True)
     return rows

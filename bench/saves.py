@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 from . import anchors, redis_anchor
 from .daemon import Daemon
-from .interleaved import daemon_system, interleaved_rows, redis_system, sqlite_system
-from .load import Sample, run_clients, run_in_processes
+from .interleaved import (
+    MakeArgs,
+    daemon_system,
+    interleaved_rows,
+    process_system,
+    redis_system,
+    sqlite_system,
+)
+from .load import run_clients
 from .rows import KIB, Row, format_row, row_of
 
 
@@ -74,19 +80,8 @@ def load_row(daemon: Daemon, args: argparse.Namespace, name: str) -> Row:
 
 
 def anchor_rows(
-    name: str, target: Any, make_args: Any, args: argparse.Namespace, process_counts: list[int]
+    name: str, target: Any, make_args: MakeArgs, args: argparse.Namespace, process_counts: list[int]
 ) -> list[Row]:
-    rows = []
-    for size in args.sizes:
-        for processes in process_counts:
-            samples = []
-            for _ in range(args.repeats):
-                deadline = time.perf_counter() + args.seconds
-                results = run_in_processes(
-                    target, [make_args(size, n, deadline) for n in range(processes)]
-                )
-                latencies = [lat for lats in results for lat in lats]
-                samples.append(Sample(len(latencies), args.seconds, latencies, 0))
-            rows.append(row_of(name, processes, size, samples))
-            print(format_row(rows[-1]), flush=True)
-    return rows
+    """An anchor alone (the naive upstream store), its clients in processes of their own."""
+    system = process_system(name, target, make_args)
+    return interleaved_rows([system], args.sizes, process_counts, args.seconds, args.repeats)
