@@ -91,10 +91,7 @@ class ByteReader:
         documents: dict[bytes, str] = {}
         for key_at, value_at, end in pairs:
             if item[key_at:value_at] == _OP_KEY:
-                encoded = item[value_at:end]
-                op = _KEYS.get(encoded)
-                if op is None:
-                    op = _remembered_key(encoded)
+                op = _text(item[value_at:end])
                 documents = self.documents.get(op, {}) if isinstance(op, str) else {}
                 break
         return _decoded_keeping(item, pairs, documents)
@@ -147,12 +144,8 @@ def map_fields(data: bytes, start: int = 0, end: int | None = None) -> dict[str,
     offsets = cbor_bytes.entries(data, start, end)
     fields = {}
     for i in range(0, len(offsets) - 1, 2):
-        key_at, value_at = offsets[i], offsets[i + 1]
-        encoded = data[key_at:value_at]
-        key = _KEYS.get(encoded)
-        if key is None:
-            key = _remembered_key(encoded)
-        fields[key] = (value_at, offsets[i + 2])
+        value_at = offsets[i + 1]
+        fields[_text(data[offsets[i] : value_at])] = (value_at, offsets[i + 2])
     return fields
 
 
@@ -163,10 +156,13 @@ _KEYS: dict[bytes, Any] = {}
 MAX_REMEMBERED_KEYS = 4096
 
 
-def _remembered_key(encoded: bytes) -> Any:
-    key = cbor2.loads(encoded)
-    if isinstance(key, str) and len(_KEYS) < MAX_REMEMBERED_KEYS:
-        _KEYS[encoded] = key
+def _text(encoded: bytes) -> Any:
+    """The decoded item (a key, an op's name), looked up if met before."""
+    key = _KEYS.get(encoded)
+    if key is None:
+        key = cbor2.loads(encoded)
+        if isinstance(key, str) and len(_KEYS) < MAX_REMEMBERED_KEYS:
+            _KEYS[encoded] = key
     return key
 
 
