@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -72,7 +73,8 @@ class IndexCheckpointState:
     next_segment: int
     segments: dict[int, int]
     index: Index
-    history: list[HistoryRow] = field(default_factory=list)
+    # the store's own history rows (watch's Committed tuples), not copied
+    history: Sequence[HistoryRow] = field(default_factory=list)
     damaged: list[DamageRow] = field(default_factory=list)
     path: str = ""
 
@@ -111,7 +113,7 @@ def _earlier(columns: list[Any]) -> dict[str, list[Entry]]:
     return earlier
 
 
-def _history_columns(rows: list[HistoryRow]) -> list[Any]:
+def _history_columns(rows: Sequence[HistoryRow]) -> list[Any]:
     columns: list[Any] = [[row[n] for row in rows] for n in range(HISTORY_COLUMNS)]
     columns[1] = "".join(columns[1])
     return columns

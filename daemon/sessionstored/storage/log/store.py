@@ -387,7 +387,7 @@ class Store(LogReads):
             next_segment=self.log.next_number,
             segments=dict(self.log.used),
             index=self.index,
-            history=[tuple(c) for c in self.history.after(0, self.history_changes)],  # type: ignore[misc]
+            history=self.history.after(0, self.history_changes),
             damaged=list(self.damaged.values()),
         )
 
