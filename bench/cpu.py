@@ -55,8 +55,9 @@ def request_for(name: str, client: int) -> bytes:
 REQUESTS = ("ping", "kv put 1 KiB", "save 4 KiB", "save 64 KiB")
 
 
-def thread_cpu_s(pid: int) -> dict[str, float]:
-    """CPU seconds so far per thread name (threads of one name summed)."""
+def thread_cpu_s(pid: int, *, kernel_only: bool = False) -> dict[str, float]:
+    """CPU seconds so far per thread name (threads of one name summed): user plus system,
+    or the system (kernel) part alone."""
     out: dict[str, float] = defaultdict(float)
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
@@ -66,12 +67,21 @@ def thread_cpu_s(pid: int) -> dict[str, float]:
             continue
         name = comm.split("(", 1)[1]
         fields = rest.split()
-        out[name] += (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+        ticks = int(fields[12]) if kernel_only else int(fields[11]) + int(fields[12])
+        out[name] += ticks / TICKS_PER_S
     return dict(out)
 
 
 def _delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     return {name: after[name] - before.get(name, 0.0) for name in after}
+
+
+def _per_operation_us(cpu_s: dict[str, float], operations: int) -> dict[str, float]:
+    return {
+        thread: round(cpu / max(1, operations) * 1e6, 1)
+        for thread, cpu in sorted(cpu_s.items(), key=lambda kv: -kv[1])
+        if cpu > 0
+    }
 
 
 class FloorServer:
@@ -97,9 +107,10 @@ class FloorServer:
 def measure(pid: int, socket_path: str, name: str, clients: int, seconds: float) -> dict[str, Any]:
     requests = [request_for(name, n) for n in range(clients)]
     run_fixed(socket_path, requests, 0.5)  # warm up: connections, caches, the first segment
-    before = thread_cpu_s(pid)
+    before, kernel_before = thread_cpu_s(pid), thread_cpu_s(pid, kernel_only=True)
     sample: Sample = run_fixed(socket_path, requests, seconds)
     threads = _delta(before, thread_cpu_s(pid))
+    kernel = _delta(kernel_before, thread_cpu_s(pid, kernel_only=True))
     if sample.errors:
         raise SystemExit(f"bench: {sample.errors} failed requests ({name}, {clients} clients)")
     total = sum(threads.values())
@@ -109,11 +120,8 @@ def measure(pid: int, socket_path: str, name: str, clients: int, seconds: float)
         "ops_per_s": round(sample.operations / seconds, 1),
         "p50_ms": round(ordered[len(ordered) // 2] * 1000, 3) if ordered else None,
         "cpu_us": round(total / max(1, sample.operations) * 1e6, 1),
-        "threads_us": {
-            thread: round(cpu / max(1, sample.operations) * 1e6, 1)
-            for thread, cpu in sorted(threads.items(), key=lambda kv: -kv[1])
-            if cpu > 0
-        },
+        "threads_us": _per_operation_us(threads, sample.operations),
+        "threads_kernel_us": _per_operation_us(kernel, sample.operations),
     }
 
 

@@ -274,13 +274,18 @@ def write_floor_shapes(result_file: Path) -> list[Path]:
     result = json.loads(result_file.read_text())
     lines = [
         f"Made by `{result['command']}` on {result['when'][:10]}: 64 clients, pre-encoded"
-        " 4 KiB saves, CPU per save from `/proc`, by thread.",
+        " 4 KiB saves (and sessionstored's pings), CPU per request from `/proc`, by"
+        " thread, of it in the kernel in brackets.",
         "",
-        "| server | saves a second | CPU per save | by thread |",
+        "| server | requests a second | CPU per request | by thread (kernel) |",
         "|---|---|---|---|",
     ]
     for name, point in result["figures"].items():
-        threads = ", ".join(f"{thread} {us:,.0f}" for thread, us in point["threads_us"].items())
+        kernel = point.get("threads_kernel_us", {})
+        threads = ", ".join(
+            f"{thread} {us:,.0f} ({kernel.get(thread, 0):,.0f})"
+            for thread, us in point["threads_us"].items()
+        )
         lines.append(
             f"| {name} | {point['ops_per_s']:,.0f} | {point['cpu_us']:,.0f} µs | {threads} |"
         )
