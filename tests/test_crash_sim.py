@@ -19,6 +19,7 @@ import cbor2
 import pytest
 
 from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonical
+from sessionstored.storage.log import segments
 from sessionstored.storage.log.store import Store
 from sessionstored.storage.mutations import ANY, LEASE, LEASE_ID, Mutation, Put, Remove, Rewrite
 from sessionstored.storage.sealing import Key
@@ -151,9 +152,15 @@ def _state(store: Store) -> tuple[int, dict[DocKey, bytes], list[Any]]:
     return store.seq, all_documents(store), store.history.after(0, 10_000)
 
 
+@pytest.mark.parametrize("making", ["zero-filled", "preallocated"])
 @pytest.mark.parametrize("key", [None, SEALING_KEY], ids=["plaintext", "sealed"])
 @pytest.mark.parametrize("mode", CRASH_MODES)
-def test_crash_at_every_step_of_the_workload(mode: str, key: Key | None) -> None:
+def test_crash_at_every_step_of_the_workload(
+    mode: str, key: Key | None, making: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the workload's commits are small: the preallocated run makes every new segment so
+    if making == "preallocated":
+        monkeypatch.setattr(segments, "PREALLOCATE_FROM_COMMIT_BYTES", 0)
     total, final_seq = _total_steps(key)
     assert total > 100
     for step in range(total + 1):
@@ -189,6 +196,9 @@ def test_crash_at_every_step_of_the_workload(mode: str, key: Key | None) -> None
         final = _recover_cleanly(fs, key)
         assert final.read("s", "after") is not None
         assert_clean(final)
+    made = _open(new_fs(), key)
+    _run(made, {}, {})
+    assert made.log.segments_made[making.replace("-", "_")] >= 2  # the workload rotates
 
 
 def test_crash_during_recovery_at_every_step() -> None:

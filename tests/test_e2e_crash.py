@@ -134,6 +134,24 @@ def _compactable(client: Client) -> dict[str, dict]:
     return kept
 
 
+def test_large_saves_preallocate_the_log_and_survive_kill_9(daemon: DaemonProcess) -> None:
+    daemon.start("--segment-mib", "1")
+    with daemon.client() as client:
+        for n in range(60):  # commits of ~60 KB: new segments are preallocated, not zero-filled
+            client.save(snapshot("large", n=n, blob="b" * 60_000))
+        client.save(small := snapshot("small", n=1))
+        made = client.stats()["log_segments_made"]
+        seq = client.stats()["seq"]
+    assert made["preallocated"] >= 1, made
+    daemon.kill9()
+    daemon.start("--segment-mib", "1")
+    with daemon.client() as client:
+        assert client.load("large") == snapshot("large", n=59, blob="b" * 60_000)
+        assert client.load("small") == small
+        assert client.stats()["seq"] == seq
+        assert client.verify()["problems"] == []
+
+
 @pytest.mark.parametrize("nth", [1, 2, 3])
 @pytest.mark.parametrize("point", RENAME_POINTS)
 def test_crash_at_every_rename_failpoint_of_compaction(

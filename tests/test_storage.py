@@ -324,6 +324,50 @@ def test_segments_rotate_and_every_generation_survives() -> None:
     assert_clean(recovered)
 
 
+def _commit_rounds(store: Store, rounds: int, puts: int, value_bytes: int, tag: str) -> None:
+    for n in range(rounds):
+        store.commit([put(f"{tag}{k}", [tag, n, "v" * value_bytes]) for k in range(puts)])
+
+
+def test_new_segments_are_zero_filled_after_small_commits_preallocated_after_large() -> None:
+    fs = new_fs()
+    store = open_store(fs, segment_bytes=256 * 1024)
+    _commit_rounds(store, 200, 1, 1500, "small")  # ~1.6 KB a commit
+    made = store.log.segments_made
+    assert made["zero_filled"] >= 1 and made["preallocated"] == 0
+    _commit_rounds(store, 40, 10, 6000, "large")  # ~60 KB a commit
+    assert made["preallocated"] >= 1
+    zero_filled = made["zero_filled"]
+    _commit_rounds(store, 200, 1, 1500, "again")  # small again: the mean falls back
+    assert made["zero_filled"] > zero_filled
+    store.close()
+    recovered = open_store(fs, segment_bytes=256 * 1024)
+    for tag, rounds, puts, value_bytes in (("large", 40, 10, 6000), ("again", 200, 1, 1500)):
+        for k in range(puts):
+            expected = body_for(f"{tag}{k}", [tag, rounds - 1, "v" * value_bytes])
+            assert recovered.read("s", f"{tag}{k}").body == expected
+    assert_clean(recovered)
+
+
+class _CannotPreallocate(SimFileSystem):
+    def preallocate(self, fd: int, size: int) -> None:
+        self._step()
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+
+def test_a_file_system_that_cannot_preallocate_gets_zero_filled_segments() -> None:
+    fs = _CannotPreallocate()
+    fs.makedirs_durable(ROOT)
+    store = open_store(fs, segment_bytes=64 * 1024)
+    _commit_rounds(store, 40, 10, 6000, "large")
+    assert store.log.commit_bytes_mean > 48 * 1024
+    assert store.log.segments_made["preallocated"] == 0
+    assert store.log.segments_made["zero_filled"] >= 2
+    assert [n for n in fs.listdir(f"{ROOT}/tmp") if not n.startswith("spare-")] == []
+    store.close()
+    assert open_store(fs, segment_bytes=64 * 1024).read("s", "large9") is not None
+
+
 def test_compaction_keeps_space_within_twice_the_live_bytes() -> None:
     fs = new_fs()
     store = open_store(fs, segment_bytes=32 * 1024)
@@ -406,6 +450,25 @@ def test_symlinks_are_refused_for_directories_and_files(tmp_path: Path) -> None:
     with pytest.raises(OSError) as caught:
         open_real(RealFileSystem(), str(root))
     assert caught.value.errno == errno.ELOOP
+
+
+def test_preallocated_segments_on_the_real_file_system(tmp_path: Path) -> None:
+    store, _ = open_real(RealFileSystem(), str(tmp_path), segment_bytes=1024 * 1024)
+    _commit_rounds(store, 60, 16, 4000, "s")  # ~64 KB a commit
+    assert store.log.segments_made["preallocated"] >= 1
+    active, offset, size = store.log.active, store.log.offset, store.log.size
+    store.close()
+    path = tmp_path / "log" / f"{active:016x}.seg"
+    assert os.stat(path).st_blocks * 512 >= size  # its room is taken before it is used
+    with open(path, "rb") as segment:
+        segment.seek(offset)
+        assert segment.read() == bytes(size - offset)  # past the log's end: zeros
+    recovered, report = open_real(RealFileSystem(), str(tmp_path))
+    assert report.corruption == []
+    for k in range(16):
+        assert recovered.read("s", f"s{k}").body == body_for(f"s{k}", ["s", 59, "v" * 4000])
+    assert_clean(recovered)
+    recovered.close()
 
 
 def test_the_real_file_system_round_trip(tmp_path: Path) -> None:

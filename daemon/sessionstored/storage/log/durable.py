@@ -20,12 +20,26 @@ def no_failpoint(_name: str) -> None:
 
 def write_temp(fs: FileSystem, temp_path: str, chunks: list[bytes] | bytes) -> None:
     """A whole temp file, fsynced; on any error none of it is left behind."""
+
+    def fill(fd: int) -> None:
+        for chunk in [chunks] if isinstance(chunks, bytes) else chunks:
+            fs.write(fd, chunk)
+
+    _make_temp(fs, temp_path, fill)
+
+
+def allocate_temp(fs: FileSystem, temp_path: str, size: int) -> None:
+    """A temp file of size bytes of zeros, allocated (FileSystem.preallocate), fsynced;
+    on any error none of it is left behind."""
+    _make_temp(fs, temp_path, lambda fd: fs.preallocate(fd, size))
+
+
+def _make_temp(fs: FileSystem, temp_path: str, fill: Callable[[int], None]) -> None:
     if fs.exists(temp_path):
         fs.unlink(temp_path)
     fd = fs.create_exclusive(temp_path)
     try:
-        for chunk in [chunks] if isinstance(chunks, bytes) else chunks:
-            fs.write(fd, chunk)
+        fill(fd)
         fs.fsync(fd)  # the new file is whole on disk before it can be named
     except OSError:
         fs.close(fd)

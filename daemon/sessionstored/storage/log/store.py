@@ -473,6 +473,7 @@ class Store(LogReads):
             "log_segments": len(self.log.used),
             "log_dead_bytes": dead,
             "log_dead_share": round(dead / used, 3) if used else 0.0,
+            "log_segments_made": dict(self.log.segments_made),  # by how: zero_filled, preallocated
             "checkpoint_seq": self.checkpoint_seq,
             "history_oldest_seq": self.history.oldest_seq(),
             "damaged_documents": len(self.damaged),
