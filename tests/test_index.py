@@ -2,7 +2,8 @@
 # one: the same entries, the same pages for every range read, the same live bytes
 # per segment, every sorted list whole (dead keys counted), and nothing readers
 # see changes until the batch is applied. And
-# an index checkpoint encoded in pieces reads back as what one dumps would give.
+# an index checkpoint encoded in pieces reads back as what one dumps would give, and
+# so does its history encoded from the chunks the last checkpoint kept.
 from __future__ import annotations
 
 from unittest import mock
@@ -13,7 +14,13 @@ from hypothesis import strategies as st
 
 from sessionstored.storage.documents import Entry, KeyRange
 from sessionstored.storage.log.index import Index
-from sessionstored.storage.log.index_checkpoint import encode_in_pieces
+from sessionstored.storage.log.index_checkpoint import (
+    HistoryColumns,
+    _history_columns,
+    _history_rows,
+    encode_in_pieces,
+)
+from sessionstored.storage.mutations import Committed
 
 keys = st.text(alphabet="abcé", min_size=0, max_size=3)
 entries = st.builds(
@@ -122,3 +129,46 @@ def test_dead_keys_of_small_batches_are_dropped_by_the_next_prepared_one() -> No
     index.apply(batch, index.prepare(batch))
     assert index._sorted_keys["s"] == [f"k{n:02}".encode() for n in range(6, 12)]
     assert index._dead["s"] == 0 and not index.wants_prepare(batch)
+
+
+# A sliding window of history rows: each step commits some changes and the window keeps
+# the newest `keep` (as the store's History does); seqs run on without a gap.
+history_steps = st.lists(st.tuples(st.integers(0, 40), st.integers(1, 60)), min_size=1, max_size=12)
+
+
+def _row(seq: int) -> Committed:
+    removal = seq % 5 == 0
+    return Committed(
+        seq, "sk"[seq % 2], f"id-{seq % 7}", None if removal else bytes([seq % 256]) * 16,
+        1_764_000_000_000 + seq, 0 if removal else seq * 3, removal and seq % 2 == 0,
+    )  # fmt: skip
+
+
+@given(history_steps)
+@settings(max_examples=200, deadline=None)
+def test_checkpoint_history_from_kept_chunks_is_what_one_dumps_would_give(
+    steps: list[tuple[int, int]],
+) -> None:
+    encoder = HistoryColumns(chunk_rows=8)
+    rows: list[Committed] = []
+    next_seq = 1
+    for added, keep in steps:
+        rows += [_row(seq) for seq in range(next_seq, next_seq + added)]
+        next_seq += added
+        rows = rows[-keep:]
+        before = encoder.encoded_chunks
+        encoded = encoder.encode(rows).data
+        assert encoded == cbor2.dumps(_history_columns(rows))
+        assert _history_rows(cbor2.loads(encoded)) == [tuple(row) for row in rows]
+        # at most the window's first chunk and those that hold the rows just added
+        assert encoder.encoded_chunks - before <= 2 + (added + 7) // 8
+
+
+def test_a_checkpoint_encodes_each_whole_history_chunk_once() -> None:
+    encoder = HistoryColumns(chunk_rows=100)
+    rows = [_row(seq) for seq in range(1, 1001)]  # chunks 0 (seqs 1-99) to 10 (seq 1000)
+    encoder.encode(rows)
+    assert encoder.encoded_chunks == 11
+    rows = rows[50:] + [_row(seq) for seq in range(1001, 1031)]
+    encoder.encode(rows)  # the trimmed first chunk and the grown last one, nothing else
+    assert encoder.encoded_chunks == 13
