@@ -55,10 +55,11 @@ def request_for(name: str, client: int) -> bytes:
 REQUESTS = ("ping", "kv put 1 KiB", "save 4 KiB", "save 64 KiB")
 
 
-def thread_cpu_s(pid: int, *, kernel_only: bool = False) -> dict[str, float]:
+def thread_cpu_s(pid: int) -> tuple[dict[str, float], dict[str, float]]:
     """CPU seconds so far per thread name (threads of one name summed): user plus system,
-    or the system (kernel) part alone."""
-    out: dict[str, float] = defaultdict(float)
+    and the system (kernel) part alone."""
+    total: dict[str, float] = defaultdict(float)
+    kernel: dict[str, float] = defaultdict(float)
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/stat") as stat:
@@ -67,9 +68,9 @@ def thread_cpu_s(pid: int, *, kernel_only: bool = False) -> dict[str, float]:
             continue
         name = comm.split("(", 1)[1]
         fields = rest.split()
-        ticks = int(fields[12]) if kernel_only else int(fields[11]) + int(fields[12])
-        out[name] += ticks / TICKS_PER_S
-    return dict(out)
+        total[name] += (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+        kernel[name] += int(fields[12]) / TICKS_PER_S
+    return dict(total), dict(kernel)
 
 
 def _delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -107,10 +108,10 @@ class FloorServer:
 def measure(pid: int, socket_path: str, name: str, clients: int, seconds: float) -> dict[str, Any]:
     requests = [request_for(name, n) for n in range(clients)]
     run_fixed(socket_path, requests, 0.5)  # warm up: connections, caches, the first segment
-    before, kernel_before = thread_cpu_s(pid), thread_cpu_s(pid, kernel_only=True)
+    before, kernel_before = thread_cpu_s(pid)
     sample: Sample = run_fixed(socket_path, requests, seconds)
-    threads = _delta(before, thread_cpu_s(pid))
-    kernel = _delta(kernel_before, thread_cpu_s(pid, kernel_only=True))
+    after, kernel_after = thread_cpu_s(pid)
+    threads, kernel = _delta(before, after), _delta(kernel_before, kernel_after)
     if sample.errors:
         raise SystemExit(f"bench: {sample.errors} failed requests ({name}, {clients} clients)")
     total = sum(threads.values())

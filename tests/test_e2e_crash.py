@@ -140,8 +140,8 @@ def test_large_saves_preallocate_the_log_and_survive_kill_9(daemon: DaemonProces
         for n in range(60):  # commits of ~60 KB: new segments are preallocated, not zero-filled
             client.save(snapshot("large", n=n, blob="b" * 60_000))
         client.save(small := snapshot("small", n=1))
-        made = client.stats()["log_segments_made"]
-        seq = client.stats()["seq"]
+        stats = client.stats()
+    made, seq = stats["log_segments_made"], stats["seq"]
     assert made["preallocated"] >= 1, made
     daemon.kill9()
     daemon.start("--segment-mib", "1")

@@ -34,6 +34,7 @@ import cbor2
 import xxhash
 
 from sessionstore.wire.cbor_bytes_python import head  # shortest form, as cbor2 writes it
+from sessionstore.wire.messages import RawCBOR
 
 from ..documents import Entry
 from ..errors import IndexCheckpointError, SealError
@@ -120,13 +121,6 @@ def _history_columns(rows: Sequence[HistoryRow]) -> list[Any]:
     return columns
 
 
-@dataclass(frozen=True)
-class Encoded:
-    """A value's CBOR, spliced by encode_in_pieces as it is."""
-
-    data: bytes
-
-
 HISTORY_CHUNK_ROWS = 4096  # rows of consecutive seqs, aligned on a multiple of it
 
 
@@ -147,7 +141,7 @@ class HistoryColumns:
         self._chunks: dict[int, tuple[HistoryRow, HistoryRow, list[bytes]]] = {}
         self.encoded_chunks = 0  # chunks encoded afresh (the tests watch it)
 
-    def encode(self, rows: Sequence[HistoryRow]) -> Encoded:
+    def encode(self, rows: Sequence[HistoryRow]) -> RawCBOR:
         columns: list[list[bytes]] = [[] for _ in range(HISTORY_COLUMNS)]
         kept: dict[int, tuple[HistoryRow, HistoryRow, list[bytes]]] = {}
         start = 0
@@ -164,7 +158,7 @@ class HistoryColumns:
             major = 3 if number == 1 else 4  # the kinds are one text, a character each
             out.append(head(major, len(rows) if major == 4 else sum(map(len, pieces))))
             out.extend(pieces)
-        return Encoded(b"".join(out))
+        return RawCBOR(b"".join(out))
 
     def _pieces(
         self,
@@ -195,7 +189,7 @@ class HistoryColumns:
 
 def encode_in_pieces(value: Any, out: list[bytes]) -> None:
     """Append value's CBOR to out, no dumps call taking more than PIECE_ITEMS items."""
-    if isinstance(value, Encoded):
+    if isinstance(value, RawCBOR):  # encoded already: spliced as it is
         out.append(value.data)
     elif isinstance(value, dict):
         out.append(head(5, len(value)))
