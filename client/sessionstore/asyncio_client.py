@@ -82,9 +82,11 @@ class AsyncClient(AsyncCore):
             if answered is None:
                 raise
             replies = answered
-        finally:
-            with contextlib.suppress(OSError):
-                await sending
+        except BaseException:
+            sending.cancel()  # abandoned: the connection is closed, never drained
+            raise
+        with contextlib.suppress(OSError):
+            await sending
         return replies
 
     async def _send_raw(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -93,14 +95,25 @@ class AsyncClient(AsyncCore):
             try:
                 replies = await asyncio.wait_for(self._exchange(requests), self.timeout)
             except TimeoutError as error:
-                await self.aclose()
+                self._abandon()
                 raise ConnectionLost(f"no reply within {self.timeout} s") from error
             except (OSError, Refusal, ConnectionLost) as error:
                 await self.aclose()
                 raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error
+            except BaseException:
+                # Cancelled part way: the replies still on their way would answer the
+                # next request, so the connection goes with this one.
+                self._abandon()
+                raise
             if closes_connection(replies):
                 await self.aclose()
             return replies
+
+    def _abandon(self) -> None:
+        """Close at once, without waiting: the task may be cancelled while it waits."""
+        writer, self._writer, self._reader = self._writer, None, None
+        if writer is not None:
+            writer.transport.abort()
 
 
 class ClientPerLoop:

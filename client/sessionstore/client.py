@@ -65,6 +65,16 @@ class Client(OpMethods):
 
     def _send_raw(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         self.connect()
+        try:
+            return self._exchange(requests)
+        except BaseException:
+            # An exchange left part way (a lost connection, or an exception raised in
+            # this thread by a signal handler) leaves its replies on the way, and they
+            # would answer the next request: the connection goes with it.
+            self.close()
+            raise
+
+    def _exchange(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         assert self._sock is not None
         try:
             try:
@@ -85,7 +95,6 @@ class Client(OpMethods):
                     return replies + [replies[-1]] * (len(requests) - len(replies))
             return replies
         except (OSError, Refusal) as error:
-            self.close()
             raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error
 
     def _replies_left(self, count: int) -> list[dict[str, Any]]:

@@ -72,22 +72,30 @@ class TrioClient(AsyncCore):
     async def _send_raw(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         async with self._lock:
             await self.connect()
-            assert self._stream is not None
             try:
                 with trio.fail_after(self.timeout if self.timeout is not None else math.inf):
-                    data = b"".join(self._conn.encode(req) for req in requests)
-                    try:
-                        await self._stream.send_all(data)
-                    except _LOST:
-                        answered = await self._answers_after_broken_send(len(requests))
-                        if answered is None:
-                            raise
-                        await self.aclose()
-                        return answered
-                    return await self._replies(len(requests))
+                    return await self._exchange(requests)
             except trio.TooSlowError as error:
-                await self.aclose()
+                await self._close_shielded()
                 raise ConnectionLost(f"no reply within {self.timeout} s") from error
             except (*_LOST, ConnectionLost) as error:
-                await self.aclose()
+                await self._close_shielded()
                 raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error
+            except BaseException:
+                # Cancelled part way: the replies still on their way would answer the
+                # next request, so the connection goes with this one.
+                await self._close_shielded()
+                raise
+
+    async def _exchange(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        assert self._stream is not None
+        data = b"".join(self._conn.encode(req) for req in requests)
+        try:
+            await self._stream.send_all(data)
+        except _LOST:
+            answered = await self._answers_after_broken_send(len(requests))
+            if answered is None:
+                raise
+            await self.aclose()
+            return answered
+        return await self._replies(len(requests))
