@@ -56,8 +56,9 @@ def _measure(daemon: Any, seconds: float) -> dict[str, float]:
 def counting_us() -> float:
     """Microseconds the daemon spends counting one reply (server.py's _count_answer)."""
     from sessionstored.front.metrics import Metrics
+    from sessionstored.ops import REGISTRY
 
-    metrics = Metrics()
+    metrics = Metrics(REGISTRY)
     response: dict[str, Any] = {"ok": True, "seq": 1}
     started = time.perf_counter()
     for _ in range(COUNTED):

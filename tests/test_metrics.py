@@ -3,7 +3,8 @@
 # when something drives it: requests by op and code and their latency, batches,
 # fdatasync (the log), the log's bytes and its compactions, watchers,
 # connections and refusals, the last recovery, expirations, and on PostgreSQL
-# the follower's lag and the counter row's wait.
+# the follower's lag and the counter row's wait. What a client sends never
+# becomes a label: unknown ops count under one, and the text stays as small.
 from __future__ import annotations
 
 import socket
@@ -27,10 +28,14 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def _scrape_text(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
         assert reply.headers["Content-Type"].startswith("text/plain")
-        return samples_of(reply.read().decode())
+        return str(reply.read().decode())
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return samples_of(_scrape_text(port))
 
 
 def _value(samples: dict[Any, float], name: str, **labels: str) -> float:
@@ -164,3 +169,28 @@ def test_a_watcher_that_reads_nothing_for_the_send_timeout_is_counted_dropped(
         assert time.monotonic() < deadline, "the silent watcher was never dropped"
         time.sleep(1)
     silent.close()
+
+
+def test_unknown_ops_count_under_one_label_and_the_text_stays_small(
+    daemon: DaemonProcess,
+) -> None:
+    port = _free_port()
+    daemon.start("--metrics-listen", f"127.0.0.1:{port}")
+    with daemon.client() as client:
+        client.save(snapshot("known"))
+        client.call("stats")
+        known_size = len(_scrape_text(port))
+        sent = 5000
+        replies = client._send_raw([{"op": f"no-such-op-{n}-{'x' * 40}"} for n in range(sent)])
+        assert {reply["error"]["code"] for reply in replies} == {"unknown_op"}
+        stats = client.call("stats")
+    text = _scrape_text(port)
+    samples = samples_of(text)
+    ops = {dict(labels)["op"] for _, labels in samples if "op" in dict(labels)}
+    assert ops == {"save", "stats", "(unknown)"}
+    assert _value(samples, "sessionstore_requests_total", op="(unknown)", code="unknown_op") == sent
+    assert _value(samples, "sessionstore_request_seconds_count", op="(unknown)") == sent
+    # one more op's lines (its requests and its latency histogram), whatever was sent
+    assert len(text) < known_size + 4096, (known_size, len(text))
+    assert set(stats["requests"]) == {"save", "stats", "(unknown)"}
+    assert stats["requests"]["(unknown)"]["errors"] == sent

@@ -60,7 +60,7 @@ from ..workers.offload import (
 from ..writer.jobs import Job
 from ..writer.writer import Writer
 from .access import Access, peer_of
-from .metrics import Metrics
+from .metrics import NOT_A_REQUEST, Metrics
 from .outbox import Outbox
 from .socket_io import SocketIO
 from .watch import SocketSink
@@ -71,7 +71,6 @@ RECEIVE_BYTES = 256 * 1024
 # bytes of a large item walked per event-loop step: ~15 ms at worst (dense small maps)
 WALK_BUDGET_BYTES = 32 * 1024
 MAX_PIPELINED_REQUESTS = 128
-UNPARSED = "(none)"  # the metrics' op for an item refused before it was a request
 
 
 class ConnectionLoop:
@@ -92,7 +91,7 @@ class ConnectionLoop:
     def _count_answer(self, step: Step, response: dict[str, Any]) -> None:
         error = response.get("error")
         code = error.get("code", "internal") if isinstance(error, dict) else "ok"
-        op = step.request.op if step.request is not None else UNPARSED
+        op = step.request.op if step.request is not None else NOT_A_REQUEST
         self.metrics.request(op, str(code), time.perf_counter() - step.started)
 
     async def _connection(self, stream: trio.SocketStream) -> None:
@@ -241,7 +240,7 @@ class ConnectionLoop:
             return await self._answer_refusal(conn, outbox, refusal)
 
     async def _answer_refusal(self, conn: Connection, outbox: Outbox, refusal: Refusal) -> _Turn:
-        self.metrics.request(UNPARSED, str(refusal.code), 0.0)  # no op: it never became one
+        self.metrics.request(NOT_A_REQUEST, str(refusal.code), 0.0)  # no op: it never became one
         outbox.add_reply(_refusal(conn, refusal))
         if refusal.fatal:  # a framing error: nothing after it can be read
             await outbox.wait_sent()

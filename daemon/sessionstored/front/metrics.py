@@ -4,14 +4,23 @@
 # What moves with every request or batch is counted as it happens, in the
 # event loop's thread (requests, their latency by op, batch sizes and commit
 # and fdatasync times), in plain counts that the scrape turns into metric
-# families: counting one request is two dict lookups, a bisect and three
-# additions, with no lock (only that thread counts; the library's own metric
-# objects take a lock and scan their buckets, 1.5 us a request here). Everything else is
-# read when Prometheus scrapes: the same snapshot `stats` answers (the log's
-# bytes, watchers, connections, refusals, the last recovery, expirations,
-# PostgreSQL's follower lag and counter wait), so it costs the requests
-# nothing. /metrics is served by the daemon's own trio task: the scrape runs on
-# the event loop, between requests, never beside them in a thread.
+# families: counting one request is three set or dict lookups, a bisect and
+# three additions, with no lock (only that thread counts; the library's own
+# metric objects take a lock and scan their buckets, 1.5 us a request here).
+# Everything else is read when Prometheus scrapes: the same snapshot `stats`
+# answers (the log's bytes, watchers, connections, refusals, the last
+# recovery, expirations, PostgreSQL's follower lag and counter wait), so it
+# costs the requests nothing.
+#
+# Every label value comes from a fixed set: an op of the daemon's op table,
+# UNKNOWN for any other op text a client sends, NOT_A_REQUEST; `ok` or a code
+# of the wire's table. So what a client sends never grows the counts, the text
+# or the memory, and is never published to whoever can reach the port.
+#
+# /metrics is served by the daemon's own trio task. A scrape copies the counts
+# on the event loop (only that thread changes them) and takes the `stats`
+# snapshot there (a dict built for it); the text is made from those copies in a
+# thread, one scrape at a time, so a scrape never holds up the requests.
 from __future__ import annotations
 
 import bisect
@@ -19,7 +28,8 @@ import contextlib
 import logging
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -31,6 +41,8 @@ from prometheus_client.core import (
     Metric,
 )
 
+from sessionstore.wire.codes import ErrorCode
+
 log = logging.getLogger("sessionstored.metrics")
 
 LATENCY_BUCKETS_S = (
@@ -41,6 +53,10 @@ BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 RECENT = 1024  # latencies kept per op for `stats`' p50 and p99
 MAX_REQUEST_HEAD_BYTES = 8192
 REQUEST_HEAD_TIMEOUT_S = 5.0
+
+UNKNOWN = "(unknown)"  # the op of a request naming no op of the daemon (or a stray code)
+NOT_A_REQUEST = "(none)"  # the op of an item refused before it was a request
+CODES = frozenset({"ok", *ErrorCode})
 
 # stats fields read at scrape time: (field, metric name, help); counters end in _total
 GAUGES = (
@@ -80,6 +96,11 @@ class _Histogram:
         self.counts[bisect.bisect_left(bounds, value)] += 1
         self.total += value
 
+    def copy(self) -> _Histogram:
+        twin = _Histogram.__new__(_Histogram)
+        twin.counts, twin.total = list(self.counts), self.total
+        return twin
+
     def buckets(self, bounds: tuple[float, ...]) -> list[tuple[str, float]]:
         running, out = 0, list[tuple[str, float]]()
         for bound, count in zip((*bounds, math.inf), self.counts, strict=True):
@@ -88,9 +109,20 @@ class _Histogram:
         return out
 
 
+@dataclass(frozen=True)
+class _Counts:
+    """A scrape's copy of the counts, for the thread that makes the text."""
+
+    codes: dict[tuple[str, str], int]
+    latency: dict[str, _Histogram]
+    batch_size: _Histogram
+    batch_seconds: _Histogram
+    sync_seconds: _Histogram
+
+
 class Metrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
+    def __init__(self, ops: Collection[str]) -> None:
+        self.ops = frozenset((*ops, NOT_A_REQUEST))  # every op label but UNKNOWN
         self.codes: dict[tuple[str, str], int] = {}  # (op, code) -> requests answered
         self.latency: dict[str, _Histogram] = {}  # op -> its requests' seconds
         self.batch_size = _Histogram(BATCH_SIZE_BUCKETS)
@@ -99,11 +131,12 @@ class Metrics:
         self.recent: dict[str, deque[float]] = {}  # op -> its last RECENT latencies
         self.recent_syncs: deque[float] = deque(maxlen=RECENT)
         self.recent_sizes: deque[int] = deque(maxlen=RECENT)
-        self.snapshot: dict[str, Any] = {}
-        self.registry.register(_Snapshot(self))
+        self._rendering = trio.CapacityLimiter(1)  # one scrape's text at a time
 
     def request(self, op: str, code: str, seconds: float) -> None:
-        key = (op, code)
+        if op not in self.ops:
+            op = UNKNOWN
+        key = (op, code if code in CODES else UNKNOWN)
         self.codes[key] = self.codes.get(key, 0) + 1
         timed = self.latency.get(op)
         if timed is None:
@@ -142,9 +175,19 @@ class Metrics:
             )
         return {"requests": requests, "recent_batch_figures": batches}
 
-    def exposition(self, stats: dict[str, Any]) -> bytes:
-        self.snapshot = stats
-        return generate_latest(self.registry)
+    async def exposition(self, stats: dict[str, Any]) -> bytes:
+        """The text, from the `stats` snapshot taken for this scrape (a dict of its own)
+        and a copy of the counts: made in a thread, it reads nothing the loop changes."""
+        counts = _Counts(
+            dict(self.codes),
+            {op: timed.copy() for op, timed in self.latency.items()},
+            self.batch_size.copy(),
+            self.batch_seconds.copy(),
+            self.sync_seconds.copy(),
+        )
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Scrape(counts, stats))
+        return await trio.to_thread.run_sync(generate_latest, registry, limiter=self._rendering)
 
 
 def _quantiles_ms(values: list[float]) -> dict[str, float]:
@@ -156,18 +199,19 @@ def _quantiles_ms(values: list[float]) -> dict[str, float]:
     }
 
 
-class _Snapshot:
-    """The scrape-time metrics, from the stats snapshot taken for this scrape."""
+class _Scrape:
+    """One scrape's metric families, from its copy of the counts and its snapshot."""
 
-    def __init__(self, metrics: Metrics) -> None:
-        self.metrics = metrics
+    def __init__(self, counts: _Counts, stats: dict[str, Any]) -> None:
+        self.counts = counts
+        self.stats = stats
 
     def describe(self) -> list[Metric]:
         return []  # unchecked: these names are this collector's alone
 
     def collect(self) -> Iterator[Metric]:
         yield from self._counted()
-        stats = self.metrics.snapshot
+        stats = self.stats
         for field, name, text in GAUGES:
             if isinstance(stats.get(field), int | float):
                 yield GaugeMetricFamily(name, text, value=stats[field])
@@ -194,7 +238,7 @@ class _Snapshot:
         yield from _postgresql(stats)
 
     def _counted(self) -> Iterator[Metric]:
-        metrics = self.metrics
+        metrics = self.counts
         requests = CounterMetricFamily(
             "sessionstore_requests",
             "Requests answered, by op and by code (ok, or the error code)",

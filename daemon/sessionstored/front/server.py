@@ -24,7 +24,7 @@ from sessionstore.wire.codes import ErrorCode
 from ..config import Config
 from ..exit_codes import ExitCode
 from ..notify import notify, watchdog_interval_s
-from ..ops import Ops
+from ..ops import REGISTRY, Ops
 from ..ops.admin import stats_snapshot
 from ..storage.engine import Engine, Follower, StartReport
 from ..storage.errors import FatalStorageError
@@ -157,11 +157,11 @@ class Server(ConnectionLoop):
         self._listener: threading.Thread | None = None  # the database's NOTIFY listener
         # counted always (`stats` and `sessionstore top` read it); served over HTTP only
         # with --metrics-listen
-        self.metrics = Metrics()
+        self.metrics = Metrics(REGISTRY)
         self.writer.on_batch = self.metrics.batch
 
     async def _render_metrics(self) -> bytes:
-        return self.metrics.exposition(await stats_snapshot(self.ops))
+        return await self.metrics.exposition(await stats_snapshot(self.ops))
 
     def _stats_extra(self) -> dict[str, Any]:
         return {
