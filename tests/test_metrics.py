@@ -4,9 +4,11 @@
 # fdatasync (the log), the log's bytes and its compactions, watchers,
 # connections and refusals, the last recovery, expirations, and on PostgreSQL
 # the follower's lag and the counter row's wait. What a client sends never
-# becomes a label: unknown ops count under one, and the text stays as small.
+# becomes a label: unknown ops count under one, and the text stays as small;
+# scrapers past the limit are closed unread, and the daemon serves on.
 from __future__ import annotations
 
+import select
 import socket
 import time
 import urllib.error
@@ -18,6 +20,7 @@ import pytest
 from contrib.grafana.panels import samples_of  # prometheus-client's parser
 from sessionstore.client import Client
 from sessionstore.errors import Overloaded, SessionStoreError
+from sessionstored.front.metrics import MAX_METRICS_CONNECTIONS
 
 from .conftest import DaemonProcess, snapshot
 
@@ -194,3 +197,33 @@ def test_unknown_ops_count_under_one_label_and_the_text_stays_small(
     assert len(text) < known_size + 4096, (known_size, len(text))
     assert set(stats["requests"]) == {"save", "stats", "(unknown)"}
     assert stats["requests"]["(unknown)"]["errors"] == sent
+
+
+def test_scrapers_past_the_limit_are_closed_unread(daemon: DaemonProcess) -> None:
+    port = _free_port()
+    daemon.start("--metrics-listen", f"127.0.0.1:{port}")
+    limit, extra = MAX_METRICS_CONNECTIONS, 8
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(limit + extra)]
+    try:
+        answered: dict[socket.socket, bytes] = {}
+        deadline = time.monotonic() + 60
+        while len(answered) < extra:  # the daemon closes those past the limit
+            assert time.monotonic() < deadline, f"{len(answered)} of {extra} closed"
+            ready, _, _ = select.select([s for s in idle if s not in answered], [], [], 1)
+            for sock in ready:
+                answered[sock] = sock.recv(4096)
+        closed_unread = [sock for sock, data in answered.items() if data == b""]
+        assert len(closed_unread) == extra, answered  # the rest: held, or timed out (405)
+        with daemon.client() as client:
+            client.ping()
+    finally:
+        for sock in idle:
+            sock.close()
+    deadline = time.monotonic() + 60
+    while True:  # once the daemon has seen them go, a scrape is served again
+        try:
+            assert _scrape(port)
+            break
+        except OSError:  # closed unread: some are not seen gone yet
+            assert time.monotonic() < deadline, "no scrape served after the idle ones left"
+            time.sleep(0.1)

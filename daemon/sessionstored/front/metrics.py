@@ -53,6 +53,9 @@ BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 RECENT = 1024  # latencies kept per op for `stats`' p50 and p99
 MAX_REQUEST_HEAD_BYTES = 8192
 REQUEST_HEAD_TIMEOUT_S = 5.0
+# scrapers served at once; past it a connection is closed unread, so that a flood of
+# idle ones holds neither memory nor the daemon's file descriptors
+MAX_METRICS_CONNECTIONS = 16
 
 UNKNOWN = "(unknown)"  # the op of a request naming no op of the daemon (or a stray code)
 NOT_A_REQUEST = "(none)"  # the op of an item refused before it was a request
@@ -302,9 +305,18 @@ Render = Callable[[], Awaitable[bytes]]
 async def serve_metrics(listeners: list[trio.SocketListener], render: Render) -> None:
     """GET /metrics over HTTP/1.0 on the listeners (bound at start: a taken address
     is a start's one-line refusal, cli.py)."""
+    serving = 0
 
     async def answer(stream: trio.SocketStream) -> None:
-        await _answer(stream, render)
+        nonlocal serving
+        if serving >= MAX_METRICS_CONNECTIONS:
+            await stream.aclose()
+            return
+        serving += 1
+        try:
+            await _answer(stream, render)
+        finally:
+            serving -= 1
 
     await trio.serve_listeners(answer, listeners)
 
