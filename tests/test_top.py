@@ -1,7 +1,8 @@
 # `sessionstore top` under a pseudo-terminal, against a real daemon under load:
 # it draws views that replace each other (the terminal's clear sequence), with
 # the saves per second it sees, and Ctrl-C typed at the terminal ends it with
-# status 0. Piped, with --count, it prints that many views and ends.
+# status 0. Piped, with --count, it prints that many views and ends. A view's
+# table of ops is bounded and printable whatever op names `stats` carries.
 from __future__ import annotations
 
 import fcntl
@@ -13,6 +14,11 @@ import sys
 import termios
 import threading
 import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sessionstore.tools import top
 
 from .conftest import DaemonProcess, snapshot
 
@@ -80,3 +86,31 @@ def test_top_piped_prints_the_views_it_was_asked_for(running: DaemonProcess) -> 
     assert shown.returncode == 0, shown.stderr
     assert "\x1b[" not in shown.stdout and shown.stdout.count("sessionstored  seq") == 2
     assert "save" in shown.stdout and "p99 ms" in shown.stdout
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=60), st.integers(0, 10**6), max_size=300))
+def test_a_view_shows_a_bounded_table_of_printable_op_names(counts: dict[str, int]) -> None:
+    requests = {op: {"count": count, "errors": 0} for op, count in counts.items()}
+    rates = {op: float(count) for op, count in counts.items()}
+    lines = top.render({"requests": requests}, rates).splitlines()
+    table = lines[lines.index(next(line for line in lines if line.startswith("op "))) + 1 :]
+    assert len(table) <= top.MAX_OP_ROWS + 1  # and one line saying how many more
+    for line in table:
+        assert line.isprintable() and len(line) <= len(lines[4]), repr(line)
+    if len(counts) > top.MAX_OP_ROWS:
+        assert table[-1] == f"... {len(counts) - top.MAX_OP_ROWS} more ops"
+
+
+def test_top_shows_every_unknown_op_as_one_row(running: DaemonProcess) -> None:
+    with running.client() as client:
+        replies = client._send_raw([{"op": f"\x1b]0;op {n}\x07"} for n in range(1000)])
+        assert {reply["error"]["code"] for reply in replies} == {"unknown_op"}
+    shown = subprocess.run(
+        [*CLI, "--socket", running.socket_path, "top", "--count", "1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+    rows = shown.stdout.splitlines()[5:]
+    assert [row.split()[0] for row in rows if row] == ["(unknown)"]

@@ -2,7 +2,8 @@
 # interval: requests per second and the p50 and p99 of the recent ones, by op;
 # the recent batches' size and fdatasync; connections, watchers and the log.
 # On a terminal each view replaces the last; piped, views follow each other.
-# Ctrl-C ends it, with status 0.
+# Ctrl-C ends it, with status 0. The table shows the busiest MAX_OP_ROWS ops, each
+# name printable and cut to its column, whatever names the daemon reports.
 from __future__ import annotations
 
 import time
@@ -11,6 +12,8 @@ from typing import Any, TextIO
 from ..client import Client
 
 CLEAR = "\x1b[H\x1b[2J"
+MAX_OP_ROWS = 40  # more than a daemon has ops (and its `(unknown)` and `(none)`)
+OP_COLUMN = 18
 
 
 def render(stats: dict[str, Any], rates: dict[str, float]) -> str:
@@ -24,16 +27,26 @@ def render(stats: dict[str, Any], rates: dict[str, float]) -> str:
         f"batches: {batches.get('size_mean', '-')} writes each, fdatasync p50 "
         f"{batches.get('fdatasync_p50_ms', '-')} ms, p99 {batches.get('fdatasync_p99_ms', '-')} ms",
         "",
-        f"{'op':<18}{'ops/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'errors':>10}",
+        f"{'op':<{OP_COLUMN}}{'ops/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'errors':>10}",
     ]
     requests: dict[str, dict[str, Any]] = stats.get("requests") or {}
-    for op in sorted(requests, key=lambda name: (-rates.get(name, 0.0), name)):
+    busiest = sorted(requests, key=lambda name: (-rates.get(name, 0.0), name))
+    for op in busiest[:MAX_OP_ROWS]:
         figures = requests[op]
         lines.append(
-            f"{op:<18}{rates.get(op, 0.0):>10.1f}{figures.get('p50_ms', 0):>10.3f}"
-            f"{figures.get('p99_ms', 0):>10.3f}{figures.get('errors', 0):>10}"
+            f"{_shown(op):<{OP_COLUMN}}{rates.get(op, 0.0):>10.1f}"
+            f"{figures.get('p50_ms', 0):>10.3f}{figures.get('p99_ms', 0):>10.3f}"
+            f"{figures.get('errors', 0):>10}"
         )
+    if len(busiest) > MAX_OP_ROWS:
+        lines.append(f"... {len(busiest) - MAX_OP_ROWS} more ops")
     return "\n".join(lines) + "\n"
+
+
+def _shown(op: str) -> str:
+    """The name as the table shows it: nothing the terminal would act on, and room
+    left for the column after it."""
+    return "".join(char if char.isprintable() else "?" for char in op)[: OP_COLUMN - 1]
 
 
 def run(client: Client, out: TextIO, interval_s: float, count: int | None) -> int:
