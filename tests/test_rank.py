@@ -30,10 +30,6 @@ def _put(key: str, vectors: list[bytes]) -> dict[str, Any]:
     return {"op": "put", "kind": "kv", "key": key, "value": {"vectors": vectors}}
 
 
-def _put(key: str, vectors: list[bytes]) -> dict[str, Any]:
-    return {"op": "put", "kind": "kv", "key": key, "value": {"vectors": vectors}}
-
-
 def _cosine(a: list[float], b: list[float]) -> float:
     dot = sum(x * y for x, y in zip(a, b, strict=True))
     norms = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
@@ -144,3 +140,15 @@ def test_a_daemon_where_numpy_cannot_load_serves_without_checkpoint_rank(
             assert client.checkpoint_get("kv", "k") == {"v": 1}
     finally:
         daemon.stop()
+
+
+@pytest.mark.parametrize("prefix", [False, 0, [], {}, b""], ids=repr)
+def test_a_prefix_that_is_not_text_is_refused(running: DaemonProcess, prefix: Any) -> None:
+    with running.client() as client:
+        client.checkpoint_put("kv", "p/a", {"vectors": [_f32([1.0, 0.0])]})
+        with pytest.raises(SessionStoreError) as refused:
+            client.checkpoint_rank("kv", prefix, [1.0, 0.0])
+        assert refused.value.code == "bad_request"
+        assert [i["key"] for i in client.checkpoint_rank("kv", "p/", [1.0, 0.0])["items"]] == [
+            "p/a"
+        ]

@@ -42,7 +42,9 @@ DEFAULT_FIELD = "vectors"
 def checkpoint_rank(ops: OpContext, request: Request) -> Step:
     args = request.args
     kind, _ = checkpoint_kind(args)
-    prefix = args.get("prefix") or ""
+    prefix = args.get("prefix")
+    if prefix is None:
+        prefix = ""
     field = args.get("field", DEFAULT_FIELD)
     if not isinstance(prefix, str) or not isinstance(field, str):
         raise Refusal(ErrorCode.BAD_REQUEST, "prefix and field must be text")
