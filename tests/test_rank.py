@@ -8,16 +8,22 @@ from __future__ import annotations
 import math
 import os
 import struct
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import cbor2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionstore.errors import SessionStoreError
-from sessionstored.ops.vectors import Scorer, query_values
+from sessionstore.wire.canonical import canonical_dumps
+from sessionstored.ops.rank import byte_pages
+from sessionstored.ops.vectors import Scorer, document_vectors, query_values, top
+from sessionstored.storage.documents import Entry
 
 from .conftest import DaemonProcess
 
@@ -60,9 +66,9 @@ def test_the_scorer_gives_each_document_its_best_cosine(data: Any) -> None:
     vector = query_values(_f32(query))
     assert vector is not None
     keys = [f"k{n}" for n in range(len(documents))]
-    got = dict((key, score) for score, key in Scorer(vector).scores(
-        keys, [[_f32(v) for v in held] for held in documents]
-    ))  # fmt: skip
+    bodies = [canonical_dumps({"vectors": [_f32(v) for v in held]}) for held in documents]
+    held = [document_vectors(body, "vectors", len(vector)) for body in bodies]
+    got = dict((key, score) for score, key in Scorer(vector).scores(keys, held))
     expected = {
         key: max(_cosine(_rounded(query), _rounded(v)) for v in held)
         for key, held in zip(keys, documents, strict=True)
@@ -71,6 +77,93 @@ def test_the_scorer_gives_each_document_its_best_cosine(data: Any) -> None:
     assert got.keys() == expected.keys()
     for key, score in expected.items():
         assert got[key] == pytest.approx(score, abs=1e-4)
+
+
+VECTOR_DIMENSIONS = (1, 2, 6, 70)  # CBOR heads of one, two and three bytes
+
+
+@st.composite
+def stored_values(draw: st.DrawFn) -> tuple[Any, int]:
+    """A value to store and the query's length: mostly a map whose `vectors` holds
+    vectors of that length among other items, sometimes anything at all."""
+    dims = draw(st.sampled_from(VECTOR_DIMENSIONS))
+    leaf = st.one_of(
+        st.binary(min_size=4 * dims, max_size=4 * dims),
+        st.binary(max_size=4 * dims + 4),
+        st.integers(-5, 5),
+        st.text(max_size=3),
+        st.none(),
+    )
+    value = st.recursive(
+        leaf,
+        lambda inner: (
+            st.lists(inner, max_size=4)
+            | st.dictionaries(st.sampled_from(["v", "vectors", ""]), inner, max_size=3)
+        ),
+        max_leaves=12,
+    )
+    others = st.dictionaries(st.sampled_from(["a", "vector", "x" * 30]), value, max_size=3)
+    held = st.lists(st.one_of(leaf, value), max_size=6)
+    shaped = st.builds(lambda rest, vectors: {**rest, "vectors": vectors}, others, held)
+    return draw(st.one_of(shaped, value)), dims
+
+
+@settings(max_examples=300, deadline=None)
+@given(stored=stored_values())
+def test_vectors_are_found_in_the_stored_bytes_as_decoding_finds_them(
+    stored: tuple[Any, int],
+) -> None:
+    """The vectors read in place in a stored value's bytes are those a decoder finds."""
+    value, dims = stored
+    body = canonical_dumps(value)
+    decoded = cbor2.loads(body)
+    field = decoded.get("vectors") if isinstance(decoded, dict) else None
+    width = dims * 4
+    held = field if isinstance(field, list) else []
+    expected = [v for v in held if isinstance(v, bytes) and len(v) == width]
+    data, offsets = document_vectors(body, "vectors", dims)
+    assert [bytes(data[at : at + width]) for at in offsets] == expected
+
+
+def test_vectors_in_a_value_of_indefinite_lengths_are_found_by_decoding_it() -> None:
+    vector = _f32([1.5])
+    body = b"\xa1\x67vectors\x9f\x44" + vector + b"\x01\xff"  # {"vectors": [_ vector, 1]}
+    data, offsets = document_vectors(body, "vectors", 1)
+    assert [bytes(data[at : at + 4]) for at in offsets] == [vector]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    documents=st.lists(
+        st.lists(st.lists(finite, min_size=2, max_size=2), max_size=40), max_size=30
+    ),
+    query=st.lists(finite, min_size=2, max_size=2),
+    page_bytes=st.integers(1, 400),
+    limit=st.integers(1, 12),
+)
+def test_ranking_page_by_page_keeps_what_ranking_at_once_finds(
+    documents: list[list[list[float]]], query: list[float], page_bytes: int, limit: int
+) -> None:
+    """Pages bounded in bytes, each scored (in blocks of rows) and cut to the best before
+    the next: the same items as scoring every document at once and sorting them all."""
+    vector = query_values(query)
+    assert vector is not None
+    bodies = {
+        f"k{n:02d}": canonical_dumps({"vectors": [_f32(v) for v in held]})
+        for n, held in enumerate(documents)
+    }
+    found = [(key, Entry(0, b"", len(body), 0, 0, 0)) for key, body in bodies.items()]
+    scorer = Scorer(vector)
+    scorer.block = scorer.block[:3]  # several blocks to a page, as large pages have
+    best: list[tuple[float, str]] = []
+    for page in byte_pages(found, page_bytes):
+        assert len(page) == 1 or sum(entry.size for _, entry in page) <= page_bytes
+        held = [document_vectors(bodies[key], "vectors", 2) for key, _ in page]
+        best = top(best, scorer.scores([key for key, _ in page], held), limit)
+    everything = Scorer(vector).scores(
+        list(bodies), [document_vectors(body, "vectors", 2) for body in bodies.values()]
+    )
+    assert best == sorted(everything, key=lambda pair: (-pair[0], pair[1]))[:limit]
 
 
 def test_ranking_through_the_daemon(running: DaemonProcess) -> None:
@@ -152,3 +245,52 @@ def test_a_prefix_that_is_not_text_is_refused(running: DaemonProcess, prefix: An
         assert [i["key"] for i in client.checkpoint_rank("kv", "p/", [1.0, 0.0])["items"]] == [
             "p/a"
         ]
+
+
+MEMORY_DOCUMENTS = 16
+MEMORY_VECTORS_PER_DOCUMENT = 512
+MEMORY_DIMENSIONS = 1024  # 4 KiB a vector, 2 MiB a document, 32 MiB in all
+MEMORY_CONCURRENT_RANKS = 8
+MEMORY_GROWTH_LIMIT_BYTES = 160 * 1024 * 1024
+
+
+def _peak_rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for process {pid}")
+
+
+def test_concurrent_rankings_of_large_vectors_stay_within_a_memory_bound(
+    running: DaemonProcess,
+) -> None:
+    """Several rankings at once over 32 MiB of vectors: the daemon's peak memory grows by
+    a bounded amount (pages bounded in bytes, shared by all rankings), not by the
+    vectors' size times the rankings."""
+    assert running.proc is not None
+    base = _f32([math.sin(n) for n in range(MEMORY_DIMENSIONS)])
+    width = len(base)
+    with running.client() as client:
+        for n in range(MEMORY_DOCUMENTS):
+            vectors = [
+                base[(n + k) * 4 % width :] + base[: (n + k) * 4 % width]
+                for k in range(MEMORY_VECTORS_PER_DOCUMENT)
+            ]
+            client.checkpoint_put("kv", f"big/{n:02d}", {"vectors": vectors})
+        client.checkpoint_put("kv", "warm/0", {"vectors": [base]})
+        client.checkpoint_rank("kv", "warm/", base)  # numpy is loaded from here on
+        expected = client.checkpoint_rank("kv", "big/", base, limit=5)
+    assert expected["ranked"] == MEMORY_DOCUMENTS
+    before = _peak_rss_bytes(running.proc.pid)
+    start = threading.Barrier(MEMORY_CONCURRENT_RANKS)
+
+    def rank(_: int) -> Any:
+        with running.client() as client:
+            start.wait()
+            return client.checkpoint_rank("kv", "big/", base, limit=5)
+
+    with ThreadPoolExecutor(MEMORY_CONCURRENT_RANKS) as pool:
+        rankings = list(pool.map(rank, range(MEMORY_CONCURRENT_RANKS)))
+    growth = _peak_rss_bytes(running.proc.pid) - before
+    assert all(ranking == expected for ranking in rankings)
+    assert growth < MEMORY_GROWTH_LIMIT_BYTES, f"peak RSS grew by {growth >> 20} MiB"

@@ -3,12 +3,18 @@
 # search, for LangGraph's store). Only keys and scores travel back, so a search
 # does not move a namespace's vectors to the client.
 #
-# The keys are read a page at a time (from the index on the event loop; in a
-# thread on PostgreSQL), and each page's values are read, decoded and scored in
-# a worker thread, so ranking a large prefix holds the event loop for no more
-# than one page of index reads at a time. A ranking reads at most
+# The keys are read RANK_SCAN_KEYS at a time (from the index on the event loop;
+# in a thread on PostgreSQL), so ranking a large prefix holds the event loop for
+# no more than one scan at a time. Their values are read and scored in worker
+# threads a page at a time, a page being at most RANK_PAGE_BYTES of stored
+# documents (or one larger document), and only the `limit` best are kept from
+# one page to the next. Memory is bounded across all rankings at once, not per
+# ranking: at most RANK_CONCURRENT_PAGES pages are held in the process, the
+# others waiting their turn in order. A ranking reads at most
 # RANK_MAX_DOCUMENTS documents; past that it is `too_large`.
 from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
 
 import trio
 
@@ -35,8 +41,39 @@ from .vectors import (
 RANK_DEFAULT_LIMIT = 10
 RANK_MAX_LIMIT = 10_000
 RANK_MAX_DOCUMENTS = 1_000_000
-RANK_PAGE = 1000  # documents read and scored per worker-thread hop
+RANK_SCAN_KEYS = 1000  # keys read from the index at a time
+RANK_PAGE_BYTES = 4 * 1024 * 1024  # stored documents read and scored per worker-thread hop
+RANK_CONCURRENT_PAGES = 2  # pages held at once in the process, by all rankings
 DEFAULT_FIELD = "vectors"
+
+_pages_in_memory: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("rank_pages")
+
+
+def pages_in_memory() -> trio.CapacityLimiter:
+    """The process's turns to hold a page: the one limiter every ranking shares."""
+    try:
+        return _pages_in_memory.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(RANK_CONCURRENT_PAGES)
+        _pages_in_memory.set(limiter)
+        return limiter
+
+
+def byte_pages(
+    found: Sequence[tuple[str, Entry]], page_bytes: int
+) -> Iterator[list[tuple[str, Entry]]]:
+    """The documents in order, in pages of at most page_bytes of stored bodies (a larger
+    document alone in its own)."""
+    page: list[tuple[str, Entry]] = []
+    size = 0
+    for key, entry in found:
+        if page and size + entry.size > page_bytes:
+            yield page
+            page, size = [], 0
+        page.append((key, entry))
+        size += entry.size
+    if page:
+        yield page
 
 
 def checkpoint_rank(ops: OpContext, request: Request) -> Step:
@@ -62,10 +99,10 @@ def checkpoint_rank(ops: OpContext, request: Request) -> Step:
 
     scorers: list[Scorer] = []  # one, made once numpy is known to load
 
-    def score_page(found: list[tuple[str, Entry]]) -> list[tuple[float, str]]:
-        docs = ops.store.read_entries(kind, found)
+    def score_page(page: list[tuple[str, Entry]]) -> list[tuple[float, str]]:
+        docs = ops.store.read_entries(kind, page)
         held = [document_vectors(doc.body, field, len(query)) for doc in docs]
-        return scorers[0].scores([key for key, _ in found], held)
+        return scorers[0].scores([key for key, _ in page], held)
 
     async def read() -> Response:
         problem = await trio.to_thread.run_sync(numpy_problem)
@@ -77,17 +114,18 @@ def checkpoint_rank(ops: OpContext, request: Request) -> Step:
         ranked = scanned = 0
         after: str | None = None
         while True:
-            wanted = KeyRange(kind, prefix, after, None, RANK_PAGE, False)
+            wanted = KeyRange(kind, prefix, after, None, RANK_SCAN_KEYS, False)
             found, more = await ops.query(ops.store.scan, wanted)
             scanned += len(found)
             if scanned > RANK_MAX_DOCUMENTS:
                 message = f"the prefix holds over {RANK_MAX_DOCUMENTS} documents to rank"
                 raise Refusal(ErrorCode.TOO_LARGE, message)
-            if found:
-                entries = [entry for _, entry in found]
-                page = await ops.read_off_loop(entries, score_page, found)
-                ranked += len(page)
-                best = top(best, page, limit)
+            for page in byte_pages(found, RANK_PAGE_BYTES):
+                entries = [entry for _, entry in page]
+                async with pages_in_memory():
+                    scored = await ops.read_off_loop(entries, score_page, page)
+                ranked += len(scored)
+                best = top(best, scored, limit)
             if not more or not found:
                 break
             after = found[-1][0]

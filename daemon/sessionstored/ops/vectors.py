@@ -1,7 +1,9 @@
 # Cosine similarity for checkpoint_rank, with numpy: a query vector against the
 # vectors stored in documents' values, a document scoring its best vector (max
 # pooling, as LangGraph's InMemoryStore scores an item with several). Vectors
-# travel and rest as float32, little-endian, one CBOR byte string each.
+# travel and rest as float32, little-endian, one CBOR byte string each, and are
+# scored where they lie in a document's stored bytes (canonical CBOR: its map and
+# arrays walked by the CBOR byte helper, nothing decoded), as numpy views.
 #
 # numpy is loaded when a ranking first needs it, and only after a child
 # process has loaded it cleanly: on a CPU below numpy's baseline (qemu's
@@ -12,19 +14,26 @@ from __future__ import annotations
 
 import heapq
 import importlib.util
+import itertools
 import math
 import struct
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import cbor2
 
+from sessionstore.wire import cbor_bytes
+
 FLOAT32_BYTES = 4
+FLOAT64_BYTES = 8
+SCORE_BLOCK_BYTES = 1024 * 1024  # float64 rows converted and scored at once
 FLOAT32_MAX = 3.4028234663852886e38
 MAX_DIMENSIONS = 65_536
 PROBE_TIMEOUT_S = 120  # a child loading numpy, under emulation at worst
+
+_MAP, _ARRAY, _BYTES = 5, 4, 2  # CBOR major types
 
 _checked: dict[str, str | None] = {}  # "numpy": why it cannot be used, or None
 
@@ -79,56 +88,110 @@ def query_values(value: Any) -> list[float] | None:
     return numbers if all(math.isfinite(x) and abs(x) <= FLOAT32_MAX for x in numbers) else None
 
 
-def document_vectors(body: bytes, field: str, dims: int) -> list[bytes]:
-    """The vectors a stored value holds at field: those of the query's length."""
+Vectors = tuple[bytes, list[int]]  # the bytes a document's vectors lie in, where each starts
+
+
+def document_vectors(body: bytes, field: str, dims: int) -> Vectors:
+    """The vectors a stored value holds at field, those of the query's length: found in
+    the stored bytes, where the scorer reads them in place, rather than decoded out."""
+    try:
+        return body, _vector_offsets(body, cbor2.dumps(field), dims * FLOAT32_BYTES)
+    except ValueError:  # indefinite lengths, which canonical CBOR never holds: decode it
+        return _decoded_vectors(body, field, dims * FLOAT32_BYTES)
+
+
+def _vector_offsets(body: bytes, field: bytes, width: int) -> list[int]:
+    if not body or body[0] >> 5 != _MAP:
+        return []
+    fields = cbor_bytes.entries(body, 0, len(body))
+    held = None
+    for key in range(0, len(fields) - 1, 2):
+        if body[fields[key] : fields[key + 1]] == field:
+            held = key + 1  # the last of equal keys, as a decoder keeps
+    if held is None or body[fields[held]] >> 5 != _ARRAY:
+        return []
+    items = cbor_bytes.entries(body, fields[held], fields[held + 1])
+    offsets = []
+    for start, end in itertools.pairwise(items):
+        major, info = body[start] >> 5, body[start] & 0x1F
+        if major == _BYTES and info < 28:
+            data = start + 1 + (0 if info < 24 else 1 << (info - 24))  # past the head
+            if end - data == width:
+                offsets.append(data)
+    return offsets
+
+
+def _decoded_vectors(body: bytes, field: str, width: int) -> Vectors:
     value = cbor2.loads(body)
     held = value.get(field) if isinstance(value, dict) else None
     if not isinstance(held, list):
-        return []
-    width = dims * FLOAT32_BYTES
-    return [v for v in held if isinstance(v, bytes) and len(v) == width]
+        return b"", []
+    vectors = [v for v in held if isinstance(v, bytes) and len(v) == width]
+    return b"".join(vectors), list(range(0, len(vectors) * width, width))
+
+
+def _runs(offsets: Sequence[int]) -> Iterator[tuple[int, int, int]]:
+    """(first offset, count, stride) of each run of equally spaced vectors: an array
+    holding only vectors of one length is one run, read as one strided view."""
+    start = 0
+    while start < len(offsets):
+        end = start + 1
+        stride = offsets[end] - offsets[start] if end < len(offsets) else 0
+        while end < len(offsets) and offsets[end] - offsets[end - 1] == stride:
+            end += 1
+        yield offsets[start], end - start, stride
+        start = end
 
 
 class Scorer:
-    """Scores pages of documents against one query, into one buffer it keeps: a fresh
-    multi-megabyte array per page costs more in page faults than the arithmetic."""
+    """Scores pages of documents against one query. The vectors are read where they lie
+    in the documents' bytes and converted to float64 a block at a time, into one block
+    it keeps: float64 arithmetic (no overflow or underflow of a float32 square) without a
+    float64 copy of a page, and no fresh array per page to fault in."""
 
     def __init__(self, query: Sequence[float]) -> None:
         import numpy as np
 
-        # as stored (float32), then float64 arithmetic: no underflow
-        self.query = np.asarray(query, dtype=np.float32).astype(np.float64)
+        self.query = np.asarray(query, dtype=np.float32).astype(np.float64)  # as stored
         self.query_norm = float(np.linalg.norm(self.query))
-        self.width = len(query) * FLOAT32_BYTES
-        self.buffer = bytearray()
+        self.dims = len(query)
+        rows = max(1, SCORE_BLOCK_BYTES // (self.dims * FLOAT64_BYTES))
+        self.block = np.empty((rows, self.dims), dtype=np.float64)
 
-    def scores(
-        self, keys: Sequence[str], vectors: Sequence[list[bytes]]
-    ) -> list[tuple[float, str]]:
+    def scores(self, keys: Sequence[str], documents: Sequence[Vectors]) -> list[tuple[float, str]]:
         """(score, key) of each document with a vector: its best cosine similarity to
         the query (0 where a norm is 0; none where a stored vector is not finite)."""
         import numpy as np
 
-        owners = [n for n, held in enumerate(vectors) for _ in held]
-        if not owners:
-            return []
-        size = len(owners) * self.width
-        if size > len(self.buffer):
-            self.buffer = bytearray(size)
-        rows = memoryview(self.buffer)
-        for row, vector in enumerate(v for held in vectors for v in held):
-            rows[row * self.width : (row + 1) * self.width] = vector
-        matrix = np.frombuffer(self.buffer, dtype="<f4", count=size // FLOAT32_BYTES)
-        matrix = matrix.reshape(len(owners), len(self.query))
-        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64)) * self.query_norm
-        dots = matrix @ self.query
-        similarity = np.divide(dots, norms, out=np.zeros_like(dots), where=norms != 0)
         best: dict[int, float] = {}
-        for owner, score in zip(owners, similarity.tolist(), strict=True):
-            if not math.isfinite(score):
-                continue
-            if owner not in best or score > best[owner]:
-                best[owner] = score
+        owners: list[int] = []  # the document of each row of the block
+
+        def score_block() -> None:
+            rows = self.block[: len(owners)]
+            norms = np.sqrt(np.einsum("ij,ij->i", rows, rows)) * self.query_norm
+            dots = rows @ self.query
+            similarity = np.divide(dots, norms, out=np.zeros_like(dots), where=norms != 0)
+            for owner, score in zip(owners, similarity.tolist(), strict=True):
+                if math.isfinite(score) and (owner not in best or score > best[owner]):
+                    best[owner] = score
+            owners.clear()
+
+        for owner, (data, offsets) in enumerate(documents):
+            for first, count, stride in _runs(offsets):
+                stored = np.ndarray(
+                    (count, self.dims), dtype="<f4", buffer=data, offset=first,
+                    strides=(stride, FLOAT32_BYTES),
+                )  # fmt: skip
+                done = 0
+                while done < count:
+                    take = min(count - done, len(self.block) - len(owners))
+                    self.block[len(owners) : len(owners) + take] = stored[done : done + take]
+                    owners.extend([owner] * take)
+                    done += take
+                    if len(owners) == len(self.block):
+                        score_block()
+        if owners:
+            score_block()
         return [(score, keys[n]) for n, score in best.items()]
 
 
