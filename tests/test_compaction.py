@@ -1,23 +1,34 @@
 # storage/log/compaction.py: plan, copy, switch on the real engine (simulated file
 # system, small segments): which segments are victims, what the new segment
 # holds, and that a document rewritten between copy and switch keeps its newer
-# record.
+# record, and a session the record it replaced, among its earlier generations.
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
+from sessionstored.storage.documents import SESSION
 from sessionstored.storage.errors import StoreFormatError
 from sessionstored.storage.log import compaction
 from sessionstored.storage.log.store import Store
 
-from .storage_helpers import assert_clean, new_fs, open_store, put, remove, snapshot_of
+from .storage_helpers import (
+    assert_clean,
+    body_for,
+    new_fs,
+    open_store,
+    put,
+    remove,
+    snapshot_of,
+)
 
 BIG = "x" * 6000  # a few records fill a 64 KiB segment
 
 
-def _mostly_dead() -> Store:
+def _mostly_dead(**options: Any) -> Store:
     """Several sealed segments, most of whose records were overwritten or removed."""
-    store = open_store(new_fs(), compact_dead_share=0.4)
+    store = open_store(new_fs(), compact_dead_share=0.4, **options)
     store.commit([put(f"keep{n}", BIG) for n in range(3)])  # live in the oldest segment
     for round_ in range(6):
         store.commit([put(f"s{n}", f"{round_}{BIG}") for n in range(8)])
@@ -64,7 +75,7 @@ def test_copy_then_switch_moves_the_live_records_and_retires_the_victims() -> No
 
 
 def test_a_document_rewritten_during_the_copy_keeps_its_newer_record() -> None:
-    store = _mostly_dead()
+    store = _mostly_dead(keep_generations=0)  # the record it replaced is dead: not moved
     work = compaction.plan(store, everything=True)
     assert work is not None and work.moves
     kind, doc_id, _ = work.moves[0]
@@ -76,6 +87,37 @@ def test_a_document_rewritten_during_the_copy_keeps_its_newer_record() -> None:
     assert store.index.get(kind, doc_id) == newer
     store.write_index_checkpoint()
     assert_clean(store)
+
+
+def test_a_session_saved_during_the_copy_keeps_the_generation_it_replaced() -> None:
+    """The replaced generation was current at plan time and is an earlier one at switch
+    time: it moves into the new segment with the others, and stays readable once the
+    victims are unlinked, also after a crash and recovery."""
+    store = _mostly_dead()
+    work = compaction.plan(store, everything=True)
+    assert work is not None
+    doc_id = next(i for k, i, _ in work.moves if k == SESSION)
+    replaced = store.index.get(SESSION, doc_id)
+    assert replaced is not None
+    written = {replaced.seq: store.read_entry(SESSION, doc_id, replaced).body}
+    compaction.copy(store, work)
+    store.commit([put(doc_id, "saved meanwhile")])
+    written[store.seq] = body_for(doc_id, "saved meanwhile")
+    moved = compaction.switch(store, work)
+    store.write_index_checkpoint()
+    store.log.close_retired()  # the victims are gone, and so are their read handles
+    assert_clean(store)
+    earlier = store.index.generations(doc_id)[1]
+    assert (earlier.seq, earlier.segment) == (replaced.seq, work.number)
+    assert moved == len(work.moves)
+    fs = store.fs
+    store.close()
+    fs.crash("drop")
+    recovered = open_store(fs)
+    assert_clean(recovered)
+    generations = recovered.index.generations(doc_id)
+    bodies = {e.seq: recovered.read_entry(SESSION, doc_id, e).body for e in generations}
+    assert {seq: bodies[seq] for seq in written} == written
 
 
 def test_a_checkpoint_naming_a_segment_that_is_missing_is_refused_in_one_line() -> None:

@@ -1,27 +1,38 @@
 # Crash at every syscall, over the simulated file system.
 #
-# A workload of batches, index checkpoints and compactions runs against the
-# store; the file system stops it at step k, for every k, and then loses power
-# (what was not synced is dropped, or only some of its pages land, out of
+# A workload of batches, index checkpoints and compactions (one of them copying
+# while a batch saves sessions whose records it copies, as the daemon's
+# background compaction does) runs against a store that keeps earlier
+# generations; the file system stops it at step k, for every k, and then loses
+# power (what was not synced is dropped, or only some of its pages land, out of
 # order) or only the process dies (everything the OS had stays). Recovery must
 # then give: every acknowledged mutation (or, for a document of the
-# interrupted batch, possibly that batch's value), a clean check, no temp file,
-# no corruption reported, a seq that did not go back, the whole watch history
-# (as far back as it reached before the crash), and the same store when
-# recovered a second time, also when recovery itself is crashed at each of its
-# own steps first.
+# interrupted batch, possibly that batch's value), every session's generations
+# kept, each readable and as written, a clean check, no temp file, no
+# corruption reported, a seq that did not go back, the whole watch history (as
+# far back as it reached before the crash), and the same store when recovered a
+# second time, also when recovery itself is crashed at each of its own steps
+# first.
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import cbor2
 import pytest
 
 from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonical
-from sessionstored.storage.log import segments
+from sessionstored.storage.log import compaction, segments
 from sessionstored.storage.log.store import Store
-from sessionstored.storage.mutations import ANY, LEASE, LEASE_ID, Mutation, Put, Remove, Rewrite
+from sessionstored.storage.mutations import (
+    ANY,
+    LEASE,
+    LEASE_ID,
+    SESSION,
+    Mutation,
+    Put,
+    Remove,
+    Rewrite,
+)
 from sessionstored.storage.sealing import Key
 
 from .simfs import CRASH_MODES, SimFileSystem, SimulatedCrash
@@ -39,8 +50,11 @@ from .storage_helpers import (
 
 SEALING_KEY = Key.from_material(b"\x5a" * 32)
 SEGMENT_BYTES = 16 * 1024  # a few rotations and a real compaction in a short workload
+KEEP_GENERATIONS = 2  # few enough that saves drop earlier generations and compaction copies
 
 DocKey = tuple[str, str]
+Kept = dict[str, list[tuple[int, bytes]]]  # session id -> its generations (seq, body), oldest first
+COMPACT_WHILE_SAVING = "compact while saving"
 
 
 def _appending(suffix: str, fence: Any = None) -> Rewrite:
@@ -76,6 +90,9 @@ WORKLOAD: list[Any] = [
     [put("d", "w" * 7000), remove("nope"), Remove("l", "run-1")],
     "compact",
     [put("c", 4), put("a", "v" * 4000), remove("d")],
+    # b's current record lies in the segment the first compaction made: the save replaces
+    # it while it is copied, and it is an earlier generation when the copy is switched in
+    (COMPACT_WHILE_SAVING, [put("b", 6), put("a", 6), put("c", "t" * 3000)]),
     [_lease("agent")],
     [_fenced_put("e", "u" * 3000), _appending("z", fence=("agent", 1))],
     "compact",
@@ -83,38 +100,77 @@ WORKLOAD: list[Any] = [
 ]
 
 
-def _run(store: Store, model: dict[DocKey, Any], inflight: dict[DocKey, list[Any]]) -> int:
-    """Run the workload; record acknowledged effects in model. Returns the last acked seq."""
+def _run(
+    store: Store,
+    model: dict[DocKey, Any],
+    inflight: dict[DocKey, list[Any]],
+    kept: Kept | None = None,
+) -> int:
+    """Run the workload; record acknowledged effects in model and the session generations
+    kept in kept. Returns the last acked seq."""
+    kept = {} if kept is None else kept
     for step in WORKLOAD:
         inflight.clear()
         if step == "compact":
             store.compact()
-            continue
-        if step == "checkpoint":
+        elif step == "checkpoint":
             store.write_index_checkpoint()
-            continue
-        for mutation in step:
-            key = (mutation.kind, mutation.id)
-            old = model.get(key)
-            if isinstance(mutation, Rewrite):
-                new = mutation.apply(old, None)
-            else:
-                new = mutation.body if isinstance(mutation, Put) else None
-            inflight[key] = [new, old]
-        result = store.commit_durably(step)
-        store.publish(result)
-        for mutation, outcome in zip(step, result.outcomes, strict=True):
-            assert outcome.ok, outcome
-            key = (mutation.kind, mutation.id)
-            model[key] = inflight[key][0]
-            if model[key] is None:
-                del model[key]
+        elif isinstance(step, tuple):  # planned, copied, a batch, then switched in
+            work = compaction.plan(store, everything=True)
+            assert work is not None
+            compaction.copy(store, work)
+            _commit(store, step[1], model, inflight, kept)
+            saved = {m.id for m in step[1]}
+            assert any(k == SESSION and i in saved for k, i, _ in work.moves)
+            compaction.switch(store, work)
+            store.write_index_checkpoint()
+            store.log.close_retired()
+        else:
+            _commit(store, step, model, inflight, kept)
     inflight.clear()
     return store.seq
 
 
+def _commit(
+    store: Store,
+    step: list[Mutation],
+    model: dict[DocKey, Any],
+    inflight: dict[DocKey, list[Any]],
+    kept: Kept,
+) -> None:
+    for mutation in step:
+        key = (mutation.kind, mutation.id)
+        old = model.get(key)
+        if isinstance(mutation, Rewrite):
+            new = mutation.apply(old, None)
+        else:
+            new = mutation.body if isinstance(mutation, Put) else None
+        inflight[key] = [new, old]
+    result = store.commit_durably(step)
+    store.publish(result)
+    for mutation, outcome in zip(step, result.outcomes, strict=True):
+        assert outcome.ok, outcome
+        key = (mutation.kind, mutation.id)
+        model[key] = inflight[key][0]
+        if model[key] is None:
+            del model[key]
+        if mutation.kind == SESSION and outcome.changed:
+            _keep(kept, mutation.id, outcome.seq, model.get(key))
+
+
+def _keep(kept: Kept, session_id: str, seq: int | None, body: bytes | None) -> None:
+    """The generations the store keeps: a removal takes them all."""
+    if body is None:
+        kept.pop(session_id, None)
+        return
+    assert seq is not None
+    generations = kept.setdefault(session_id, [])
+    generations.append((seq, body))
+    del generations[: -(KEEP_GENERATIONS + 1)]
+
+
 def _open(fs: SimFileSystem, key: Key | None) -> Store:
-    return open_store(fs, key=key, segment_bytes=SEGMENT_BYTES)
+    return open_store(fs, key=key, segment_bytes=SEGMENT_BYTES, keep_generations=KEEP_GENERATIONS)
 
 
 def _total_steps(key: Key | None) -> tuple[int, int]:
@@ -127,14 +183,20 @@ def _total_steps(key: Key | None) -> tuple[int, int]:
 
 def _recover_cleanly(fs: SimFileSystem, key: Key | None) -> Store:
     """A crash, even power loss with pages landing out of order, never looks like corruption."""
-    store, report = open_with_report(fs, key=key, segment_bytes=SEGMENT_BYTES)
+    store, report = open_with_report(
+        fs, key=key, segment_bytes=SEGMENT_BYTES, keep_generations=KEEP_GENERATIONS
+    )
     assert report.corruption == [], report.corruption
     assert report.checkpoint_problems == [], report.checkpoint_problems
     return store
 
 
 def _check_recovered(
-    store: Store, model: dict[DocKey, Any], inflight: dict[DocKey, list[Any]], acked_seq: int
+    store: Store,
+    model: dict[DocKey, Any],
+    inflight: dict[DocKey, list[Any]],
+    acked_seq: int,
+    kept: Kept,
 ) -> None:
     assert_clean(store)
     assert [n for n in store.fs.listdir(f"{ROOT}/tmp") if not n.startswith("spare-")] == []
@@ -146,6 +208,30 @@ def _check_recovered(
     assert (store.lease is not None) == ((LEASE, LEASE_ID) in documents)
     # watch with since=0 reaches back to the first change: nothing of the history was lost
     assert [c.seq for c in store.history.after(0, 10_000)] == list(range(1, store.seq + 1))
+    _check_generations(store, kept, inflight, landed=store.seq > acked_seq)
+
+
+def _check_generations(
+    store: Store, kept: Kept, inflight: dict[DocKey, list[Any]], *, landed: bool
+) -> None:
+    """Every generation the store lists loads at its seq as written, and they are the ones
+    it keeps: the acknowledged ones, and the interrupted batch's if it landed."""
+    sessions = (
+        {i for k, i in inflight if k == SESSION}
+        | set(kept)
+        | {i for i, _ in store.index.items(SESSION)}
+    )
+    for session_id in sessions:
+        listed = [
+            (entry.seq, store.read_generation(SESSION, session_id, entry).body)
+            for entry in store.generations(SESSION, session_id)
+        ]
+        expected = list(reversed(kept.get(session_id, [])))
+        if landed and (SESSION, session_id) in inflight:
+            new = inflight[(SESSION, session_id)][0]
+            newest = listed[0][0] if listed else 0
+            expected = [] if new is None else [(newest, new), *expected][: KEEP_GENERATIONS + 1]
+        assert listed == expected, session_id
 
 
 def _state(store: Store) -> tuple[int, dict[DocKey, bytes], list[Any]]:
@@ -168,15 +254,16 @@ def test_crash_at_every_step_of_the_workload(
         store = _open(fs, key)
         model: dict[DocKey, Any] = {}
         inflight: dict[DocKey, list[Any]] = {}
+        kept: Kept = {}
         fs.arm(step)
         acked_seq = 0
         try:
-            acked_seq = _run(store, model, inflight)
+            acked_seq = _run(store, model, inflight, kept)
         except SimulatedCrash:
             acked_seq = store.seq
         fs.crash(mode)
         recovered = _recover_cleanly(fs, key)
-        _check_recovered(recovered, model, inflight, acked_seq)
+        _check_recovered(recovered, model, inflight, acked_seq, kept)
         if step == total:
             assert recovered.seq == final_seq
         first = _state(recovered)
@@ -208,9 +295,13 @@ def test_crash_during_recovery_at_every_step() -> None:
         store = _open(fs, None)
         model: dict[DocKey, Any] = {}
         inflight: dict[DocKey, list[Any]] = {}
+        kept: Kept = {}
         fs.arm(step)
-        with contextlib.suppress(SimulatedCrash):
-            _run(store, model, inflight)
+        acked_seq = 0
+        try:
+            acked_seq = _run(store, model, inflight, kept)
+        except SimulatedCrash:
+            acked_seq = store.seq
         fs.crash("torn-alternate")
         recovery_step = 0
         while True:
@@ -222,7 +313,7 @@ def test_crash_during_recovery_at_every_step() -> None:
                 recovery_step += 1
                 continue
             break
-        _check_recovered(recovered, model, inflight, 0)
+        _check_recovered(recovered, model, inflight, acked_seq, kept)
         first = _state(recovered)
         recovered.close()
         fs.crash("drop")

@@ -10,8 +10,10 @@
 #      log/ and the directory fsynced [before-rename, after-rename];
 #   3. switch (the readers' thread, between batches): each entry that still
 #      points where it pointed at plan time now points into the new segment; a
-#      document rewritten meanwhile keeps its newer record (and an earlier
-#      generation dropped meanwhile stays dropped);
+#      document rewritten meanwhile keeps its newer record, and a session's
+#      record it replaced, kept among its earlier generations since, moves like
+#      them (else it would point into a victim once the victims go); an earlier
+#      generation dropped meanwhile stays dropped;
 #   4. an index checkpoint that names the new segment and not the victims;
 #      only then are the victims unlinked (their read handles closed first).
 # A crash before the checkpoint leaves the victims named by the checkpoint on
@@ -172,6 +174,9 @@ def switch(store: StoreParts, work: Plan) -> int:
         elif store.index.get(kind, doc_id) == old:
             store.index.put(kind, doc_id, moved_to)
             moved += 1
+        elif kind == SESSION and store.index.repoint_earlier(doc_id, old, moved_to):
+            moved += 1  # saved meanwhile: the generation it replaced is an earlier one now
+            work.earlier_moved += 1
     store.log.replace(work.victims, work.number, sum(e.length for e in entries))
     store.retire(work.victims)
     return moved
