@@ -143,6 +143,40 @@ def test_a_write_after_expiry_starts_the_thread_afresh(running: DaemonProcess) -
         _assert_whole(client, "again")  # the old documents were removed, not adopted
 
 
+def test_a_write_without_a_ttl_after_expiry_is_read_at_once(running: DaemonProcess) -> None:
+    """What a saver without a ttl writes on a thread whose lifetime expired is read at
+    once, by either saver, before the sweep: reads show what the sweep will leave,
+    the new documents and none of the expired ones."""
+    saver = SessionStoreSaver(running.socket_path, ttl={"default_ttl": TTL_MINUTES})
+    plain = SessionStoreSaver(running.socket_path)
+    graph_child.build(saver).invoke({"steps": []}, _config("late"))
+    expired = list(saver.list(_config("late")))
+    with_writes = next(c for c in expired if c.pending_writes)
+    with running.client() as client:
+        _until_past(_documents(client, "late")[0]["expires_at_ms"])  # type: ignore[index]
+        graph_child.build(plain).invoke({"steps": []}, _config("late"))
+        # a checkpoint put again at the id of an expired one with writes: without them
+        again = plain.put(
+            {"configurable": {**with_writes.config["configurable"], "checkpoint_id": None}},
+            with_writes.checkpoint,
+            with_writes.metadata,
+            {},
+        )
+        for reader in (plain, saver):
+            head = reader.get_tuple(_config("late"))
+            assert head is not None
+            assert head.checkpoint["channel_values"]["steps"] == ["a", "b", "c", "d1", "d2", "e"]
+            put_again = reader.get_tuple(again)
+            assert put_again is not None and put_again.pending_writes == []
+            listed = {c.checkpoint["id"]: c.pending_writes for c in reader.list(_config("late"))}
+            assert head.checkpoint["id"] in listed and listed[with_writes.checkpoint["id"]] == []
+            assert not set(listed) & {c.checkpoint["id"] for c in expired} - {
+                with_writes.checkpoint["id"]
+            }
+        life, members = _documents(client, "late")
+        assert life is None and any("expires_at_ms" in m for m in members)  # not swept yet
+
+
 def test_refresh_on_read_keeps_a_read_thread_and_only_then(running: DaemonProcess) -> None:
     ttl = {"default_ttl": TTL_MINUTES, "refresh_on_read": True}
     reader = SessionStoreSaver(running.socket_path, ttl=ttl)

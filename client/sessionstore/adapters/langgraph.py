@@ -71,6 +71,7 @@ from .lifetime import (
     Items,
     every_item,
     in_txns,
+    untimed,
 )
 from .plans import Plan, delete_op, delete_prefix_op, put_op
 
@@ -257,7 +258,9 @@ class SessionStoreSaver(SaverCore):
     def _copy_thread(self, source: str, target: str) -> Plan[None]:
         checkpoints = yield from every_item(self.keys.thread_checkpoints(source))
         writes = yield from every_item(self.keys.thread_writes(source))
-        if not checkpoints or (yield from self._gone_threads({source: checkpoints + writes})):
+        if (yield from self._expired_threads({source: checkpoints + writes})):
+            checkpoints, writes = untimed(checkpoints), untimed(writes)
+        if not checkpoints:
             return
         ops = []  # the writes first: a checkpoint is never seen without its writes
         source_writes = self.keys.thread_writes(source)
@@ -294,8 +297,8 @@ class SessionStoreSaver(SaverCore):
         stored = {}
         for thread in threads:
             stored[thread] = yield from every_item(self.keys.thread_checkpoints(thread))
-        for thread in (yield from self._gone_threads(stored)):  # expired: nothing to prune
-            del stored[thread]
+        for thread in (yield from self._expired_threads(stored)):  # the leftovers stay out
+            stored[thread] = untimed(stored[thread])
         for thread, checkpoints in stored.items():
             if any(self._uses_delta(item) for item in checkpoints):
                 raise NotImplementedError(
@@ -392,19 +395,22 @@ class _Listing:
             if self.before_id is not None and value["checkpoint_id"] >= self.before_id:
                 continue
             candidates.append(item)
-        by_thread: dict[str, Items] = {}
-        for item in candidates:
-            by_thread.setdefault(item["value"]["thread_id"], []).append(item)
-        if candidates:
-            gone = yield from self.saver._gone_threads(by_thread)
-            candidates = [i for i in candidates if i["value"]["thread_id"] not in gone]
         prefixes = [self.saver.keys.checkpoint_writes(*address_of(i["value"])) for i in candidates]
         pages: list[Any] = []
         if candidates:
             pages = yield [first_page(prefix) for prefix in prefixes]
-        found = []
+        writes: list[Items] = []
+        by_thread: dict[str, Items] = {}
         for item, prefix, page in zip(candidates, prefixes, pages, strict=True):
-            item_writes = yield from whole_range(prefix, page)
+            writes.append((yield from whole_range(prefix, page)))
+            by_thread.setdefault(item["value"]["thread_id"], []).extend([item, *writes[-1]])
+        expired = (yield from self.saver._expired_threads(by_thread)) if candidates else set()
+        found = []
+        for item, item_writes in zip(candidates, writes, strict=True):
+            if item["value"]["thread_id"] in expired:
+                if "expires_at_ms" in item:  # a leftover of the expired lifetime
+                    continue
+                item_writes = untimed(item_writes)
             tup = self.saver._tuple(item["key"], item["value"], item_writes)
             if any(tup.metadata.get(k) != v for k, v in self.filter.items()):
                 continue

@@ -23,6 +23,7 @@ from ..errors import Conflict, SessionStoreError
 from ..requests import Call
 from . import plans
 from .keyparts import key_part
+from .langgraph_keys import SaverKeys
 from .lifetime import (
     Items,
     Lifetime,
@@ -33,6 +34,7 @@ from .lifetime import (
     in_txns,
     now_ms,
     timed,
+    untimed,
 )
 from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan, put_op
 
@@ -57,60 +59,6 @@ class CorruptCheckpoint(SessionStoreError):
     """A stored checkpoint or write that cannot be deserialised."""
 
     code = "corrupt_checkpoint"
-
-
-class _Keys:
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-
-    def thread_checkpoints(self, thread: str) -> str:
-        return f"{self.prefix}c/{key_part(thread)}/"
-
-    def namespace_checkpoints(self, thread: str, ns: str) -> str:
-        return f"{self.thread_checkpoints(thread)}{key_part(ns)}/"
-
-    def checkpoint(self, thread: str, ns: str, checkpoint_id: str) -> str:
-        return f"{self.namespace_checkpoints(thread, ns)}{key_part(checkpoint_id)}"
-
-    def thread_writes(self, thread: str) -> str:
-        return f"{self.prefix}w/{key_part(thread)}/"
-
-    def checkpoint_writes(self, thread: str, ns: str, checkpoint_id: str) -> str:
-        return f"{self.thread_writes(thread)}{key_part(ns)}/{key_part(checkpoint_id)}/"
-
-    def write(self, thread: str, ns: str, checkpoint_id: str, task_id: str, idx: int) -> str:
-        return f"{self.checkpoint_writes(thread, ns, checkpoint_id)}{key_part(task_id)}/{idx}"
-
-    def run_checkpoints(self, run_id: str) -> str:
-        return f"{self.prefix}r/{key_part(run_id)}/"
-
-    def run_marker(self, run_id: str, thread: str, ns: str, checkpoint_id: str) -> str:
-        where = f"{key_part(thread)}/{key_part(ns)}/{key_part(checkpoint_id)}"
-        return f"{self.run_checkpoints(run_id)}{where}"
-
-    def thread_runs(self, thread: str) -> str:
-        return f"{self.prefix}t/{key_part(thread)}/"
-
-    def thread_run(self, thread: str, run_id: str) -> str:
-        return f"{self.thread_runs(thread)}{key_part(run_id)}"
-
-    def lifetime(self, thread: str) -> str:
-        """{"horizon": ms}: with a ttl, the thread lives while this does (lifetime.py)."""
-        return f"{self.prefix}l/{key_part(thread)}"
-
-    # tombstones: what was deleted, so that a checkpoint built on it is refused while
-    # one whose parent was never stored is taken, as every LangGraph saver takes it
-    def thread_deleted(self, thread: str) -> str:
-        """{"upto": id}: delete_thread removed every checkpoint up to that id."""
-        return f"{self.prefix}d/{key_part(thread)}"
-
-    def namespace_pruned(self, thread: str, ns: str) -> str:
-        """{"upto": id}: prune removed every checkpoint of the namespace up to that id."""
-        return f"{self.prefix}d/{key_part(thread)}/{key_part(ns)}"
-
-    def checkpoint_deleted(self, thread: str, ns: str, checkpoint_id: str) -> str:
-        """delete_for_runs removed this one."""
-        return f"{self.prefix}x/{key_part(thread)}/{key_part(ns)}/{key_part(checkpoint_id)}"
 
 
 def _exists(key: str) -> dict[str, Any]:
@@ -140,7 +88,7 @@ class SaverCore(plans.OnRunner, BaseCheckpointSaver[int]):
         methods) or an AsyncClient (for the async ones, on its event loop) to use
         instead of the saver's own; the caller closes it."""
         super().__init__(serde=serde)
-        self.keys = _Keys(prefix)
+        self.keys = SaverKeys(prefix)
         self.lifetime = _lifetime(ttl)
         self._start_runner(socket_path, timeout, client)
 
@@ -161,6 +109,7 @@ class SaverCore(plans.OnRunner, BaseCheckpointSaver[int]):
         configurable = config["configurable"]
         thread, ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config)
+        latest = not checkpoint_id
         guard = self._guards([thread])  # with a ttl, read with the thread's documents
         if checkpoint_id:
             key = self.keys.checkpoint(thread, ns, checkpoint_id)
@@ -185,9 +134,34 @@ class SaverCore(plans.OnRunner, BaseCheckpointSaver[int]):
         if not items:
             return None
         item_writes = yield from whole_range(writes_prefix, writes)
-        if (yield from self._gone_threads({thread: items + item_writes}, life)):
-            return None
+        if (yield from self._expired_threads({thread: items + item_writes}, life)):
+            items, item_writes = untimed(items), untimed(item_writes)
+            if not items and latest:  # the newest is a leftover: the newest written since
+                newest = yield from self._newest_untimed(
+                    self.keys.namespace_checkpoints(thread, ns)
+                )
+                if newest is None:
+                    return None
+                at = {**configurable, "checkpoint_ns": ns, "checkpoint_id": newest}
+                return (yield from self._get_tuple({"configurable": at}))
+            if not items:
+                return None
         return self._tuple(items[0]["key"], items[0]["value"], item_writes)
+
+    def _newest_untimed(self, prefix: str) -> Plan[str | None]:
+        """The id of the newest checkpoint in the range that has no expiry, if any."""
+        before: str | None = None
+        while True:
+            (page,) = yield [
+                scan_call(prefix, reverse=True, limit=SCAN_PAGE, before=before, values=False)
+            ]
+            for item in untimed(page["items"]):
+                (value,) = yield [r.checkpoint_get(KIND, item["key"])]
+                if value is not None:  # else deleted meanwhile
+                    return str(value["checkpoint_id"])
+            before = page["next"]
+            if before is None:
+                return None
 
     # -- a thread's lifetime (see lifetime.py) -------------------------------------
 
@@ -197,11 +171,12 @@ class SaverCore(plans.OnRunner, BaseCheckpointSaver[int]):
             return []
         return [self.lifetime.guard(self.keys.lifetime(thread)) for thread in threads]
 
-    def _gone_threads(
+    def _expired_threads(
         self, items: dict[str, Items], lives: Sequence[Any] | None = None
     ) -> Plan[set[str]]:
-        """Of the threads whose documents were just read, those that have expired.
-        lives: their lifetimes as _guards read them, when it was sent."""
+        """Of the threads whose documents were just read, those whose lifetime has
+        expired: of their documents, only the untimed() ones are read. lives: their
+        lifetimes as _guards read them, when it was sent."""
         threads = list(items)
         if lives is None or not lives:
             asked = [t for t in threads if self.lifetime is not None or timed(items[t])]

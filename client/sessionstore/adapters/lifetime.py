@@ -14,7 +14,10 @@
 #   - once it has expired, the group is gone for every read through the
 #     adapters at that moment, whatever members the daemon still holds (they
 #     carry an expiry, so a reader tells them from a group that never had a
-#     ttl); the daemon's sweep removes them at H, at most 2 x ttl later;
+#     ttl); the daemon's sweep removes them at H, at most 2 x ttl later.
+#     Documents without an expiry are not the expired lifetime's: written
+#     since, by a writer without a ttl, they are read at once (a LangGraph
+#     thread's reads show what the sweep will leave: untimed());
 #   - a write puts its members (expiring at H) and the lifetime (ttl from now)
 #     in one txn that requires the lifetime to be the generation {"horizon": H}
 #     it expects, so it never renews a lifetime another process changed or
@@ -60,6 +63,12 @@ def digest_of(value: dict[str, Any]) -> str:
 
 def timed(items: Items) -> bool:
     return any("expires_at_ms" in item for item in items)
+
+
+def untimed(items: Items) -> Items:
+    """Of a group whose lifetime has expired, the documents that outlive it: those
+    without an expiry. The others are its leftovers, gone for every read."""
+    return [item for item in items if "expires_at_ms" not in item]
 
 
 def every_item(prefix: str, after: str | None = None, *, values: bool = True) -> Plan[Items]:
