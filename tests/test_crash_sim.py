@@ -324,20 +324,27 @@ def test_acknowledged_writes_survive_power_loss_between_batches() -> None:
     fs = new_fs()
     store = _open(fs, None)
     model: dict[DocKey, Any] = {}
+    kept: Kept = {}
     for step in WORKLOAD:
         if not isinstance(step, list) or any(
             isinstance(m, Rewrite) or m.fence is not ANY for m in step
         ):
             continue
-        assert all(outcome.ok for outcome in store.commit(step))
-        for mutation in step:
+        outcomes = store.commit(step)
+        for mutation, outcome in zip(step, outcomes, strict=True):
+            assert outcome.ok, outcome
+            key = (mutation.kind, mutation.id)
             if isinstance(mutation, Put):
-                model[(mutation.kind, mutation.id)] = mutation.body
+                model[key] = mutation.body
             else:
-                model.pop((mutation.kind, mutation.id), None)
+                model.pop(key, None)
+            if mutation.kind == SESSION and outcome.changed:
+                _keep(kept, mutation.id, outcome.seq, model.get(key))
         fs.crash("drop")
         store = _open(fs, None)
         assert all_documents(store) == model
+        assert_clean(store)
+        _check_generations(store, kept, {}, landed=False)
 
 
 def test_recovering_a_mutation_list_twice_is_the_same_store() -> None:
@@ -346,6 +353,10 @@ def test_recovering_a_mutation_list_twice_is_the_same_store() -> None:
     mutations: list[Mutation] = [put(f"k{n}", n) for n in range(30)]
     store.commit(mutations)
     store.close()
-    first = _state(_open(fs, None))
+    once = _open(fs, None)
+    assert_clean(once)
+    first = _state(once)
     fs.crash("keep")
-    assert _state(_open(fs, None)) == first
+    twice = _open(fs, None)
+    assert_clean(twice)
+    assert _state(twice) == first

@@ -115,6 +115,7 @@ def test_error_at_every_commit_failpoint(daemon: DaemonProcess, point: str) -> N
             with daemon.client() as again:
                 assert again.load("fp") == third
                 assert again.stats()["recovery"]["corruption"] == []
+                assert again.verify()["problems"] == []
             return
     # durable but unanswered: the daemon fails stop, and recovery keeps the batch
     assert daemon.wait_exit() == 3
@@ -123,6 +124,7 @@ def test_error_at_every_commit_failpoint(daemon: DaemonProcess, point: str) -> N
     with daemon.client() as client:
         assert client.load_with_meta("fp")["snapshot"] == second
         assert client.save(third)["seq"] == 3
+        assert client.verify()["problems"] == []
 
 
 def _compactable(client: Client) -> dict[str, dict]:
@@ -213,6 +215,7 @@ def test_hang_blocks_writes_but_reads_are_served(daemon: DaemonProcess) -> None:
     daemon.start()
     with daemon.client() as client:
         assert client.load("h") == snapshot("h", gen=1)
+        assert client.verify()["problems"] == []
 
 
 def test_a_slow_disk_is_waited_for_through_the_loop_not_on_it(daemon: DaemonProcess) -> None:
@@ -302,12 +305,14 @@ def test_recovery_twice_equals_once(daemon: DaemonProcess) -> None:
     with daemon.client() as client:
         once = (client.load_with_meta("r"), client.stats()["seq"])
         assert client.stats()["recovery"]["rolled_back"] == 1
+        assert client.verify()["problems"] == []
     assert daemon.stop() == 0
     daemon.start()
     with daemon.client() as client:
         twice = (client.load_with_meta("r"), client.stats()["seq"])
         recovery = client.stats()["recovery"]
         assert recovery["rolled_back"] == 0 and recovery["torn_tail"] is None
+        assert client.verify()["problems"] == []
     assert once == twice
 
 
@@ -474,6 +479,7 @@ def test_the_worker_processes_die_with_a_killed_daemon(daemon: DaemonProcess) ->
     daemon.start()  # and the next daemon starts its own
     with daemon.client() as client:
         assert client.load("w") == cbor2.loads(canonical_dumps(snap))
+        assert client.verify()["problems"] == []
 
 
 def _raw_request(path: str, data: bytes) -> Any:

@@ -1,8 +1,10 @@
 # The log's earlier generations against a model, on the in-process simulated file
 # system: hypothesis runs saves, deletes, reverts (also to generations no longer
-# kept), compactions, index checkpoints, restarts with another --keep-generations
-# and power losses, and after each step every session's generations, read back
-# whole, are the model's. Then a revert crashed at every syscall is all or nothing.
+# kept), compactions (also one copying while a save replaces a record it copies,
+# as the daemon's background compaction does), index checkpoints, restarts with
+# another --keep-generations and power losses, and after each step every
+# session's generations, read back whole, are the model's. Then a revert crashed
+# at every syscall is all or nothing.
 from __future__ import annotations
 
 from typing import Any
@@ -11,6 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sessionstore.wire.codes import ErrorCode
+from sessionstored.storage.log import compaction
 from sessionstored.storage.log.store import Store
 from sessionstored.storage.mutations import SESSION, Rewrite
 
@@ -57,11 +60,14 @@ def assert_matches(store: Store, model: Model) -> None:
             assert entry.committed_at_ms > 0
 
 
+SEGMENT_BYTES = 16 * 1024  # a few saves fill a segment: compactions find records to copy
+save_step = st.tuples(st.just("save"), st.sampled_from(IDS), st.integers(0, 3))
 step = st.one_of(
-    st.tuples(st.just("save"), st.sampled_from(IDS), st.integers(0, 3)),
+    *[save_step] * 3,  # three times as likely as each other step
     st.tuples(st.just("delete"), st.sampled_from(IDS), st.just(0)),
     st.tuples(st.just("revert"), st.sampled_from(IDS), st.integers(0, 8)),
     st.tuples(st.just("compact"), st.just(""), st.just(0)),
+    st.tuples(st.just("compact_while_saving"), st.sampled_from(IDS), st.integers(0, 3)),
     st.tuples(st.just("checkpoint"), st.just(""), st.just(0)),
     st.tuples(st.just("restart"), st.just(""), st.integers(0, 4)),
     st.tuples(st.just("power_loss"), st.just(""), st.just(0)),
@@ -74,17 +80,26 @@ step = st.one_of(
     keep=2,
     steps=[("save", "a", 0), ("save", "a", 1), ("checkpoint", "", 0), ("restart", "", 2)],
 )
+@example(  # a's current record is copied while a save replaces it: an earlier one, kept
+    keep=1,
+    steps=[("save", "a", 0), *[("save", "b", 0)] * 24, ("compact_while_saving", "a", 1)],
+)
 def test_earlier_generations_follow_the_model(keep: int, steps: list[tuple[str, str, int]]) -> None:
     fs = new_fs()
-    store = open_store(fs, keep_generations=keep)
+    store = open_store(fs, keep_generations=keep, segment_bytes=SEGMENT_BYTES)
     model = Model(keep)
     saves = 0
+
+    def save(session_id: str, n: int) -> None:
+        nonlocal saves
+        saves += 1
+        body = body_for(session_id, f"{n}-{saves}" + "x" * 3000)  # segments fill
+        (outcome,) = store.commit([put(session_id, f"{n}-{saves}" + "x" * 3000)])
+        model.written(session_id, outcome.seq, body)
+
     for action, session_id, n in steps:
         if action == "save":
-            saves += 1
-            body = body_for(session_id, f"{n}-{saves}" + "x" * 3000)  # segments fill
-            (outcome,) = store.commit([put(session_id, f"{n}-{saves}" + "x" * 3000)])
-            model.written(session_id, outcome.seq, body)
+            save(session_id, n)
         elif action == "delete":
             store.commit([remove(session_id)])
             model.generations.pop(session_id, None)
@@ -101,6 +116,15 @@ def test_earlier_generations_follow_the_model(keep: int, steps: list[tuple[str, 
                 model.written(session_id, outcome.seq, wanted)
         elif action == "compact":
             store.compact()
+        elif action == "compact_while_saving":  # planned, copied, a save, switched in
+            work = compaction.plan(store, everything=True)
+            if work is not None:
+                compaction.copy(store, work)
+            save(session_id, n)
+            if work is not None:
+                compaction.switch(store, work)
+                store.write_index_checkpoint()
+                store.log.close_retired()
         elif action == "checkpoint":
             store.write_index_checkpoint()
         elif action in ("restart", "power_loss"):
@@ -112,7 +136,7 @@ def test_earlier_generations_follow_the_model(keep: int, steps: list[tuple[str, 
                 # from then on, and may find earlier ones still in the log: not modelled)
                 model.keep = keep = min(n, keep)
                 model.generations = {i: g[-(keep + 1) :] for i, g in model.generations.items()}
-            store = open_store(fs, keep_generations=keep)
+            store = open_store(fs, keep_generations=keep, segment_bytes=SEGMENT_BYTES)
         assert_matches(store, model)
     assert_clean(store)
     store.close()
