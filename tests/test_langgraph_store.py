@@ -256,6 +256,61 @@ def test_a_bad_namespace_label_is_refused_before_anything_is_sent(
     assert store.search(("tenant", "a_")) == []
 
 
+def test_a_search_with_a_query_and_no_index_ignores_the_query(running: DaemonProcess) -> None:
+    """As InMemoryStore and PostgresStore: a store made without an index answers
+    search(query=...) with the items the same search without a query gives, filtered
+    and paged, sync and async."""
+    store = SessionStoreStore(running.socket_path)
+    for n in range(5):
+        store.put(("plain",), f"k{n}", {"n": n, "text": f"item {n}"})
+    for options in ({}, {"filter": {"n": {"$gte": 2}}}, {"limit": 2, "offset": 1}):
+        without = store.search(("plain",), **options)
+        assert store.search(("plain",), query="item 3", **options) == without
+        assert asyncio.run(store.asearch(("plain",), query="item 3", **options)) == without
+
+
+def test_namespace_rules_through_the_methods_and_through_batch(running: DaemonProcess) -> None:
+    """LangGraph's own namespace rules: an empty namespace, an empty label or one with
+    a period is refused everywhere; a namespace whose root label is "langgraph" is
+    refused by put but taken by batch and abatch, and "langgraph" below the root is an
+    ordinary label. Each stored item is read, searched (with a query too) and deleted."""
+    store = SessionStoreStore(running.socket_path)
+    value = {"foo": "bar"}
+    for namespace in ((), ("the", "thing.about"), ("some", "fun", ""), ("langgraph", "foo")):
+        with pytest.raises(InvalidNamespaceError):
+            store.put(namespace, "k", value)
+        with pytest.raises(InvalidNamespaceError):
+            asyncio.run(store.aput(namespace, "k", value))
+
+    async def through_async(namespace: tuple[str, ...], via_batch: bool) -> None:
+        if via_batch:
+            await store.abatch([PutOp(namespace, "bar", value)])
+        else:
+            await store.aput(namespace, "bar", value)
+        got = await store.aget(namespace, "bar")
+        assert got is not None and got.value == value
+        assert [i.value for i in await store.asearch(namespace)] == [value]
+        assert [i.value for i in await store.asearch(namespace, query="bar")] == [value]
+        await store.adelete(namespace, "bar")
+        assert await store.aget(namespace, "bar") is None
+
+    for namespace, via_batch in (
+        (("foo", "langgraph", "foo"), False),
+        (("langgraph", "foo"), True),
+    ):
+        asyncio.run(through_async(namespace, via_batch))
+        if via_batch:
+            store.batch([PutOp(namespace, "bar", value)])
+        else:
+            store.put(namespace, "bar", value)
+        got = store.get(namespace, "bar")
+        assert got is not None and got.value == value
+        assert [i.value for i in store.search(namespace)] == [value]
+        assert [i.value for i in store.search(namespace, query="bar")] == [value]
+        store.delete(namespace, "bar")
+        assert store.get(namespace, "bar") is None
+
+
 def test_a_dotted_filter_key_reaches_into_nested_maps(running: DaemonProcess) -> None:
     store = SessionStoreStore(running.socket_path)
     store.put(("dotted",), "nested", {"user": {"access-level": "high", "n": 3}})
@@ -345,6 +400,51 @@ def test_items_expire_and_a_read_may_refresh_them(running: DaemonProcess) -> Non
         assert refused.value.code == "bad_request"
     with pytest.raises(ValueError, match="default_ttl"):
         SessionStoreStore(running.socket_path, ttl={"default_ttl": -1})
+
+
+@pytest.mark.parametrize("in_async", [False, True], ids=["sync", "async"])
+def test_an_item_read_with_refresh_outlives_its_ttl_and_expires_after(
+    running: DaemonProcess, in_async: bool
+) -> None:
+    """PostgresStore's ttl test: get and search (with a query, on a store without an
+    index) with refresh_ttl set the item's expiry ttl from now again, a read without
+    it does not, and past that expiry a search finds nothing."""
+    store = SessionStoreStore(running.socket_path, ttl={"default_ttl": 1, "refresh_on_read": True})
+    namespace = ("ttl", "async" if in_async else "sync")
+
+    def expiry() -> int:
+        with running.client() as client:
+            (item,) = client.checkpoint_scan("kv", store._namespace_prefix(namespace))["items"]
+        return int(item["expires_at_ms"])
+
+    def after_a_tick(since_ms: int) -> None:  # a refresh now sets a later expiry than before
+        while time.time_ns() // 1_000_000 <= since_ms:
+            time.sleep(0.001)
+
+    async def reads() -> list[Any]:
+        return [
+            await store.aget(namespace, "item1", refresh_ttl=True),
+            await store.asearch(namespace, query="foo", refresh_ttl=True),
+            await store.aget(namespace, "item1", refresh_ttl=False),
+        ]
+
+    store.put(namespace, "item1", {"foo": "bar"}, ttl=0.03)  # 1.8 s
+    put_at_ms = time.time_ns() // 1_000_000
+    first = expiry()
+    after_a_tick(put_at_ms)
+    if in_async:
+        refreshed, found, plain = asyncio.run(reads())
+    else:
+        refreshed = store.get(namespace, "item1", refresh_ttl=True)
+        found = store.search(namespace, query="foo", refresh_ttl=True)
+        plain = store.get(namespace, "item1", refresh_ttl=False)
+    assert refreshed is not None and plain is not None and len(found) == 1
+    last = expiry()
+    assert last > first
+    assert store.get(namespace, "item1", refresh_ttl=False) is not None and expiry() == last
+    after_a_tick(last)
+    assert store.search(namespace, query="bar", refresh_ttl=False) == []
+    assert store.get(namespace, "item1") is None
 
 
 def test_the_async_methods_and_kill_9(running: DaemonProcess) -> None:

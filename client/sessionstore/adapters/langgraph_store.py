@@ -22,7 +22,9 @@
 # only keys and scores come back; then the ranked items are read. With a
 # filter, the ranking is widened (x4 at a time) until enough ranked items pass
 # it, up to the 10,000 nearest. Items without a vector fill what is left of
-# the page after every ranked one, as InMemoryStore fills it.
+# the page after every ranked one, as InMemoryStore fills it. A store made
+# without an index searches as if no query were given, as InMemoryStore and
+# PostgresStore do.
 #
 # Behaviour is PostgresStore's where the stores differ:
 #   - a batch reads first and writes after, all of its puts (and deletes) in
@@ -308,8 +310,6 @@ class SessionStoreStore(plans.OnRunner, BaseStore):
         yield from in_txns(ops)
 
     def _search(self, op: SearchOp, refresh: dict[str, float]) -> Plan[list[SearchItem]]:
-        if op.query:
-            raise NotImplementedError("SessionStoreStore has no semantic search (query) yet")
         found = yield from every_item(self._namespace_prefix(op.namespace_prefix))
         matching = [i for i in found if matches(i["value"]["value"], op.filter)]
         matching.sort(
