@@ -153,8 +153,7 @@ def test_ranking_page_by_page_keeps_what_ranking_at_once_finds(
         for n, held in enumerate(documents)
     }
     found = [(key, Entry(0, b"", len(body), 0, 0, 0)) for key, body in bodies.items()]
-    scorer = Scorer(vector)
-    scorer.block = scorer.block[:3]  # several blocks to a page, as large pages have
+    scorer = Scorer(vector, block_bytes=3 * 2 * 4)  # blocks of 3 rows: several to a page
     best: list[tuple[float, str]] = []
     for page in byte_pages(found, page_bytes):
         assert len(page) == 1 or sum(entry.size for _, entry in page) <= page_bytes

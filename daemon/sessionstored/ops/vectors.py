@@ -2,8 +2,8 @@
 # vectors stored in documents' values, a document scoring its best vector (max
 # pooling, as LangGraph's InMemoryStore scores an item with several). Vectors
 # travel and rest as float32, little-endian, one CBOR byte string each, and are
-# scored where they lie in a document's stored bytes (canonical CBOR: its map and
-# arrays walked by the CBOR byte helper, nothing decoded), as numpy views.
+# found where they lie in a document's stored bytes (canonical CBOR: its map and
+# arrays walked by the CBOR byte helper, nothing decoded).
 #
 # numpy is loaded when a ranking first needs it, and only after a child
 # process has loaded it cleanly: on a CPU below numpy's baseline (qemu's
@@ -12,6 +12,7 @@
 # checkpoint_rank is missing.
 from __future__ import annotations
 
+import functools
 import heapq
 import importlib.util
 import itertools
@@ -19,7 +20,7 @@ import math
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import cbor2
@@ -27,8 +28,7 @@ import cbor2
 from sessionstore.wire import cbor_bytes
 
 FLOAT32_BYTES = 4
-FLOAT64_BYTES = 8
-SCORE_BLOCK_BYTES = 1024 * 1024  # float64 rows converted and scored at once
+SCORE_BLOCK_BYTES = 1024 * 1024  # float32 rows scored at once (twice that as float64)
 FLOAT32_MAX = 3.4028234663852886e38
 MAX_DIMENSIONS = 65_536
 PROBE_TIMEOUT_S = 120  # a child loading numpy, under emulation at worst
@@ -93,11 +93,21 @@ Vectors = tuple[bytes, list[int]]  # the bytes a document's vectors lie in, wher
 
 def document_vectors(body: bytes, field: str, dims: int) -> Vectors:
     """The vectors a stored value holds at field, those of the query's length: found in
-    the stored bytes, where the scorer reads them in place, rather than decoded out."""
+    the stored bytes, where the scorer reads them in place, rather than decoded out.
+    Without the compiled CBOR byte helper, decoded: its Python twin walks a value
+    slower than cbor2 decodes it."""
+    width = dims * FLOAT32_BYTES
+    if not cbor_bytes.compiled:
+        return _decoded_vectors(body, field, width)
     try:
-        return body, _vector_offsets(body, cbor2.dumps(field), dims * FLOAT32_BYTES)
+        return body, _vector_offsets(body, _encoded_text(field), width)
     except ValueError:  # indefinite lengths, which canonical CBOR never holds: decode it
-        return _decoded_vectors(body, field, dims * FLOAT32_BYTES)
+        return _decoded_vectors(body, field, width)
+
+
+@functools.lru_cache(maxsize=64)
+def _encoded_text(text: str) -> bytes:
+    return cbor2.dumps(text)
 
 
 def _vector_offsets(body: bytes, field: bytes, width: int) -> list[int]:
@@ -106,7 +116,7 @@ def _vector_offsets(body: bytes, field: bytes, width: int) -> list[int]:
     fields = cbor_bytes.entries(body, 0, len(body))
     held = None
     for key in range(0, len(fields) - 1, 2):
-        if body[fields[key] : fields[key + 1]] == field:
+        if fields[key + 1] - fields[key] == len(field) and body.startswith(field, fields[key]):
             held = key + 1  # the last of equal keys, as a decoder keeps
     if held is None or body[fields[held]] >> 5 != _ARRAY:
         return []
@@ -130,33 +140,21 @@ def _decoded_vectors(body: bytes, field: str, width: int) -> Vectors:
     return b"".join(vectors), list(range(0, len(vectors) * width, width))
 
 
-def _runs(offsets: Sequence[int]) -> Iterator[tuple[int, int, int]]:
-    """(first offset, count, stride) of each run of equally spaced vectors: an array
-    holding only vectors of one length is one run, read as one strided view."""
-    start = 0
-    while start < len(offsets):
-        end = start + 1
-        stride = offsets[end] - offsets[start] if end < len(offsets) else 0
-        while end < len(offsets) and offsets[end] - offsets[end - 1] == stride:
-            end += 1
-        yield offsets[start], end - start, stride
-        start = end
-
-
 class Scorer:
-    """Scores pages of documents against one query. The vectors are read where they lie
-    in the documents' bytes and converted to float64 a block at a time, into one block
-    it keeps: float64 arithmetic (no overflow or underflow of a float32 square) without a
-    float64 copy of a page, and no fresh array per page to fault in."""
+    """Scores pages of documents against one query. Each vector is copied from where it
+    lies in its document's bytes into one block of float32 rows the scorer keeps, and
+    the block is scored whenever it fills: the arithmetic in float64 (no overflow or
+    underflow of a float32 square), converted a block at a time, never a whole page."""
 
-    def __init__(self, query: Sequence[float]) -> None:
+    def __init__(self, query: Sequence[float], block_bytes: int = SCORE_BLOCK_BYTES) -> None:
         import numpy as np
 
         self.query = np.asarray(query, dtype=np.float32).astype(np.float64)  # as stored
         self.query_norm = float(np.linalg.norm(self.query))
-        self.dims = len(query)
-        rows = max(1, SCORE_BLOCK_BYTES // (self.dims * FLOAT64_BYTES))
-        self.block = np.empty((rows, self.dims), dtype=np.float64)
+        self.width = len(query) * FLOAT32_BYTES
+        self.rows = max(1, block_bytes // self.width)
+        self.block = bytearray(self.rows * self.width)
+        self.matrix = np.frombuffer(self.block, dtype="<f4").reshape(self.rows, len(query))
 
     def scores(self, keys: Sequence[str], documents: Sequence[Vectors]) -> list[tuple[float, str]]:
         """(score, key) of each document with a vector: its best cosine similarity to
@@ -165,11 +163,13 @@ class Scorer:
 
         best: dict[int, float] = {}
         owners: list[int] = []  # the document of each row of the block
+        rows, width = memoryview(self.block), self.width
 
         def score_block() -> None:
-            rows = self.block[: len(owners)]
-            norms = np.sqrt(np.einsum("ij,ij->i", rows, rows)) * self.query_norm
-            dots = rows @ self.query
+            matrix = self.matrix[: len(owners)]
+            norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64))
+            norms *= self.query_norm
+            dots = matrix @ self.query
             similarity = np.divide(dots, norms, out=np.zeros_like(dots), where=norms != 0)
             for owner, score in zip(owners, similarity.tolist(), strict=True):
                 if math.isfinite(score) and (owner not in best or score > best[owner]):
@@ -177,19 +177,13 @@ class Scorer:
             owners.clear()
 
         for owner, (data, offsets) in enumerate(documents):
-            for first, count, stride in _runs(offsets):
-                stored = np.ndarray(
-                    (count, self.dims), dtype="<f4", buffer=data, offset=first,
-                    strides=(stride, FLOAT32_BYTES),
-                )  # fmt: skip
-                done = 0
-                while done < count:
-                    take = min(count - done, len(self.block) - len(owners))
-                    self.block[len(owners) : len(owners) + take] = stored[done : done + take]
-                    owners.extend([owner] * take)
-                    done += take
-                    if len(owners) == len(self.block):
-                        score_block()
+            stored = memoryview(data)
+            for at in offsets:
+                row = len(owners) * width
+                rows[row : row + width] = stored[at : at + width]
+                owners.append(owner)
+                if len(owners) == self.rows:
+                    score_block()
         if owners:
             score_block()
         return [(score, keys[n]) for n, score in best.items()]
