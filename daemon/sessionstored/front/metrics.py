@@ -4,8 +4,8 @@
 # What moves with every request or batch is counted as it happens, in the
 # event loop's thread (requests, their latency by op, batch sizes and commit
 # and fdatasync times), in plain counts that the scrape turns into metric
-# families: counting one request is three set or dict lookups, a bisect and
-# three additions, with no lock (only that thread counts; the library's own
+# families: counting one request is two set and three dict lookups, a bisect
+# and three additions, with no lock (only that thread counts; the library's own
 # metric objects take a lock and scan their buckets, 1.5 us a request here).
 # Everything else is read when Prometheus scrapes: the same snapshot `stats`
 # answers (the log's bytes, watchers, connections, refusals, the last
@@ -20,7 +20,7 @@
 # /metrics is served by the daemon's own trio task. A scrape copies the counts
 # on the event loop (only that thread changes them) and takes the `stats`
 # snapshot there (a dict built for it); the text is made from those copies in a
-# thread, one scrape at a time, so a scrape never holds up the requests.
+# thread, one scrape at a time, so the event loop serves requests meanwhile.
 from __future__ import annotations
 
 import bisect
