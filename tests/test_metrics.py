@@ -5,22 +5,26 @@
 # connections and refusals, the last recovery, expirations, and on PostgreSQL
 # the follower's lag and the counter row's wait. What a client sends never
 # becomes a label: unknown ops count under one, and the text stays as small;
-# scrapers past the limit are closed unread, and the daemon serves on.
+# scrapers past the limit are closed unread, and the daemon serves on; the text
+# is made in a thread, from a copy of the counts, while the event loop runs on.
 from __future__ import annotations
 
 import select
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
 from typing import Any
 
 import pytest
+import trio
 
 from contrib.grafana.panels import samples_of  # prometheus-client's parser
 from sessionstore.client import Client
 from sessionstore.errors import Overloaded, SessionStoreError
-from sessionstored.front.metrics import MAX_METRICS_CONNECTIONS
+from sessionstored.front.metrics import MAX_METRICS_CONNECTIONS, Metrics
+from sessionstored.ops import REGISTRY
 
 from .conftest import DaemonProcess, snapshot
 
@@ -227,3 +231,31 @@ def test_scrapers_past_the_limit_are_closed_unread(daemon: DaemonProcess) -> Non
         except OSError:  # closed unread: some are not seen gone yet
             assert time.monotonic() < deadline, "no scrape served after the idle ones left"
             time.sleep(0.1)
+
+
+async def test_the_text_is_made_in_a_thread_from_a_copy_while_the_loop_runs_on() -> None:
+    reading, counted = threading.Event(), threading.Event()
+
+    class Refusals(dict[str, int]):
+        """The snapshot's refusals, held while the thread reads them until the loop has
+        counted a request: made on the loop, the text would hold it, and wait in vain."""
+
+        def items(self) -> Any:
+            reading.set()
+            assert counted.wait(60), "the event loop did not run while the text was made"
+            return super().items()
+
+    metrics = Metrics(REGISTRY)
+    texts: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+
+        async def scrape() -> None:
+            texts.append(await metrics.exposition({"refused": Refusals(overloaded=1)}))
+
+        nursery.start_soon(scrape)
+        assert await trio.to_thread.run_sync(reading.wait, 60)
+        metrics.request("ping", "ok", 0.0)  # on the loop, while the text is being made
+        counted.set()
+    assert b'sessionstore_refusals_total{reason="overloaded"} 1.0' in texts[0]
+    assert b'op="ping"' not in texts[0]  # made from the counts as the scrape began
+    assert b'op="ping"' in await metrics.exposition({})
