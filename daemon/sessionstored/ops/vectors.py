@@ -142,9 +142,10 @@ def _decoded_vectors(body: bytes, field: str, width: int) -> Vectors:
 
 class Scorer:
     """Scores pages of documents against one query. Each vector is copied from where it
-    lies in its document's bytes into one block of float32 rows the scorer keeps, and
-    the block is scored whenever it fills: the arithmetic in float64 (no overflow or
-    underflow of a float32 square), converted a block at a time, never a whole page."""
+    lies in its document's bytes into a block of float32 rows, and the block is scored
+    whenever it fills: the arithmetic in float64 (no overflow or underflow of a float32
+    square), converted a block at a time, never a whole page. The block lives while a
+    page is scored, no longer: a ranking waiting for its next page holds none."""
 
     def __init__(self, query: Sequence[float], block_bytes: int = SCORE_BLOCK_BYTES) -> None:
         import numpy as np
@@ -152,24 +153,26 @@ class Scorer:
         self.query = np.asarray(query, dtype=np.float32).astype(np.float64)  # as stored
         self.query_norm = float(np.linalg.norm(self.query))
         self.width = len(query) * FLOAT32_BYTES
-        self.rows = max(1, block_bytes // self.width)
-        self.block = bytearray(self.rows * self.width)
-        self.matrix = np.frombuffer(self.block, dtype="<f4").reshape(self.rows, len(query))
+        self.block_rows = max(1, block_bytes // self.width)
 
     def scores(self, keys: Sequence[str], documents: Sequence[Vectors]) -> list[tuple[float, str]]:
         """(score, key) of each document with a vector: its best cosine similarity to
         the query (0 where a norm is 0; none where a stored vector is not finite)."""
         import numpy as np
 
+        width = self.width
+        count = min(self.block_rows, sum(len(offsets) for _, offsets in documents))
+        block = bytearray(count * width)
+        rows = memoryview(block)
+        matrix = np.frombuffer(block, dtype="<f4").reshape(count, len(self.query))
         best: dict[int, float] = {}
         owners: list[int] = []  # the document of each row of the block
-        rows, width = memoryview(self.block), self.width
 
         def score_block() -> None:
-            matrix = self.matrix[: len(owners)]
-            norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64))
+            filled = matrix[: len(owners)]
+            norms = np.sqrt(np.einsum("ij,ij->i", filled, filled, dtype=np.float64))
             norms *= self.query_norm
-            dots = matrix @ self.query
+            dots = filled @ self.query
             similarity = np.divide(dots, norms, out=np.zeros_like(dots), where=norms != 0)
             for owner, score in zip(owners, similarity.tolist(), strict=True):
                 if math.isfinite(score) and (owner not in best or score > best[owner]):
@@ -182,7 +185,7 @@ class Scorer:
                 row = len(owners) * width
                 rows[row : row + width] = stored[at : at + width]
                 owners.append(owner)
-                if len(owners) == self.rows:
+                if len(owners) == count:
                     score_block()
         if owners:
             score_block()
