@@ -21,7 +21,7 @@ from .jobs import MutationJob
 from .writer import Writer
 
 SWEEP_BATCH = 10_000  # due generations handed to the writer per round
-DUE_PER_PASS = 500  # taken from the log's heap per event-loop pass
+DUE_PER_PASS = 500  # entries taken from the log's schedule per event-loop pass
 SWEEP_IDLE_S = 1.0  # the longest sleep: new expiries are looked for at least this often
 SWEEP_RETRY_S = 1.0  # after a round in which some removal failed
 
@@ -56,11 +56,14 @@ class Sweeper:
     async def _due(self) -> list[Expire]:
         if self.store.blocking_reads:  # a query (PostgreSQL): off the event loop
             return await trio.to_thread.run_sync(self.store.due_expirations, now_ms(), SWEEP_BATCH)
-        due: list[Expire] = []  # from the heap, on the event loop: a slice per pass
+        # from the schedule, on the event loop: a pass takes at most DUE_PER_PASS of its
+        # entries, stale ones counted, and the loop serves others between passes
+        due: list[Expire] = []
         while len(due) < SWEEP_BATCH:
-            found = self.store.due_expirations(now_ms(), DUE_PER_PASS)
-            due += found
-            if len(found) < DUE_PER_PASS:
+            now = now_ms()
+            due += self.store.due_expirations(now, DUE_PER_PASS)
+            upcoming = self.store.next_expiry_ms()
+            if upcoming is None or upcoming > now:
                 break
             await trio.sleep(0)
         return due

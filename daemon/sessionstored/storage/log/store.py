@@ -346,8 +346,7 @@ class Store(LogReads):
                 for id_hash in self.sealer.id_hashes(kind, doc_id):
                     self.damaged.pop(id_hash, None)
         for kind, doc_id, entry in batch.changes:
-            if entry is not None and entry.expires_at_ms != NEVER:
-                self.expiries.add(kind, doc_id, entry.expires_at_ms)
+            self.expiries.schedule(kind, doc_id, NEVER if entry is None else entry.expires_at_ms)
         self.history.extend(batch.committed)
         if batch.lease_body is not None:
             self.lease = cbor2.loads(batch.lease_body)
@@ -477,6 +476,7 @@ class Store(LogReads):
             "checkpoint_seq": self.checkpoint_seq,
             "history_oldest_seq": self.history.oldest_seq(),
             "damaged_documents": len(self.damaged),
+            "expiry_schedule_entries": len(self.expiries),
             "compaction_reserve_bytes": reserve.held_bytes(self),
             "sealed_with_key_id": self.sealer.key_id_hex,
             "read_cache": {

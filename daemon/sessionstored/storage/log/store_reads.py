@@ -148,11 +148,14 @@ class LogReads:
         return self.expiries.next_ms()
 
     def due_expirations(self, now_ms: int, limit: int) -> list[Expire]:
-        return self.expiries.due(self.index, now_ms, limit)
+        return self.expiries.due(now_ms, limit)
 
     def retry_expiration(self, expire: Expire) -> None:
-        """A due generation whose sweep failed (a full disk, say): it is due again."""
-        self.expiries.add(expire.kind, expire.id, expire.expires_at_ms)
+        """A due generation whose sweep failed (a full disk, say): it is due again, unless
+        a write since gave the document another expiry, or none."""
+        entry = self.index.get(expire.kind, expire.id)
+        if entry is not None and entry.expires_at_ms == expire.expires_at_ms:
+            self.expiries.schedule(expire.kind, expire.id, expire.expires_at_ms)
 
     def current_lease(self) -> dict[str, Any] | None:
         return self.lease  # the writer publishes every lease change here

@@ -1,0 +1,173 @@
+# The log engine's expiry schedule against the store: it holds the expiries of the
+# live documents (a rewrite or a removal takes the old one out, within a constant
+# factor of them), what it hands the sweep is each live document's current expiry
+# once, and taking due entries does a bounded amount of work per call, stale entries
+# counted. Time is the sweep's argument here (due_expirations' now_ms), not the clock.
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+from unittest import mock
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sessionstored.storage.documents import NEVER
+from sessionstored.storage.log import expiries as expiries_module
+from sessionstored.storage.log.expiries import Expiries
+from sessionstored.storage.log.store import Store
+from sessionstored.storage.mutations import Expire, Put
+
+from .storage_helpers import new_fs, open_store, put, remove
+
+SOON_MS = 3_000_000_000_000  # the year 2065: far enough that the wall clock expires nothing
+LATER_MS = 4_000_000_000_000
+KEYS = 500
+REWRITES = 20
+LIMIT = 100  # entries per due_expirations call
+# what the schedule may hold: a few entries per live document that expires, and slack
+ENTRIES_PER_LIVE = 4
+SLACK_ENTRIES = 2_048
+
+
+def _expiring(session_id: str, value: object, expires_at_ms: int) -> Put:
+    return dataclasses.replace(put(session_id, value), expires_at_ms=expires_at_ms)
+
+
+def _entries(store: Store) -> int:
+    return int(store.stats()["expiry_schedule_entries"])
+
+
+def _all_due(store: Store, now_ms: int) -> list[Expire]:
+    due: list[Expire] = []
+    while (upcoming := store.next_expiry_ms()) is not None and upcoming <= now_ms:
+        due += store.due_expirations(now_ms, LIMIT)
+    return due
+
+
+def test_rewrites_leave_the_schedule_a_constant_factor_of_the_live_documents() -> None:
+    store = open_store(new_fs())
+    for rewrite in range(REWRITES):
+        store.commit([_expiring(f"s{n}", rewrite, LATER_MS + rewrite) for n in range(KEYS)])
+        assert _entries(store) <= ENTRIES_PER_LIVE * KEYS + SLACK_ENTRIES
+    assert sorted(_all_due(store, LATER_MS + REWRITES)) == sorted(
+        Expire("s", f"s{n}", LATER_MS + REWRITES - 1) for n in range(KEYS)
+    )
+
+
+def test_removals_and_rewrites_without_expiry_take_theirs_out() -> None:
+    store = open_store(new_fs())
+    for round_number in range(REWRITES):
+        store.commit([_expiring(f"s{n}", round_number, LATER_MS) for n in range(KEYS)])
+        if round_number % 2:
+            store.commit([remove(f"s{n}") for n in range(KEYS)])
+        else:
+            store.commit([put(f"s{n}", round_number) for n in range(KEYS)])
+        assert _entries(store) <= SLACK_ENTRIES
+    assert _all_due(store, LATER_MS) == []
+
+
+def test_stale_entries_that_come_due_are_taken_a_bounded_number_per_call() -> None:
+    store = open_store(new_fs())
+    store.commit([_expiring(f"s{n}", 0, SOON_MS + n) for n in range(KEYS)])
+    store.commit([_expiring(f"s{n}", 1, LATER_MS) for n in range(KEYS)])  # the first go stale
+    calls = 0
+    while (upcoming := store.next_expiry_ms()) is not None and upcoming < LATER_MS:
+        before = _entries(store)
+        assert store.due_expirations(LATER_MS - 1, LIMIT) == []
+        assert before - _entries(store) <= LIMIT
+        calls += 1
+    assert calls >= KEYS // LIMIT
+    assert len(store.due_expirations(LATER_MS, 2 * KEYS)) == KEYS
+
+
+def test_a_rewrite_moves_or_cancels_the_expiry_and_a_removal_drops_it() -> None:
+    store = open_store(new_fs())
+    names = ("moved", "cancelled", "removed", "kept")
+    store.commit([_expiring(name, 0, SOON_MS) for name in names])
+    store.commit([_expiring("moved", 1, LATER_MS), put("cancelled", 1), remove("removed")])
+    assert store.due_expirations(SOON_MS, LIMIT) == [Expire("s", "kept", SOON_MS)]
+    assert store.due_expirations(LATER_MS, LIMIT) == [Expire("s", "moved", LATER_MS)]
+    assert store.next_expiry_ms() is None
+
+
+def test_a_failed_sweep_is_due_again_unless_the_document_was_written_since() -> None:
+    store = open_store(new_fs())
+    store.commit([_expiring("failed", 0, SOON_MS), _expiring("rewritten", 0, SOON_MS)])
+    taken = store.due_expirations(SOON_MS, LIMIT)
+    assert sorted(taken) == [Expire("s", "failed", SOON_MS), Expire("s", "rewritten", SOON_MS)]
+    store.commit([_expiring("rewritten", 1, LATER_MS)])
+    for expire in taken:
+        store.retry_expiration(expire)
+    assert store.due_expirations(SOON_MS, LIMIT) == [Expire("s", "failed", SOON_MS)]
+    assert store.due_expirations(LATER_MS, LIMIT) == [Expire("s", "rewritten", LATER_MS)]
+
+
+def test_a_restart_schedules_each_live_expiry_once() -> None:
+    fs = new_fs()
+    store = open_store(fs)
+    for rewrite in range(3):
+        store.commit([_expiring(f"s{n}", rewrite, LATER_MS) for n in range(KEYS)])
+    store.commit([put(f"s{n}", "plain") for n in range(KEYS // 2)])
+    store.close()
+    reopened = open_store(fs)
+    assert _entries(reopened) == KEYS - KEYS // 2
+    assert len(_all_due(reopened, LATER_MS)) == KEYS - KEYS // 2
+
+
+# The schedule alone against a dict of the pending expiries, with drains made frequent:
+# the sweep never sleeps past a pending expiry, takes each one once and only while it is
+# pending, takes at most limit entries per call, and the entries held stay within a
+# constant factor of the pending ones. The bound is a drain's worst case: it starts
+# with 2 L + S + 1 entries (L pending) and ends within a quarter as many changes (at
+# least four entries moved per change), while cancellations may halve L meanwhile.
+DRAIN_TEST_STALE_MIN = 3
+schedule_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), st.sampled_from("abcd"), st.integers(NEVER, 60)),
+        st.tuples(st.just("due"), st.integers(0, 64), st.integers(1, 3)),
+        st.tuples(st.just("sweep"), st.integers(0, 64), st.integers(1, 3)),
+    ),
+    max_size=100,
+)
+rewrites = st.lists(  # many changes between sweeps: what grows stale entries
+    st.tuples(st.just("set"), st.sampled_from("ab"), st.integers(NEVER, 60)),
+    min_size=50,
+    max_size=150,
+)
+
+
+def _kind_of(key: str) -> str:
+    return "kv" if key < "c" else "loop"
+
+
+def _bound(pending: int) -> int:
+    return 5 * pending + 3 * DRAIN_TEST_STALE_MIN + 10
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(schedule_ops, rewrites))
+def test_the_schedule_matches_a_dict_of_pending_expiries(ops: list[tuple[str, Any, int]]) -> None:
+    with mock.patch.object(expiries_module, "STALE_ENTRIES_MIN", DRAIN_TEST_STALE_MIN):
+        schedule, model = Expiries(), dict[str, int]()
+        for name, arg, number in ops:
+            if name == "set":
+                schedule.schedule(_kind_of(arg), arg, number)
+                if number == NEVER:
+                    model.pop(arg, None)
+                else:
+                    model[arg] = number
+            else:
+                calls = 1 if name == "due" else len(schedule) + 1
+                for _ in range(calls):
+                    held = len(schedule)
+                    taken = schedule.due(arg, number)
+                    assert held - len(schedule) <= number and len(taken) <= number
+                    for kind, key, expires_at_ms in taken:
+                        assert kind == _kind_of(key) and model.pop(key) == expires_at_ms <= arg
+                if name == "sweep":
+                    assert all(expires_at_ms > arg for expires_at_ms in model.values())
+            upcoming = schedule.next_ms()
+            if model:
+                assert upcoming is not None and upcoming <= min(model.values())
+            assert len(schedule) <= _bound(len(model))
