@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from sessionstore.client import Client
-from sessionstore.errors import Conflict, SessionStoreError
+from sessionstore.errors import BadRequest, Conflict, SessionStoreError
 
 from .conftest import DaemonProcess, restored_client, take_backup
 from .postgres_server import PostgresServer
@@ -122,6 +122,73 @@ def test_expire_and_persist_and_update_keep_or_change_the_expiry(running: Daemon
         assert "expires_at_ms" not in client.call("head", session_id="e")
         forked = client.call("fork", session_id="e", new_session_id="f", workspace="/w", ttl_s=9)
         assert forked["seq"] > 0 and client.call("head", session_id="f")["expires_at_ms"] > 0
+
+
+def test_expire_refuses_a_session_id_with_a_kind_or_a_key(running: DaemonProcess) -> None:
+    with running.client() as client:
+        client.save(_snapshot("x"), ttl_s=3600)
+        client.checkpoint_put("kv", "x", {"v": 1})
+        session = client.call("head", session_id="x")
+        seq = client.stats()["seq"]
+        for extra in ({"kind": "kv", "key": "x"}, {"kind": "kv"}, {"key": "x"}):
+            for ttl in (None, 60):
+                with pytest.raises(SessionStoreError) as refused:
+                    client.call("expire", session_id="x", ttl_s=ttl, **extra)
+                assert refused.value.code == "bad_request", (extra, ttl)
+        with pytest.raises(BadRequest):
+            client.expire("x", 60, kind="kv", key="x")
+        assert client.call("head", session_id="x") == session
+        assert "expires_at_ms" not in client.call("checkpoint_get", kind="kv", key="x")
+        assert client.stats()["seq"] == seq  # nothing written
+
+
+def test_a_rewrite_moves_or_cancels_the_expiry_the_sweep_keeps(running: DaemonProcess) -> None:
+    short, marker = {"ttl_s": 0.2}, {"ttl_s": 0.4}
+    with running.client() as client:
+        client.txn([
+            {"op": "put", "kind": "kv", "key": "sooner", "value": {}, "ttl_s": 3600},
+            {"op": "put", "kind": "kv", "key": "later", "value": {}, **short},
+            {"op": "put", "kind": "kv", "key": "cancelled", "value": {}, **short},
+            {"op": "put", "kind": "kv", "key": "deleted", "value": {}, **short},
+        ])  # fmt: skip
+        rewritten = client.txn([
+            {"op": "put", "kind": "kv", "key": "sooner", "value": {"v": 2}, **short},
+            {"op": "put", "kind": "kv", "key": "later", "value": {"v": 2}, "ttl_s": 3600},
+            {"op": "put", "kind": "kv", "key": "cancelled", "value": {"v": 2}},
+            {"op": "delete", "kind": "kv", "key": "deleted"},
+            {"op": "put", "kind": "kv", "key": "marker", "value": {}, **marker},
+        ])["seq"]  # fmt: skip
+        # the sweep takes expiries in time order: once the marker is removed, every
+        # earlier expiry the schedule held has been taken
+        swept = []
+        for event in client.watch(since=rewritten):
+            if event.get("expired"):
+                swept.append(event["key"])
+                if event["key"] == "marker":
+                    break
+        assert swept == ["sooner", "marker"]
+        assert client.checkpoint_get("kv", "later") == {"v": 2}
+        assert client.call("checkpoint_get", kind="kv", key="later")["expires_at_ms"] > (
+            _now_ms() + 3_000_000
+        )
+        assert client.checkpoint_get("kv", "cancelled") == {"v": 2}
+        assert "expires_at_ms" not in client.call("checkpoint_get", kind="kv", key="cancelled")
+
+
+@pytest.mark.log_only  # the log engine's in-memory schedule (PostgreSQL sweeps by a query)
+def test_rewrites_keep_the_expiry_schedule_to_the_live_documents(running: DaemonProcess) -> None:
+    keys, rewrites, entries_per_live, slack_entries = 1_000, 30, 4, 2_048
+    with running.client() as client:
+        for rewrite in range(rewrites):
+            client.txn([
+                {"op": "put", "kind": "kv", "key": f"k{n}", "value": {"r": rewrite},
+                 "ttl_s": 3600}
+                for n in range(keys)
+            ])  # fmt: skip
+        assert client.stats()["expiry_schedule_entries"] <= entries_per_live * keys + slack_entries
+        client.txn([{"op": "delete", "kind": "kv", "key": f"k{n}"} for n in range(keys)])
+        assert client.stats()["expiry_schedule_entries"] <= slack_entries
+        client.ping()
 
 
 @pytest.mark.parametrize(

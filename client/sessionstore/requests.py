@@ -168,8 +168,9 @@ def expire(
     key: str | None = None,
     lease: Any = UNSET,
 ) -> Call[Expiry]:
-    target = {"session_id": session_id} if session_id is not None else {"kind": kind, "key": key}
-    return make("expire", ttl_s=ttl_s, lease=lease_arg(lease), **target)
+    named = {"session_id": session_id, "kind": kind, "key": key}
+    target = {name: value for name, value in named.items() if value is not None}
+    return make("expire", ttl_s=ttl_s, lease=lease_arg(lease), **target)  # both: bad_request
 
 
 def checkpoint_get(kind: str, key: str, refresh_ttl_s: Any = UNSET) -> Call[dict[str, Any] | None]:

@@ -279,6 +279,8 @@ def expire(ops: OpContext, request: Request) -> Step:
     generation written again with a new expiry (ttl_s seconds from now; null: none)."""
     args = request.args
     if "session_id" in args:
+        if "kind" in args or "key" in args:
+            raise Refusal(ErrorCode.BAD_REQUEST, "give session_id, or kind and key, not both")
         kind, doc_id = SESSION, id_arg(args, "session_id")
     else:
         kind, doc_id = checkpoint_kind(args)[0], id_arg(args, "key")
