@@ -1,7 +1,11 @@
 # The configuration in process: flags, environment and defaults, systemd socket
-# activation, the PostgreSQL settings, and one clear error for bad ones.
+# activation, the PostgreSQL settings, and one clear error for bad ones (in one line
+# from the command itself too).
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +64,7 @@ def test_the_database_comes_from_the_flag_or_the_environment_and_its_password_fr
         ["--keep-generations", "1025"],
         ["--metrics-listen", "127.0.0.1:99999"],
         ["--metrics-listen", "localhost:http"],
-        ["--watch-send-timeout-seconds", "0"],
         ["--watch-max-lag", "0"],
-        ["--request-timeout-seconds", "0"],
         ["--batches-in-flight", "2"],  # the log commits one at a time
         ["--batches-in-flight", "0", "--database", "postgresql://db/s"],
         ["--batches-in-flight", "17", "--database", "postgresql://db/s"],
@@ -72,3 +74,37 @@ def test_bad_configuration_is_one_clear_error(argv: list[str]) -> None:
     with pytest.raises(ConfigError) as error:
         _config(*argv)
     assert argv[0] in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        *(["--keep-generations", value] for value in ("1.5", "abc", "", "0x10", "1e3")),
+        *(
+            [flag, value]
+            for flag in (
+                "--request-timeout-seconds",
+                "--watch-send-timeout-seconds",
+                "--shutdown-grace-seconds",
+            )
+            for value in ("nan", "inf", "-1", "1e300")
+        ),
+        ["--request-timeout-seconds", "0"],
+        ["--watch-send-timeout-seconds", "0"],
+        ["restore", "backup.file", "--state-dir", "/nonexistent/s", "--key-file"],
+        ["rekey", "--rows-per-transaction", "many"],
+    ],
+)
+def test_the_daemons_command_line_refuses_a_bad_value_in_one_line(argv: list[str]) -> None:
+    """Every command of the daemon's: the reason in one line and exit 2, not the usage."""
+    result = subprocess.run(
+        [sys.executable, "-m", "sessionstored", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SESSIONSTORED_STATE_DIR": "/nonexistent/s"},
+    )
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    flag = [word for word in argv if word.startswith("--")][-1]
+    assert line.startswith("sessionstored") and flag in line, line

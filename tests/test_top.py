@@ -15,6 +15,7 @@ import termios
 import threading
 import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -100,6 +101,19 @@ def test_a_view_shows_a_bounded_table_of_printable_op_names(counts: dict[str, in
         assert line.isprintable() and len(line) <= len(lines[4]), repr(line)
     if len(counts) > top.MAX_OP_ROWS:
         assert table[-1] == f"... {len(counts) - top.MAX_OP_ROWS} more ops"
+
+
+@pytest.mark.parametrize("interval", ["-1", "0", "nan", "inf", "1e300", "soon"])
+def test_a_bad_interval_is_one_line_and_exit_2(interval: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "sessionstore.tools.cli", "top", "--interval", interval],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert "--interval" in line and interval in line, line
 
 
 def test_top_shows_every_unknown_op_as_one_row(running: DaemonProcess) -> None:

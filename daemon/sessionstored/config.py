@@ -9,7 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sessionstore.paths import FALLBACK, default_socket, state_dir
-from sessionstore.tools.helpformat import DefaultsShown
+from sessionstore.tools.helpformat import (
+    DefaultsShown,
+    OneLineUsage,
+    positive_seconds,
+    seconds_or_zero,
+)
 from sessionstore.version import __version__
 from sessionstore.wire.protocol import DEFAULT_MAX_REQUEST_BYTES
 
@@ -73,7 +78,7 @@ EPILOG = (
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineUsage(
         prog="sessionstored",
         description="Crash-safe snapshot store for AI-agent session state: recovers the store, "
         "then serves it on a Unix socket until SIGTERM or SIGINT.",
@@ -172,7 +177,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--watch-send-timeout-seconds",
-        type=float,
+        type=positive_seconds,
         default=WATCH_SEND_TIMEOUT_S,
         metavar="SECONDS",
         help="a watcher whose socket takes nothing for this long is dropped",
@@ -200,13 +205,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--request-timeout-seconds",
-        type=float,
+        type=positive_seconds,
         default=30.0,
         help="a request that has started arriving must be complete within this",
     )
     parser.add_argument(
         "--shutdown-grace-seconds",
-        type=float,
+        type=seconds_or_zero,
         default=10.0,
         help="how long SIGTERM waits for in-flight requests",
     )
@@ -324,10 +329,6 @@ def _check_ranges(args: argparse.Namespace, env: Mapping[str, str]) -> None:
         raise ConfigError("--max-request-bytes must be at least 1024")
     if (args.max_snapshot_bytes or args.max_request_bytes) < 256:
         raise ConfigError("--max-snapshot-bytes must be at least 256")
-    if args.request_timeout_seconds <= 0:
-        raise ConfigError("--request-timeout-seconds must be positive")
-    if not args.watch_send_timeout_seconds > 0:
-        raise ConfigError("--watch-send-timeout-seconds must be positive")
     if not 0.05 <= args.compact_dead_share <= 0.95:
         raise ConfigError("--compact-dead-share must be between 0.05 and 0.95")
     if not 0 <= args.keep_generations <= MAX_KEEP_GENERATIONS:

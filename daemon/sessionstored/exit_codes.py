@@ -5,13 +5,15 @@ from __future__ import annotations
 import enum
 import sys
 
+from sessionstore.tools.helpformat import USAGE_EXIT_CODE
+
 
 class ExitCode(enum.IntEnum):
     OK = 0
     # could not start (the listener, the store) or the command failed; a retry may work
     FAILED = 1
     # a bad flag, value or combination: fix the command line or the environment
-    BAD_USAGE = 2
+    BAD_USAGE = USAGE_EXIT_CODE
     # a write or an fsync failed while serving: systemd restarts the daemon and recovery
     # runs (the fail-stop rule)
     STORAGE_FAILURE = 3

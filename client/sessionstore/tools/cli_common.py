@@ -14,10 +14,11 @@ from ..client import UNSET
 from ..wire import jsonform
 from ..wire.codes import ErrorCode
 from ..wire.jsonform import from_json_value, to_json_value
+from .helpformat import USAGE_EXIT_CODE
 
 EXIT_OK = 0
 EXIT_ERROR = 1
-EXIT_USAGE = 2
+EXIT_USAGE = USAGE_EXIT_CODE
 EXIT_NOT_FOUND = 3
 EXIT_PROBLEMS = 4
 EXIT_CONFLICT = 5

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, NoReturn
+from typing import Any
 
 from ..replies import DEFAULT_TIMEOUT_S
 from ..version import __version__
@@ -38,9 +38,8 @@ from .cli_commands import (
 from .cli_common import (
     EXIT_CODES,
     EXIT_OK,
-    EXIT_USAGE,
 )
-from .helpformat import DefaultsShown
+from .helpformat import DefaultsShown, OneLineUsage, positive_seconds
 
 
 def _positive_int(text: str) -> int:
@@ -63,23 +62,6 @@ def _seq(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
-    return value
-
-
-class _Parser(argparse.ArgumentParser):
-    """A usage error is one line on stderr and exit 2, as every other refusal is."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"sessionstore: {message} (see `{self.prog} --help`)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     codes = "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES)
     epilog = (
@@ -92,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     formatter = DefaultsShown
 
     # before or after the command alike (`sessionstore --json ls`, `sessionstore ls --json`)
-    common = _Parser(add_help=False)
+    common = OneLineUsage(add_help=False)
     common.add_argument(
         "--json",
         action="store_true",
@@ -106,11 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument(
         "--timeout",
-        type=_seconds,
+        type=positive_seconds,
         default=argparse.SUPPRESS,
         help=f"seconds to wait for each reply (default: {DEFAULT_TIMEOUT_S})",
     )
-    parser = _Parser(
+    parser = OneLineUsage(
         prog="sessionstore",
         description="Client for sessionstored, the crash-safe session store.",
         epilog=epilog,
@@ -138,7 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     def ttl_option(sub: Any) -> None:
         sub.add_argument(
-            "--ttl", type=_seconds, metavar="SECONDS", help="expire that long after the write"
+            "--ttl",
+            type=positive_seconds,
+            metavar="SECONDS",
+            help="expire that long after the write",
         )
 
     def lease_option(sub: Any) -> None:
@@ -162,7 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
         "a live view: requests/s, p50 and p99 by op, batches, watchers (Ctrl-C ends)",
     )
     top_view.add_argument(
-        "--interval", type=float, default=1.0, metavar="SECONDS", help="between views (1)"
+        "--interval",
+        type=positive_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="between views (1)",
     )
     top_view.add_argument("--count", type=_positive_int, help="show this many views, then end")
     backup = command(
@@ -275,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub = command(name, _expire, f"{summary} (exit 3 when absent)")
         sub.add_argument("id", help="the session id, or with --kind the document's key")
         if name == "expire":
-            sub.add_argument("seconds", type=_seconds)
+            sub.add_argument("seconds", type=positive_seconds)
         sub.add_argument("--kind", choices=("loop", "workflow", "kv"))
         lease_option(sub)
     lease = command("lease", cmd_lease, "the writer lease: acquire (a takeover), get, release")

@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 
-from sessionstore.tools.helpformat import DefaultsShown
+from sessionstore.tools.helpformat import DefaultsShown, OneLineUsage
 
 from ..config import resolve_state_dir
 from ..exit_codes import ExitCode, refuse
@@ -37,7 +37,7 @@ PROGRAM = "sessionstored rekey"
 def _parser() -> argparse.ArgumentParser:
     from ..storage.postgres.rekey import ROWS_PER_TRANSACTION
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineUsage(
         prog="sessionstored rekey",
         description="Reseal every document under a new key, crash-safely: a stopped log "
         "store, or PostgreSQL online.",

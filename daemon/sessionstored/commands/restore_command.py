@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator, Sequence
 
 from sessionstore.backup_file import Backup, DamagedBackup, read_backup
-from sessionstore.tools.helpformat import DefaultsShown
+from sessionstore.tools.helpformat import DefaultsShown, OneLineUsage
 
 from ..exit_codes import ExitCode, refuse
 from ..ops import backup_payload
@@ -25,7 +25,7 @@ PROGRAM = "sessionstored restore"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineUsage(
         prog="sessionstored restore",
         description="Build a new store from a backup (`sessionstore backup`), into an empty "
         "state directory or database only.",
