@@ -212,3 +212,29 @@ def test_a_branch_is_whole_or_absent_after_kill9(daemon: DaemonProcess, point: s
         await session.close()
 
     asyncio.run(check())
+
+
+@pytest.mark.parametrize(
+    "name", ["b" * 10_000, "%" * 300, "a/b %2F é"], ids=["long", "percent", "mixed"]
+)
+def test_a_branch_name_comes_back_as_given_whatever_its_length_or_characters(
+    running: DaemonProcess, name: str
+) -> None:
+    async def main() -> None:
+        session = _session(running, "names")
+        try:
+            await session.add_items(_turns(2))  # type: ignore[arg-type]
+            assert await session.create_branch_from_turn(2, name) == name
+            await session.add_items([{"role": "user", "content": "on the branch"}])
+            listed = [(b["branch_id"], b["is_current"]) for b in await session.list_branches()]
+            assert listed == [("main", False), (name, True)]
+            await session.switch_to_branch("main")
+            await session.switch_to_branch(name)
+            await session.delete_branch(name, force=True)
+            assert [b["branch_id"] for b in await session.list_branches()] == ["main"]
+            with pytest.raises(ValueError, match="already been used"):
+                await session.create_branch_from_turn(1, name)
+        finally:
+            await session.close()
+
+    asyncio.run(main())

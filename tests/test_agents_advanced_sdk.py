@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import logging
 import os
 import time
 from collections.abc import Callable, Coroutine
@@ -1165,6 +1166,90 @@ async def test_error_handling_in_usage_tracking(usage_data: Usage):
 
     # This should not raise an exception (error should be caught)
     await session.store_run_usage(run_result)
+
+
+@pytest.mark.parametrize(
+    ("model_redacted", "tool_redacted"),
+    [(True, False), (False, True), (False, False)],
+)
+@on_asyncio
+async def test_usage_tracking_failure_identity_follows_model_data_policy(
+    running: DaemonProcess,
+    usage_data: Usage,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    model_redacted: bool,
+    tool_redacted: bool,
+) -> None:
+    """The SDK's test, with a real failure where it patches one in: the daemon is gone
+    (kill -9) when the usage is stored."""
+    monkeypatch.setattr(_debug, "DONT_LOG_MODEL_DATA", model_redacted)
+    monkeypatch.setattr(_debug, "DONT_LOG_TOOL_DATA", tool_redacted)
+    session_id = "SECRET_USAGE_SESSION_ID"
+    test_logger = logging.getLogger("advanced-sessionstore-usage-failure")
+    session = AdvancedSQLiteSession(session_id=session_id, create_tables=True, logger=test_logger)
+    await session.add_items([{"role": "user", "content": "a turn"}])
+    running.kill9()
+
+    original_record_factory = logging.getLogRecordFactory()
+
+    def application_record_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = original_record_factory(*args, **kwargs)
+        record.session_id = "APPLICATION_SESSION_ID"
+        return record
+
+    logging.setLogRecordFactory(application_record_factory)
+    try:
+        with caplog.at_level(logging.ERROR, logger=test_logger.name):
+            await session.store_run_usage(create_mock_run_result(usage_data))
+    finally:
+        logging.setLogRecordFactory(original_record_factory)
+
+    record = next(
+        record
+        for record in caplog.records
+        if "Failed to store session usage" in record.getMessage()
+    )
+    assert record.__dict__["session_id"] == "APPLICATION_SESSION_ID"
+    if model_redacted:
+        assert record.msg == "%s"
+        assert record.args == ("Failed to store session usage",)
+        assert record.exc_info is None
+        assert "openai_agents_diagnostic_context" not in record.__dict__
+        assert session_id not in caplog.text
+    else:
+        assert record.__dict__["openai_agents_diagnostic_context"] == {"session_id": session_id}
+        assert record.exc_info is not None
+        assert record.exc_info[1] is not None
+        assert str(record.exc_info[1]) in caplog.text
+
+    await session.close()
+
+
+@on_asyncio
+async def test_a_session_opened_after_a_clear_stores_usage_for_the_turn_since(
+    tmp_path: Path, usage_data: Usage
+) -> None:
+    """A session opened after another cleared it starts at the clear, as the SDK's, which
+    reads the clear generation when it opens: the usage it stores is the turn's."""
+    db_path = tmp_path / "opened_after_clear.db"
+    first = AdvancedSQLiteSession(session_id="opened_after_clear", db_path=db_path)
+    await first.add_items([{"role": "user", "content": "before the clear"}])
+    await first.clear_session()
+    await first.add_items(
+        [{"role": "user", "content": "after the clear"}, {"role": "assistant", "content": "ok"}]
+    )
+    await first.close()
+
+    reopened = AdvancedSQLiteSession(session_id="opened_after_clear", db_path=db_path)
+    try:
+        await reopened.store_run_usage(create_mock_run_result(usage_data))
+        turn_usage = await reopened.get_turn_usage(1)
+        assert isinstance(turn_usage, dict)
+        assert turn_usage["total_tokens"] == usage_data.total_tokens
+        assert reopened._current_branch_id == "main"
+    finally:
+        await reopened.close()
 
 
 @on_asyncio

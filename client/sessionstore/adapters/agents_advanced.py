@@ -7,12 +7,14 @@
 #                    tool, at}, appended (the daemon picks SEQ: commit order);
 #                    a branch made from another copies its items under the
 #                    same SEQs, so later appends still sort after them
-#   P h/BRANCH       the branch's head: {turn, bturn, count, users, created,
-#                    made_ms}; it exists while the branch holds an item
+#   P h/BRANCH       the branch's head: {branch (its id), turn, bturn, count,
+#                    users, created, made_ms}; it exists while the branch holds
+#                    an item
 #   P r/BRANCH       a branch id once used: never given out again
 #   P u/BRANCH/TURN  a turn's usage (TURN as 10 digits)
 #   P g              {generation}: how many times the session was cleared
-# BRANCH is key_part(branch id). Each change is one txn that requires the
+# BRANCH is key_part(branch id), a hash for a long one: list_branches gives the
+# id its head keeps. Each change is one txn that requires the
 # head (and the generation) to be as it was read, so two processes adding to
 # one branch take turns (the loser reads again and retries), a branch is made
 # whole or not at all, and two processes branching at once each get a branch of
@@ -35,6 +37,7 @@ from urllib.parse import unquote
 
 import cbor2
 from agents import _debug
+from agents.logger import log_model_action_error
 from agents.memory.session_settings import (
     resolve_session_limit,
 )
@@ -45,6 +48,7 @@ from .agents_advanced_core import (
     MAIN,
     PER_ADD_TXN,
     AdvancedSessionCore,
+    BranchState,
     first_free_name,
     generation_of,
     is_user_message,
@@ -113,7 +117,7 @@ class AdvancedSessionStoreSession(AdvancedSessionCore):
             for start in range(0, len(items), PER_ADD_TXN):
                 await self._run(self._add(items[start : start + PER_ADD_TXN], captured))
 
-    def _add(self, items: list[Any], captured: tuple[str, int]) -> Plan[None]:
+    def _add(self, items: list[Any], captured: BranchState) -> Plan[None]:
         while True:
             known = self._last_add
             if known is not None and known[0] == captured:  # this instance's own last add
@@ -123,6 +127,7 @@ class AdvancedSessionStoreSession(AdvancedSessionCore):
             state = dict(head or {"turn": 0, "bturn": 0, "count": 0, "users": 0})
             if head is None:
                 state.update(created=now_text(), made_ms=time.time_ns() // 1_000_000)
+            state["branch"] = branch
             at, ops = now_text(), []
             for item in items:
                 if is_user_message(item):
@@ -158,7 +163,7 @@ class AdvancedSessionStoreSession(AdvancedSessionCore):
         async with self._lock():
             return await self._run(self._pop(captured))  # type: ignore[no-any-return]
 
-    def _pop(self, captured: tuple[str, int]) -> Plan[Any]:
+    def _pop(self, captured: BranchState) -> Plan[Any]:
         self._last_add = None
         while True:
             (generation,) = yield [r.checkpoint_get(KIND, self._generation_key)]
@@ -242,7 +247,7 @@ class AdvancedSessionStoreSession(AdvancedSessionCore):
         return made  # type: ignore[no-any-return]
 
     def _branch_from(
-        self, turn: int, name: str | None, captured: tuple[str, int]
+        self, turn: int, name: str | None, captured: BranchState
     ) -> Plan[tuple[str, str, str]]:
         self._last_add = None
         base = f"branch_from_turn_{turn}_{int(time.time())}"
@@ -283,6 +288,7 @@ class AdvancedSessionStoreSession(AdvancedSessionCore):
             if copies:
                 values = [e["value"] for e in copies]
                 state = {
+                    "branch": branch,
                     "turn": max(v["turn"] for v in values),
                     "bturn": max(v["bturn"] for v in values),
                     "count": len(values),
@@ -378,8 +384,9 @@ class AdvancedSessionStoreSession(AdvancedSessionCore):
         heads = yield from every_item(f"{self._root}h/")
         branches = []
         for head in sorted(heads, key=lambda h: (h["value"]["made_ms"], h["key"])):
-            branch = unquote(head["key"].rsplit("/", 1)[1])
             value = head["value"]
+            # a head without its id: the id is its key's part (not a hashed one)
+            branch = value.get("branch") or unquote(head["key"].rsplit("/", 1)[1])
             branches.append(
                 {
                     "branch_id": branch,
@@ -440,7 +447,12 @@ class AdvancedSessionStoreSession(AdvancedSessionCore):
             async with self._lock():
                 await self._run(self._store_usage(usage, captured))
         except Exception as error:  # as the SDK's: usage is never worth a failed run
-            self._logger.error("Failed to store session usage: %s", error)
+            log_model_action_error(
+                self._logger,
+                "Failed to store session usage",
+                error,
+                diagnostic_extra=lambda: {"session_id": self.session_id},
+            )
 
     async def get_session_usage(self, branch_id: str | None = None) -> dict[str, int] | None:
         rows = await self._run(every_item(self._usage_prefix(branch_id or None)))

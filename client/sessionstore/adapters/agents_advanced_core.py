@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     pass
 
 MAIN = "main"
+BranchState = tuple[str, int | None]  # (a branch, the clear generation it was read at)
 PER_ADD_TXN = TXN_OPS - 1  # the head's put goes with each txn of items
 TOOL_CALL_TYPES = frozenset(
     {
@@ -112,6 +113,12 @@ def generation_of(value: dict[str, Any] | None) -> int:
     return int(value["generation"]) if value else 0
 
 
+def cleared_since(generation: int, captured: BranchState) -> bool:
+    """Whether the session was cleared since a call captured its branch state (one
+    captured before the instance first read the generation: not since)."""
+    return captured[1] is not None and generation != captured[1]
+
+
 class AdvancedSessionCore:
     def __init__(
         self,
@@ -132,20 +139,22 @@ class AdvancedSessionCore:
         self._logger = logger if logger is not None else log
         self._root = f"{prefix}{key_part(session_id)}/"
         self._generation_key = self._root + "g"
-        self._branch_state: tuple[str, int] = (MAIN, 0)  # (current branch, generation)
+        # (current branch, clear generation); the generation is the session's as this
+        # instance first reads it (None until then), as the SDK's reads it when it opens
+        self._branch_state: BranchState = (MAIN, None)
         self._clients = ClientPerLoop(self.socket_path, timeout, client)
         self.timeout = self._clients.timeout
         self._ordered: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
         # what this instance's last add wrote: the next add from the same branch state
         # sends its txn at once, under those requirements, and reads only when they fail
-        self._last_add: tuple[tuple[str, int], str, dict[str, Any] | None, Any] | None = None
+        self._last_add: tuple[BranchState, str, dict[str, Any] | None, Any] | None = None
 
     @property
     def _current_branch_id(self) -> str:
         return self._branch_state[0]
 
     @property
-    def _generation(self) -> int:
+    def _generation(self) -> int | None:
         return self._branch_state[1]
 
     # -- keys ------------------------------------------------------------------------
@@ -184,16 +193,18 @@ class AdvancedSessionCore:
     async def close(self) -> None:
         await self._clients.aclose()
 
-    def _resolved(self, generation_doc: dict[str, Any] | None, captured: tuple[str, int]) -> str:
+    def _resolved(self, generation_doc: dict[str, Any] | None, captured: BranchState) -> str:
         """The branch a call captured at its start, unless the session was cleared since:
         then this instance is back on main, as the SDK's is."""
         generation = generation_of(generation_doc)
-        if generation != self._branch_state[1]:
+        if self._branch_state[1] is None:  # this instance's first read: where it starts
+            self._branch_state = (self._branch_state[0], generation)
+        elif generation != self._branch_state[1]:
             self._branch_state = (MAIN, generation)
-        return self._branch_state[0] if generation != captured[1] else captured[0]
+        return self._branch_state[0] if cleared_since(generation, captured) else captured[0]
 
     def _branch_now(
-        self, captured: tuple[str, int]
+        self, captured: BranchState
     ) -> Plan[tuple[dict[str, Any] | None, str, dict[str, Any] | None]]:
         """The clear generation, the branch a call works on (the one it captured, or main
         after a clear), and that branch's head, in one round trip."""
@@ -220,11 +231,11 @@ class AdvancedSessionCore:
 
     # -- usage plans --------------------------------------------------------------------------
 
-    def _store_usage(self, usage: Any, captured: tuple[str, int]) -> Plan[None]:
+    def _store_usage(self, usage: Any, captured: BranchState) -> Plan[None]:
         (generation,) = yield [r.checkpoint_get(KIND, self._generation_key)]
-        if generation_of(generation) != captured[1]:
-            self._resolved(generation, captured)
-            return  # cleared since the call: the turn it meant is gone
+        self._resolved(generation, captured)
+        if cleared_since(generation_of(generation), captured):
+            return  # the turn the call meant is gone
         branch = captured[0]
         (head,) = yield [r.checkpoint_get(KIND, self._head_key(branch))]
         if head is None or not head["turn"]:
