@@ -7,11 +7,12 @@
 # in a thread on PostgreSQL), so ranking a large prefix holds the event loop for
 # no more than one scan at a time. Their values are read and scored in worker
 # threads a page at a time, a page being at most RANK_PAGE_BYTES of stored
-# documents (or one larger document), and only the `limit` best are kept from
-# one page to the next. Memory is bounded across all rankings at once, not per
-# ranking: at most RANK_CONCURRENT_PAGES pages are held in the process, the
-# others waiting their turn in order. A ranking reads at most
-# RANK_MAX_DOCUMENTS documents; past that it is `too_large`.
+# documents (or one larger document, no larger than the largest snapshot the
+# daemon stores), and only the `limit` best are kept from one page to the next.
+# Memory is bounded across all rankings at once, not per ranking: at most
+# RANK_CONCURRENT_PAGES pages are held in the process, the others waiting their
+# turn in order. A ranking reads at most RANK_MAX_DOCUMENTS documents; past that
+# it is `too_large`.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -43,7 +44,9 @@ RANK_MAX_LIMIT = 10_000
 RANK_MAX_DOCUMENTS = 1_000_000
 RANK_SCAN_KEYS = 1000  # keys read from the index at a time
 RANK_PAGE_BYTES = 4 * 1024 * 1024  # stored documents read and scored per worker-thread hop
-RANK_CONCURRENT_PAGES = 2  # pages held at once in the process, by all rankings
+# pages held at once in the process, by all rankings: scoring is CPU work, so more at
+# once would hold more memory without ranking faster
+RANK_CONCURRENT_PAGES = 2
 DEFAULT_FIELD = "vectors"
 
 _pages_in_memory: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("rank_pages")

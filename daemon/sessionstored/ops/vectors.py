@@ -3,7 +3,7 @@
 # pooling, as LangGraph's InMemoryStore scores an item with several). Vectors
 # travel and rest as float32, little-endian, one CBOR byte string each, and are
 # found where they lie in a document's stored bytes (canonical CBOR: its map and
-# arrays walked by the CBOR byte helper, nothing decoded).
+# arrays walked by the compiled CBOR byte helper, nothing decoded).
 #
 # numpy is loaded when a ranking first needs it, and only after a child
 # process has loaded it cleanly: on a CPU below numpy's baseline (qemu's
@@ -93,7 +93,7 @@ Vectors = tuple[bytes, list[int]]  # the bytes a document's vectors lie in, wher
 
 def document_vectors(body: bytes, field: str, dims: int) -> Vectors:
     """The vectors a stored value holds at field, those of the query's length: found in
-    the stored bytes, where the scorer reads them in place, rather than decoded out.
+    the stored bytes, from which the scorer copies each once, rather than decoded out.
     Without the compiled CBOR byte helper, decoded: its Python twin walks a value
     slower than cbor2 decodes it."""
     width = dims * FLOAT32_BYTES
