@@ -22,6 +22,7 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 from agents import Agent, Runner
 from agents.testing import ScriptedModel, assistant_message
+from langgraph.checkpoint.base import empty_checkpoint
 
 from sessionstore.agents import SessionStoreSession
 from sessionstore.client import Client
@@ -175,6 +176,20 @@ def test_a_write_without_a_ttl_after_expiry_is_read_at_once(running: DaemonProce
             }
         life, members = _documents(client, "late")
         assert life is None and any("expires_at_ms" in m for m in members)  # not swept yet
+        # a saver with a ttl that writes on it removes the leftovers and adopts the rest
+        saver.put(
+            {"configurable": {"thread_id": "late", "checkpoint_ns": "other"}},
+            empty_checkpoint(),
+            {},
+            {},
+        )
+        for reader in (plain, saver):
+            assert reader.get_tuple(_config("late")) == head
+            assert reader.get_tuple(again) == put_again
+        _assert_whole(client, "late")
+        assert not {m["key"] for m in members if "expires_at_ms" in m} & {
+            m["key"] for m in _documents(client, "late")[1]
+        }
 
 
 def test_refresh_on_read_keeps_a_read_thread_and_only_then(running: DaemonProcess) -> None:

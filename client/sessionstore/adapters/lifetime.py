@@ -197,10 +197,11 @@ class Lifetime:
         absent = {"kind": KIND, "key": life_key, "exists": False}
         expected = absent if life is None else _is(life_key, life)
         found = yield from members()
-        if life is None and timed(found):  # left by an expired lifetime: the group is gone
-            yield from in_txns([{"op": "delete", "kind": KIND, "key": i["key"]} for i in found],
+        if life is None and timed(found):  # left by an expired lifetime: gone, the rest stays
+            leftovers = [i for i in found if "expires_at_ms" in i]
+            yield from in_txns([{"op": "delete", "kind": KIND, "key": i["key"]} for i in leftovers],
                                [absent])  # fmt: skip
-            found = []
+            found = untimed(found)
         horizon = now_ms() + self.horizon_ms
         yield from self._extend(found, horizon)
         if life is not None:  # replace it now, so that writers with the old H retry
