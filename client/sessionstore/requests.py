@@ -169,8 +169,9 @@ def expire(
     lease: Any = UNSET,
 ) -> Call[Expiry]:
     named = {"session_id": session_id, "kind": kind, "key": key}
-    target = {name: value for name, value in named.items() if value is not None}
-    return make("expire", ttl_s=ttl_s, lease=lease_arg(lease), **target)  # both: bad_request
+    target: dict[str, Any] = {name: value for name, value in named.items() if value is not None}
+    # session_id with kind or key is sent as given: the daemon refuses it (bad_request)
+    return make("expire", ttl_s=ttl_s, lease=lease_arg(lease), **target)
 
 
 def checkpoint_get(kind: str, key: str, refresh_ttl_s: Any = UNSET) -> Call[dict[str, Any] | None]:
