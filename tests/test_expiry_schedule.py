@@ -2,13 +2,16 @@
 # live documents (a rewrite or a removal takes the old one out, within a constant
 # factor of them), what it hands the sweep is each live document's current expiry
 # once, and taking due entries does a bounded amount of work per call, stale entries
-# counted. Time is the sweep's argument here (due_expirations' now_ms), not the clock.
+# counted, between which the sweep lets the event loop serve others. Time is the
+# sweep's argument here (due_expirations' now_ms), not the clock, except where the sweep
+# itself reads the clock: there the stale entries expired in 1970.
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 from unittest import mock
 
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +20,8 @@ from sessionstored.storage.log import expiries as expiries_module
 from sessionstored.storage.log.expiries import Expiries
 from sessionstored.storage.log.store import Store
 from sessionstored.storage.mutations import Expire, Put
+from sessionstored.writer.sweeper import DUE_PER_PASS, Sweeper
+from sessionstored.writer.writer import Writer
 
 from .storage_helpers import new_fs, open_store, put, remove
 
@@ -79,6 +84,28 @@ def test_stale_entries_that_come_due_are_taken_a_bounded_number_per_call() -> No
         calls += 1
     assert calls >= KEYS // LIMIT
     assert len(store.due_expirations(LATER_MS, 2 * KEYS)) == KEYS
+
+
+async def test_the_sweep_lets_others_run_between_passes_over_stale_entries() -> None:
+    store = open_store(new_fs())
+    stale = 10 * DUE_PER_PASS
+    store.commit([_expiring(f"s{n}", 0, 1 + n) for n in range(stale)])
+    store.commit([_expiring(f"s{n}", 1, LATER_MS) for n in range(stale)])
+    sweeper = Sweeper(store, Writer(store, on_fatal=lambda reason: None))
+    others_ran = 0
+
+    async def another_client() -> None:
+        nonlocal others_ran
+        while True:
+            await trio.sleep(0)
+            others_ran += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(another_client)
+        due = await sweeper._due()
+        nursery.cancel_scope.cancel()
+    assert due == [] and store.next_expiry_ms() == LATER_MS
+    assert others_ran >= stale // DUE_PER_PASS // 2
 
 
 def test_a_rewrite_moves_or_cancels_the_expiry_and_a_removal_drops_it() -> None:
