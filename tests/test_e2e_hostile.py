@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sessionstore.errors import SessionStoreError
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
 
@@ -196,3 +197,21 @@ def test_json_integers_outside_cbor_range_are_refused(running: DaemonProcess) ->
     assert _exchange(running, Mode.JSON, line)["ok"]
     with running.client() as client:
         assert client.load("edge") == edge
+
+
+@pytest.mark.parametrize("prefix", [False, 0, [], {}, b""], ids=repr)
+def test_a_prefix_that_is_not_text_is_refused_not_read_as_empty(
+    running: DaemonProcess, prefix: Any
+) -> None:
+    with running.client() as client:
+        client.save({"schema_version": 1, "session": {"id": "s"}})
+        client.checkpoint_put("kv", "k", {"vectors": []})
+        for op, args in (
+            ("list", {}),
+            ("checkpoint_scan", {"kind": "kv"}),
+            ("checkpoint_rank", {"kind": "kv", "query": [1.0]}),
+        ):
+            with pytest.raises(SessionStoreError) as refused:
+                client.call(op, prefix=prefix, **args)
+            assert refused.value.code == ErrorCode.BAD_REQUEST, op
+            client.call(op, prefix=None, **args)  # null is the empty prefix

@@ -44,6 +44,17 @@ def lease_arg(args: dict[str, Any]) -> Fence:
     return (holder, epoch)
 
 
+def prefix_arg(args: dict[str, Any]) -> str:
+    """`prefix`: text; left out or null is the empty prefix. Anything else (false, 0, an
+    empty array) is refused, not read as empty."""
+    prefix = args.get("prefix")
+    if prefix is None:
+        return ""
+    if not isinstance(prefix, str):
+        raise Refusal(ErrorCode.BAD_REQUEST, "prefix must be text or null")
+    return prefix
+
+
 def at_arg(args: dict[str, Any]) -> int | None:
     """`at`: a seq, for a read or a write of the generation that was current then."""
     at = args.get("at")

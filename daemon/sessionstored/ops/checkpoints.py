@@ -15,7 +15,15 @@ from sessionstore.wire.shared import CanonicalItem, Refusal
 from ..storage.documents import NEVER, Entry, KeyRange
 from ..storage.mutations import Put, Remove, Txn
 from ..workers.offload import OFFLOAD_ABOVE_BYTES
-from .args import checkpoint_kind, expires_field, id_arg, lease_arg, refresh_arg, ttl_arg
+from .args import (
+    checkpoint_kind,
+    expires_field,
+    id_arg,
+    lease_arg,
+    prefix_arg,
+    refresh_arg,
+    ttl_arg,
+)
 from .context import OpContext
 from .document_arguments import prepared_txn
 from .prepare import checkpoint_document, prepare_checkpoint, prepare_txn
@@ -84,9 +92,7 @@ def _flag(args: dict[str, Any], name: str, default: bool) -> bool:
 def checkpoint_scan(ops: OpContext, request: Request) -> Step:
     args = request.args
     kind, _ = checkpoint_kind(args)
-    prefix = args.get("prefix") or ""
-    if not isinstance(prefix, str):
-        raise Refusal(ErrorCode.BAD_REQUEST, "prefix must be text")
+    prefix = prefix_arg(args)
     after, before = _optional_key(args, "after"), _optional_key(args, "before")
     limit = args.get("limit", SCAN_DEFAULT_LIMIT)
     if not is_int(limit) or not 1 <= limit <= SCAN_MAX_LIMIT:

@@ -24,7 +24,7 @@ from sessionstore.wire.protocol import Request, ok_response
 from sessionstore.wire.shared import Refusal
 
 from ..storage.documents import Entry, KeyRange
-from .args import checkpoint_kind
+from .args import checkpoint_kind, prefix_arg
 from .context import OpContext
 from .registry import Op
 from .snapshot import is_int
@@ -82,12 +82,10 @@ def byte_pages(
 def checkpoint_rank(ops: OpContext, request: Request) -> Step:
     args = request.args
     kind, _ = checkpoint_kind(args)
-    prefix = args.get("prefix")
-    if prefix is None:
-        prefix = ""
+    prefix = prefix_arg(args)
     field = args.get("field", DEFAULT_FIELD)
-    if not isinstance(prefix, str) or not isinstance(field, str):
-        raise Refusal(ErrorCode.BAD_REQUEST, "prefix and field must be text")
+    if not isinstance(field, str):
+        raise Refusal(ErrorCode.BAD_REQUEST, "field must be text")
     query = query_values(args.get("query"))
     if query is None:
         message = (

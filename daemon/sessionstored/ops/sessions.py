@@ -17,6 +17,7 @@ from .args import (
     expires_field,
     id_arg,
     lease_arg,
+    prefix_arg,
     refresh_arg,
     rewritten_reply,
     ttl_arg,
@@ -160,11 +161,9 @@ def exists(ops: OpContext, request: Request) -> Step:
 
 def list_sessions(ops: OpContext, request: Request) -> Step:
     args = request.args
-    prefix = args.get("prefix") or ""
+    prefix = prefix_arg(args)
     after = args.get("after")
     limit = args.get("limit", LIST_DEFAULT_LIMIT)
-    if not isinstance(prefix, str):
-        raise Refusal(ErrorCode.BAD_REQUEST, "prefix must be text")
     if after is not None and not isinstance(after, str):
         raise Refusal(ErrorCode.BAD_REQUEST, "after must be text or null")
     if not is_int(limit) or not 1 <= limit <= LIST_MAX_LIMIT:
