@@ -346,3 +346,39 @@ def test_an_agents_session_goes_whole_ttl_after_its_last_write(running: DaemonPr
                 await each.close()
 
     asyncio.run(main())
+
+
+def test_an_agents_session_written_without_a_ttl_after_expiry_is_read_at_once(
+    running: DaemonProcess,
+) -> None:
+    """As a LangGraph thread's: what a session without a ttl adds once the session's
+    lifetime expired is read at once (get_items and pop_item agree), the expired items
+    stay gone, and a session with a ttl that writes next adopts what was added since."""
+    old = [{"role": "user", "content": f"old {n}"} for n in range(3)]
+    new = [{"role": "user", "content": f"new {n}"} for n in range(3)]
+
+    async def main() -> None:
+        session = SessionStoreSession("late", running.socket_path, ttl=1)
+        plain = SessionStoreSession("late", running.socket_path)
+        try:
+            await session.add_items(old)  # type: ignore[arg-type]
+            with Client(running.socket_path) as client:
+                (life,) = [i for i in _scan(client, "agents/late") if i["key"] == "agents/late"]
+            _until_past(life["expires_at_ms"])
+            await plain.add_items(new[:2])  # type: ignore[arg-type]
+            for reader in (plain, session):
+                assert await reader.get_items() == new[:2]
+                assert await reader.get_items(limit=1) == new[1:2]
+                assert await reader.get_items(limit=3) == new[:2]
+            assert await plain.pop_item() == new[1]
+            await session.add_items(new[2:])  # type: ignore[arg-type]
+            for reader in (plain, session):
+                assert await reader.get_items() == [new[0], new[2]]
+            with Client(running.socket_path) as client:
+                items = _scan(client, "agents/late/")
+            assert len(items) == 2 and all("expires_at_ms" in i for i in items)  # adopted
+        finally:
+            for each in (session, plain):
+                await each.close()
+
+    asyncio.run(main())

@@ -20,7 +20,8 @@
 #
 # With ttl=SECONDS (as RedisSession takes it), the session's items are gone
 # that long after its last write, all at once: the session has a lifetime
-# document beside its items (lifetime.py), renewed by every write.
+# document beside its items (lifetime.py), renewed by every write. Items added
+# without a ttl after it expired are read at once, the expired ones never.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,7 @@ from ..asyncio_client import AsyncClient, ClientPerLoop
 from ..errors import Conflict, TooLarge
 from . import plans
 from .keyparts import key_part
-from .lifetime import Items, Lifetime, every_item, group_gone
+from .lifetime import Items, Lifetime, every_item, group_gone, untimed
 from .plans import KIND, TXN_OPS, Plan, delete_op, delete_prefix_op, socket_of
 
 if TYPE_CHECKING:
@@ -90,34 +91,45 @@ class SessionStoreSession:
 
     def _read(self, wanted: int | None) -> Plan[list[TResponseInputItem]]:
         guard = [] if self.lifetime is None else [self.lifetime.guard(self.life_key)]
-        found: Items = []
-        if wanted is None or wanted < 0:  # everything, oldest first
-            *life, page = yield [*guard, _scan(self.items_prefix, limit=PAGE)]
-            found = page["items"]
-            if page["next"] is not None:
-                found += yield from every_item(self.items_prefix, page["next"])
+        if wanted is None or wanted < 0:
+            found = yield from self._every_item(guard)
         else:
-            before: str | None = None
-            while len(found) < wanted:
-                scan = _scan(
-                    self.items_prefix,
-                    before=before,
-                    limit=min(PAGE, wanted - len(found)),
-                    reverse=True,
-                )
-                *life, page = yield [*guard, scan]  # the lifetime with the first page
-                guard = []
-                found += page["items"]
-                before = page["next"]
-                if before is None:
-                    break
-            found.reverse()
-        if (yield from self._gone(life, found)):
-            return []
+            found = yield from self._newest(guard, wanted)
         return [item["value"]["item"] for item in found]
 
-    def _gone(self, life: list[Any], found: Items) -> Plan[bool]:
-        """Whether the session has expired, from its lifetime as read with its items."""
+    def _every_item(self, guard: list[r.Call[Any]]) -> Plan[Items]:
+        """Every item, oldest first."""
+        *life, page = yield [*guard, _scan(self.items_prefix, limit=PAGE)]
+        found: Items = page["items"]
+        if page["next"] is not None:
+            found += yield from every_item(self.items_prefix, page["next"])
+        return untimed(found) if (yield from self._expired(life, found)) else found
+
+    def _newest(self, guard: list[r.Call[Any]], wanted: int) -> Plan[Items]:
+        """The newest `wanted` items, oldest first."""
+        found: Items = []
+        before: str | None = None
+        life: list[Any] = []
+        expired = False
+        while len(found) < wanted:
+            scan = _scan(
+                self.items_prefix, before=before, limit=min(PAGE, wanted - len(found)), reverse=True
+            )
+            *read, page = yield [*guard, scan]
+            if guard:  # the lifetime, read with the first page
+                life, guard = read, []
+            found += untimed(page["items"]) if expired else page["items"]
+            before = page["next"]
+            if not expired and (yield from self._expired(life, found)):
+                expired, found = True, untimed(found)
+            if before is None:
+                break
+        found.reverse()
+        return found
+
+    def _expired(self, life: list[Any], found: Items) -> Plan[bool]:
+        """Whether the session's lifetime has expired, from the lifetime as read with its
+        items: then only its untimed() items are read."""
         if self.lifetime is None:
             return (yield from group_gone(self.life_key, found))
         if self.lifetime.gone(life[0], found):
@@ -157,9 +169,13 @@ class SessionStoreSession:
         while True:
             guard = [] if self.lifetime is None else [r.checkpoint_get(KIND, self.life_key)]
             *life, page = yield [*guard, _scan(self.items_prefix, limit=1, reverse=True)]
-            if not page["items"] or (yield from self._gone(life, page["items"])):
+            if not page["items"]:
                 return None
             newest = page["items"][0]
+            if (yield from self._expired(life, page["items"])):
+                newest = yield from self._newest_untimed()
+                if newest is None:
+                    return None
             try:
                 yield from self._write(
                     [delete_op(newest["key"])],
@@ -169,6 +185,17 @@ class SessionStoreSession:
                 continue  # another caller popped it first: take the next newest
             item: TResponseInputItem = newest["value"]["item"]
             return item
+
+    def _newest_untimed(self) -> Plan[dict[str, Any] | None]:
+        before: str | None = None
+        while True:
+            (page,) = yield [_scan(self.items_prefix, before=before, limit=PAGE, reverse=True)]
+            kept = untimed(page["items"])
+            if kept:
+                return kept[0]
+            before = page["next"]
+            if before is None:
+                return None
 
     async def clear_session(self) -> None:
         # the lifetime with the first range: a clear cut short leaves an expiring
