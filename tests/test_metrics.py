@@ -107,6 +107,8 @@ def test_every_metric_moves_when_driven(daemon: DaemonProcess, backend: str) -> 
         assert _value(samples, "sessionstore_log_bytes") > 0
         assert _value(samples, "sessionstore_sessions") >= 1
         assert _value(samples, "sessionstore_keep_generations") == 4
+        schedule = ("sessionstore_expiry_schedule_entries", ())
+        assert (schedule in samples) == (backend == "log")  # PostgreSQL sweeps by a query
         assert ("sessionstore_last_recovery", (("what", "seq"),)) in samples
         if backend == "log":
             assert _value(samples, "sessionstore_fdatasync_seconds_count") >= 41

@@ -72,6 +72,11 @@ GAUGES = (
     ("live_bytes", "sessionstore_log_live_bytes", "Bytes of the log's live records"),
     ("log_dead_share", "sessionstore_log_dead_share", "Share of the sealed segments' bytes dead"),
     ("keep_generations", "sessionstore_keep_generations", "Earlier generations kept per session"),
+    (
+        "expiry_schedule_entries",
+        "sessionstore_expiry_schedule_entries",
+        "Entries of the log's expiry schedule (a few per live document that expires)",
+    ),
 )
 COUNTERS = (
     ("connections_total", "sessionstore_connections_accepted", "Connections accepted"),
