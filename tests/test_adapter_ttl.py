@@ -382,3 +382,19 @@ def test_an_agents_session_written_without_a_ttl_after_expiry_is_read_at_once(
                 await each.close()
 
     asyncio.run(main())
+
+
+def test_an_agents_session_with_a_ttl_reads_a_limit_of_more_than_one_page(
+    running: DaemonProcess,
+) -> None:
+    items = [{"role": "user", "content": str(n)} for n in range(1005)]  # a page is 1,000
+
+    async def main() -> None:
+        session = SessionStoreSession("long", running.socket_path, ttl=60)
+        try:
+            await session.add_items(items)  # type: ignore[arg-type]
+            assert await session.get_items(limit=1003) == items[2:]
+        finally:
+            await session.close()
+
+    asyncio.run(main())
