@@ -16,8 +16,8 @@
 #     carry an expiry, so a reader tells them from a group that never had a
 #     ttl); the daemon's sweep removes them at H, at most 2 x ttl later.
 #     Documents without an expiry are not the expired lifetime's: written
-#     since, by a writer without a ttl, they are read at once (a LangGraph
-#     thread's reads show what the sweep will leave: untimed());
+#     since, by a writer without a ttl, they are read at once (reads show
+#     what the sweep will leave: untimed());
 #   - a write puts its members (expiring at H) and the lifetime (ttl from now)
 #     in one txn that requires the lifetime to be the generation {"horizon": H}
 #     it expects, so it never renews a lifetime another process changed or
