@@ -20,6 +20,7 @@ from sessionstored.storage.log import expiries as expiries_module
 from sessionstored.storage.log.expiries import Expiries
 from sessionstored.storage.log.store import Store
 from sessionstored.storage.mutations import Expire, Put
+from sessionstored.writer import sweeper as sweeper_module
 from sessionstored.writer.sweeper import DUE_PER_PASS, Sweeper
 from sessionstored.writer.writer import Writer
 
@@ -198,3 +199,21 @@ def test_the_schedule_matches_a_dict_of_pending_expiries(ops: list[tuple[str, An
             if model:
                 assert upcoming is not None and upcoming <= min(model.values())
             assert len(schedule) <= _bound(len(model))
+
+
+async def test_a_generation_the_writer_finds_unexpired_stays_scheduled() -> None:
+    """The clock set back between the sweep's reading of it and the writer's: the writer
+    leaves the generation alone, and it must come due again, not leave the schedule."""
+    store = open_store(new_fs())
+    store.commit([_expiring("later", 0, SOON_MS), _expiring("gone", 0, 1)])
+    writer = Writer(store, on_fatal=lambda reason: None)
+    sweeper = Sweeper(store, writer)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        with mock.patch.object(sweeper_module, "now_ms", lambda: SOON_MS):
+            assert await sweeper.sweep_round()
+        nursery.cancel_scope.cancel()
+    assert sweeper.expired == 1 and store.head("s", "gone") is None
+    assert store.head("s", "later") is not None
+    assert store.next_expiry_ms() == SOON_MS
+    assert store.due_expirations(SOON_MS, LIMIT) == [Expire("s", "later", SOON_MS)]

@@ -6,9 +6,10 @@
 # SWEEP_BATCH due generations, and hands them to the writer as one job: it
 # queues among clients' writes and commits in one of the writer's batches, so
 # a million expiring at once costs the clients a share of the writer, never a
-# stall. A sweep that failed (a full disk) is scheduled again. On
-# PostgreSQL one daemon at a time sweeps (the one holding the sweeper's lock);
-# the others serve, and take over when its connection ends.
+# stall. A generation a round did not remove is scheduled again: its sweep
+# failed (a full disk), or the writer's clock, set back since the round read it,
+# had it unexpired. On PostgreSQL one daemon at a time sweeps (the one holding
+# the sweeper's lock); the others serve, and take over when its connection ends.
 from __future__ import annotations
 
 import time
@@ -38,20 +39,34 @@ class Sweeper:
 
     async def run(self) -> None:
         while True:
-            due = await self._due()
-            if not due:
+            if not await self.sweep_round():
                 await trio.sleep(self._idle_s())
-                continue
-            job = MutationJob(Sweep(tuple(due)))
-            await self.writer.enqueue(job)
-            await job.done.wait()
-            outcome = job.outcome
-            if outcome is not None and outcome.ok:
-                self.expired += outcome.results[0]["expired"] if outcome.results else 0
-            else:
-                for expire in due:
-                    self.store.retry_expiration(expire)
-                await trio.sleep(SWEEP_RETRY_S)
+
+    async def sweep_round(self) -> bool:
+        """The due generations, removed in one writer job; False when none was due."""
+        due = await self._due()
+        if not due:
+            return False
+        job = MutationJob(Sweep(tuple(due)))
+        await self.writer.enqueue(job)
+        await job.done.wait()
+        outcome = job.outcome
+        if outcome is None or not outcome.ok:
+            self._offer_again(due)
+            await trio.sleep(SWEEP_RETRY_S)
+            return True
+        removed = outcome.results[0]["expired"] if outcome.results else 0
+        self.expired += removed
+        if removed < len(due):
+            # Some were left alone: written since (their new expiry is scheduled), or not
+            # expired by the writer's clock, set back since this round read it: those
+            # must stay scheduled, or nothing would sweep them until a restart.
+            self._offer_again(due)
+        return True
+
+    def _offer_again(self, due: list[Expire]) -> None:
+        for expire in due:
+            self.store.retry_expiration(expire)
 
     async def _due(self) -> list[Expire]:
         if self.store.blocking_reads:  # a query (PostgreSQL): off the event loop

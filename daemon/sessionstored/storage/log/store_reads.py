@@ -151,8 +151,9 @@ class LogReads:
         return self.expiries.due(now_ms, limit)
 
     def retry_expiration(self, expire: Expire) -> None:
-        """A due generation whose sweep failed (a full disk, say): it is due again, unless
-        a write since gave the document another expiry, or none."""
+        """A due generation the sweep did not remove (the sweep failed, a full disk say,
+        or the writer's clock had it unexpired): it is due again, unless a write since
+        gave the document another expiry, or none, or removed it."""
         entry = self.index.get(expire.kind, expire.id)
         if entry is not None and entry.expires_at_ms == expire.expires_at_ms:
             self.expiries.schedule(expire.kind, expire.id, expire.expires_at_ms)
