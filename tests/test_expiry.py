@@ -12,7 +12,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +22,11 @@ from sessionstore.errors import BadRequest, Conflict, SessionStoreError
 
 from .conftest import DaemonProcess, restored_client, take_backup
 from .postgres_server import PostgresServer
+from .wall_clock import now_ms, until_past
 
 
 def _snapshot(session_id: str, **fields: Any) -> dict[str, Any]:
     return {"schema_version": 1, "session": {"id": session_id, **fields}}
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _until_past(expires_at_ms: int) -> None:
-    """Return once the wall clock has passed expires_at_ms."""
-    while _now_ms() <= expires_at_ms:
-        time.sleep(max(0.001, (expires_at_ms - _now_ms() + 1) / 1000))
 
 
 def _expired_events(client: Client, since: int, count: int) -> list[dict[str, Any]]:
@@ -63,7 +53,7 @@ def test_every_kind_expires_for_every_read_then_the_sweep_removes_it(
         client.call("save", snapshot=_snapshot("kept"))
         head = client.call("head", session_id="s")
         expires = head["expires_at_ms"]
-        assert _now_ms() < expires <= _now_ms() + 500
+        assert now_ms() < expires <= now_ms() + 500
         assert client.call("load", session_id="s")["expires_at_ms"] == expires
         items = client.checkpoint_scan("kv")["items"]
         assert [i["key"] for i in items] == ["k", appended]
@@ -74,7 +64,7 @@ def test_every_kind_expires_for_every_read_then_the_sweep_removes_it(
             *(i["expires_at_ms"] for kind in ("loop", "kv", "workflow")
               for i in client.checkpoint_scan(kind, values=False)["items"]),
         )  # fmt: skip
-        _until_past(latest)
+        until_past(latest)
         assert client.call("head", session_id="s")["found"] is False
         assert client.load("s") is None and client.exists("s") is False
         assert client.list()["ids"] == ["kept"]
@@ -169,7 +159,7 @@ def test_a_rewrite_moves_or_cancels_the_expiry_the_sweep_keeps(running: DaemonPr
         assert swept == ["sooner", "marker"]
         assert client.checkpoint_get("kv", "later") == {"v": 2}
         assert client.call("checkpoint_get", kind="kv", key="later")["expires_at_ms"] > (
-            _now_ms() + 3_000_000
+            now_ms() + 3_000_000
         )
         assert client.checkpoint_get("kv", "cancelled") == {"v": 2}
         assert "expires_at_ms" not in client.call("checkpoint_get", kind="kv", key="cancelled")
@@ -233,7 +223,7 @@ def test_expiry_survives_kill_9_checkpoints_compaction_and_a_restore(
                       for n in range(12)}  # fmt: skip
             short_expires = client.call("head", session_id="short")["expires_at_ms"]
         daemon.kill9()  # before "short" expires: the sweep has not removed it
-        _until_past(short_expires)
+        until_past(short_expires)
         daemon.start("--checkpoint-every", "5")
         with daemon.client() as client:
             assert client.load("short") is None  # expired while the daemon was down
@@ -273,7 +263,7 @@ def test_reads_racing_the_sweep_see_a_document_or_nothing(running: DaemonProcess
     def read() -> None:
         with running.client() as reader:
             while not stop.is_set():
-                asked_at = _now_ms()
+                asked_at = now_ms()
                 try:
                     value = reader.checkpoint_get("kv", "r/0150")
                     page = reader.checkpoint_scan("kv", prefix="r/", limit=1000)["items"]
@@ -307,7 +297,7 @@ def test_the_cli_sets_shows_and_removes_expiry_and_export_import_keep_it(
     put = cli("put", "--ttl", "3600", stdin='{"schema_version": 1, "session": {"id": "c"}}')
     assert put.returncode == 0, put.stderr
     head = json.loads(cli("head", "c").stdout)
-    assert head["expires_at_ms"] > _now_ms()
+    assert head["expires_at_ms"] > now_ms()
     assert cli("checkpoint", "put", "kv", "k", '{"v": 1}', "--ttl", "3").returncode == 0
     meta = json.loads(cli("checkpoint", "get", "kv", "k", "--meta").stdout)
     assert meta["value"] == {"v": 1} and meta["expires_at_ms"] > 0
@@ -316,7 +306,7 @@ def test_the_cli_sets_shows_and_removes_expiry_and_export_import_keep_it(
     assert {(d["kind"], d["id"]): d.get("expires_at_ms") for d in lines} == {
         ("session", "c"): head["expires_at_ms"], ("kv", "k"): meta["expires_at_ms"],
     }  # fmt: skip
-    _until_past(meta["expires_at_ms"])
+    until_past(meta["expires_at_ms"])
     target = DaemonProcess(Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp")))
     target.start()
     try:
@@ -335,7 +325,7 @@ def test_the_cli_sets_shows_and_removes_expiry_and_export_import_keep_it(
     assert json.loads(cli("persist", "c").stdout)["found"] is True
     assert "expires_at_ms" not in json.loads(cli("head", "c").stdout)
     assert cli("expire", "c", "60").returncode == 0
-    assert json.loads(cli("head", "c").stdout)["expires_at_ms"] > _now_ms()
+    assert json.loads(cli("head", "c").stdout)["expires_at_ms"] > now_ms()
     missing = cli("expire", "--kind", "kv", "gone", "5")
     assert missing.returncode == 3 and json.loads(missing.stdout)["found"] is False
     assert cli("expire", "c", "-1").returncode == 2  # a usage error, before any request

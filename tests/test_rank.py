@@ -9,7 +9,6 @@ import math
 import os
 import struct
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from sessionstored.ops.vectors import Scorer, document_vectors, query_values, to
 from sessionstored.storage.documents import Entry
 
 from .conftest import DaemonProcess
+from .wall_clock import until_past
 
 
 def _f32(vector: list[float]) -> bytes:
@@ -188,7 +188,8 @@ def test_ranking_through_the_daemon(running: DaemonProcess) -> None:
         upward = client.checkpoint_rank("kv", "r/", _f32([0.0, 1.0]), limit=2500)
         assert len(upward["items"]) == 2500
         assert all(i["score"] == pytest.approx(1.0) for i in upward["items"])
-        time.sleep(1.1)  # r/zzz expired: gone from the ranking
+        [expiring] = client.checkpoint_scan("kv", prefix="r/zzz")["items"]
+        until_past(expiring["expires_at_ms"])  # r/zzz expired: gone from the ranking
         again = client.checkpoint_rank("kv", "r/", [1.0, 0.0], limit=3)
         assert [i["key"] for i in again["items"]] == ["r/00000", "r/tie", "r/00001"]
         assert client.checkpoint_rank("kv", "absent/", [1.0])["items"] == []
