@@ -163,7 +163,20 @@ def test_a_write_without_a_ttl_after_expiry_is_read_at_once(running: DaemonProce
             with_writes.metadata,
             {},
         )
+        # the oldest checkpoint of a subgraph's namespace put again: the newest there
+        # once the newer expired ones are left out
+        oldest = [c for c in expired if c.config["configurable"]["checkpoint_ns"]][-1]
+        namespace = oldest.config["configurable"]["checkpoint_ns"]
+        plain.put(
+            {"configurable": {"thread_id": "late", "checkpoint_ns": namespace}},
+            oldest.checkpoint,
+            oldest.metadata,
+            {},
+        )
         for reader in (plain, saver):
+            in_namespace = {"configurable": {"thread_id": "late", "checkpoint_ns": namespace}}
+            newest = reader.get_tuple(in_namespace)
+            assert newest is not None and newest.checkpoint["id"] == oldest.checkpoint["id"]
             head = reader.get_tuple(_config("late"))
             assert head is not None
             assert head.checkpoint["channel_values"]["steps"] == ["a", "b", "c", "d1", "d2", "e"]
@@ -171,9 +184,8 @@ def test_a_write_without_a_ttl_after_expiry_is_read_at_once(running: DaemonProce
             assert put_again is not None and put_again.pending_writes == []
             listed = {c.checkpoint["id"]: c.pending_writes for c in reader.list(_config("late"))}
             assert head.checkpoint["id"] in listed and listed[with_writes.checkpoint["id"]] == []
-            assert not set(listed) & {c.checkpoint["id"] for c in expired} - {
-                with_writes.checkpoint["id"]
-            }
+            put_again_ids = {with_writes.checkpoint["id"], oldest.checkpoint["id"]}
+            assert not set(listed) & {c.checkpoint["id"] for c in expired} - put_again_ids
         life, members = _documents(client, "late")
         assert life is None and any("expires_at_ms" in m for m in members)  # not swept yet
         # a saver with a ttl that writes on it removes the leftovers and adopts the rest
