@@ -30,18 +30,10 @@ from sessionstore.langgraph import SessionStoreSaver
 
 from . import graph_child
 from .conftest import DaemonProcess, restored_client, take_backup
+from .wall_clock import now_ms, until_past
 
 TTL_MINUTES = 0.02  # 1.2 s
 PREFIX = "langgraph/"
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _until_past(expires_at_ms: int) -> None:
-    while _now_ms() <= expires_at_ms:
-        time.sleep(max(0.001, (expires_at_ms - _now_ms() + 1) / 1000))
 
 
 def _config(thread: str) -> Any:
@@ -102,7 +94,7 @@ def test_a_thread_lives_while_it_is_written_and_goes_whole_after(running: Daemon
         again = saver.get_tuple(first.config)
         assert again is not None and again.pending_writes == first.pending_writes
         life = _assert_whole(client, "t")
-        _until_past(life["expires_at_ms"])
+        until_past(life["expires_at_ms"])
         # gone for every read at once, though the daemon still holds the documents
         assert saver.get_tuple(_config("t")) is None
         assert saver.get_tuple(first.config) is None
@@ -113,7 +105,7 @@ def test_a_thread_lives_while_it_is_written_and_goes_whole_after(running: Daemon
         life, members = _documents(client, "t")
         assert life is None and members
         # the sweep removes every document of it, as watchers see
-        _until_past(max(m["expires_at_ms"] for m in members))
+        until_past(max(m["expires_at_ms"] for m in members))
         keys = {m["key"] for m in members} | {f"{PREFIX}l/t"}
         expired = set()
         for event in client.watch(since=start_seq):
@@ -133,7 +125,7 @@ def test_a_write_after_expiry_starts_the_thread_afresh(running: DaemonProcess) -
     old = saver.get_tuple(_config("again"))
     assert old is not None
     with running.client() as client:
-        _until_past(_documents(client, "again")[0]["expires_at_ms"])  # type: ignore[index]
+        until_past(_documents(client, "again")[0]["expires_at_ms"])  # type: ignore[index]
         graph.invoke({"steps": []}, _config("again"))
         assert saver.get_tuple(old.config) is None  # what expired stays gone
         head = saver.get_tuple(_config("again"))
@@ -154,7 +146,7 @@ def test_a_write_without_a_ttl_after_expiry_is_read_at_once(running: DaemonProce
     expired = list(saver.list(_config("late")))
     with_writes = next(c for c in expired if c.pending_writes)
     with running.client() as client:
-        _until_past(_documents(client, "late")[0]["expires_at_ms"])  # type: ignore[index]
+        until_past(_documents(client, "late")[0]["expires_at_ms"])  # type: ignore[index]
         graph_child.build(plain).invoke({"steps": []}, _config("late"))
         # a checkpoint put again at the id of an expired one with writes: without them
         again = plain.put(
@@ -221,7 +213,7 @@ def test_refresh_on_read_keeps_a_read_thread_and_only_then(running: DaemonProces
             assert reader.get_tuple(_config("read")) is not None
             assert len(list(reader.list(_config("read")))) > 1
             _assert_whole(client, "read")
-        assert _now_ms() > unread["expires_at_ms"]
+        assert now_ms() > unread["expires_at_ms"]
         assert writer.get_tuple(_config("unread")) is None
         assert writer.get_tuple(_config("read")) is not None  # without refresh: a plain read
         life = _assert_whole(client, "read")
@@ -260,7 +252,7 @@ def test_reads_racing_the_expiry_see_a_checkpoint_with_all_its_writes_or_nothing
     with running.client() as client:
         life, members = _documents(client, "race")
         assert life is not None
-        _until_past(max(m["expires_at_ms"] for m in members) + 200)  # past the sweep
+        until_past(max(m["expires_at_ms"] for m in members) + 200)  # past the sweep
     stop.set()
     for thread in readers:
         thread.join()
@@ -342,7 +334,7 @@ def test_an_agents_session_goes_whole_ttl_after_its_last_write(running: DaemonPr
                 members = _scan(client, "agents/chat/")
                 assert len(members) == len(items)
                 assert all(m["expires_at_ms"] >= life["value"]["horizon"] for m in members)
-            _until_past(life["expires_at_ms"])
+            until_past(life["expires_at_ms"])
             assert await session.get_items() == []
             assert await plain.get_items() == []
             assert await session.pop_item() is None
@@ -376,7 +368,7 @@ def test_an_agents_session_written_without_a_ttl_after_expiry_is_read_at_once(
             await session.add_items(old)  # type: ignore[arg-type]
             with Client(running.socket_path) as client:
                 (life,) = [i for i in _scan(client, "agents/late") if i["key"] == "agents/late"]
-            _until_past(life["expires_at_ms"])
+            until_past(life["expires_at_ms"])
             await plain.add_items(new[:2])  # type: ignore[arg-type]
             for reader in (plain, session):
                 assert await reader.get_items() == new[:2]

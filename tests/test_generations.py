@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,10 @@ from sessionstore.client import Client
 from sessionstore.errors import Compacted, Conflict, ConnectionLost, Fenced, NotFound
 
 from .conftest import DaemonProcess, restored_client, snapshot, take_backup
+from .wall_clock import now_ms
 
 COMMIT_POINTS = ("before-intent", "after-intent", "before-commit-record", "after-commit-record")
 DURABLE_FROM = COMMIT_POINTS.index("after-commit-record")
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _generation(session_id: str, n: int, pad: int = 0) -> dict[str, Any]:
@@ -43,9 +39,9 @@ def _save_generations(
     """count generations; each reply with the snapshot saved and the time around it."""
     saved = []
     for n in range(count):
-        before = _now_ms()
+        before = now_ms()
         reply = client.save(_generation(session_id, n, pad))
-        saved.append({**reply, "n": n, "after_ms": _now_ms(), "before_ms": before})
+        saved.append({**reply, "n": n, "after_ms": now_ms(), "before_ms": before})
     return saved
 
 

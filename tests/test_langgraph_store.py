@@ -37,6 +37,7 @@ from sessionstore.errors import SessionStoreError
 from sessionstore.langgraph import SessionStoreStore
 
 from .conftest import DaemonProcess
+from .wall_clock import now_ms, until_past
 
 REPO = Path(__file__).resolve().parent.parent
 ROOTS = itertools.count()  # each example its own root label: one daemon for all of them
@@ -417,10 +418,6 @@ def test_an_item_read_with_refresh_outlives_its_ttl_and_expires_after(
             (item,) = client.checkpoint_scan("kv", store._namespace_prefix(namespace))["items"]
         return int(item["expires_at_ms"])
 
-    def after_a_tick(since_ms: int) -> None:  # a refresh now sets a later expiry than before
-        while time.time_ns() // 1_000_000 <= since_ms:
-            time.sleep(0.001)
-
     async def reads() -> list[Any]:
         return [
             await store.aget(namespace, "item1", refresh_ttl=True),
@@ -429,9 +426,9 @@ def test_an_item_read_with_refresh_outlives_its_ttl_and_expires_after(
         ]
 
     store.put(namespace, "item1", {"foo": "bar"}, ttl=0.03)  # 1.8 s
-    put_at_ms = time.time_ns() // 1_000_000
+    put_at_ms = now_ms()
     first = expiry()
-    after_a_tick(put_at_ms)
+    until_past(put_at_ms)  # a refresh now sets a later expiry than before
     if in_async:
         refreshed, found, plain = asyncio.run(reads())
     else:
@@ -442,7 +439,7 @@ def test_an_item_read_with_refresh_outlives_its_ttl_and_expires_after(
     last = expiry()
     assert last > first
     assert store.get(namespace, "item1", refresh_ttl=False) is not None and expiry() == last
-    after_a_tick(last)
+    until_past(last)
     assert store.search(namespace, query="bar", refresh_ttl=False) == []
     assert store.get(namespace, "item1") is None
 
