@@ -4,7 +4,9 @@
  *   - a walk resumed over the input in pieces gives the one-shot walk's verdict;
  *   - an accepted item canonicalises to bytes no longer than it, which walk as
  *     canonical, and canonicalise again to themselves;
- *   - cbor_item_end never reads past the input.
+ *   - cbor_item_end never reads past the input;
+ *   - cbor_snapshot_outline never reads past the input, and a session id it finds
+ *     lies inside it.
  * The first byte of an input chooses the depth limit and where it is cut. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +80,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *input, size_t size)
     }
     size_t end = cbor_item_end(copy, len, 0);
     CHECK(end <= len);
+    size_t id_start = 0, id_end = 0;
+    if (cbor_snapshot_outline(copy, len, &id_start, &id_end))
+        CHECK(id_start < id_end && id_end <= len);
     free(copy);
     return 0;
 }

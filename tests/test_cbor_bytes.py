@@ -259,3 +259,9 @@ def test_what_clients_send_is_handled_by_the_helper(value: Any) -> None:
 def test_floats_narrow_exactly_as_the_canonical_encoder_does(value: float) -> None:
     wide = b"\xfb" + struct.pack(">d", value)
     assert cbor_bytes.canonicalise(wide, 0, len(wide), 1) == cbor2.dumps(value, canonical=True)
+
+
+@settings(max_examples=1500)
+@given(st.one_of(hostile, st.sampled_from(CORNERS), text_keyed.map(canonical_dumps)))
+def test_the_snapshot_outline_is_the_same_in_c_and_python(data: bytes) -> None:
+    assert compiled.snapshot_outline(data) == twin.snapshot_outline(data)

@@ -1,14 +1,17 @@
 # The rules read on bytes (a CanonicalItem: only the parts the rules read are
 # decoded) against the same rules on the decoded value: the same verdict, the
-# same message, for snapshots and checkpoint documents valid and not.
+# same message, for snapshots and checkpoint documents valid and not; the compiled
+# fast path for the usual snapshot never takes one the rules refuse.
 from __future__ import annotations
 
 from typing import Any
 
 import cbor2
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sessionstore.wire import cbor_bytes, cbor_bytes_python
 from sessionstore.wire.canonical import canonical_dumps
 from sessionstore.wire.shared import CanonicalItem, Refusal
 from sessionstored.ops.document_arguments import document_body, prepared_txn
@@ -186,3 +189,74 @@ def _outcome(make: Any) -> tuple[str, Any]:
         return ("ok", make(None))
     except (InvalidSnapshot, LookupError) as error:
         return (type(error).__name__, str(error))
+
+
+@settings(max_examples=2000)
+@given(snapshots)
+def test_the_compiled_outline_accepts_only_what_the_rules_accept(snapshot: dict[str, Any]) -> None:
+    """The fast path (cbor_bytes.snapshot_outline) says where the session id is only
+    for a snapshot the rules take, and then for that id; both helpers say the same."""
+    data = canonical_dumps(snapshot)
+    outline = cbor_bytes_python.snapshot_outline(data)
+    assert cbor_bytes.snapshot_outline(data) == outline
+    if outline is not None:
+        assert _verdict(validate_snapshot, cbor2.loads(data)) == (
+            "ok",
+            data[outline[0] : outline[1]].decode(),
+        )
+
+
+USUAL_SNAPSHOTS = [
+    {
+        "schema_version": 1,
+        "session": {"id": "agent/1", "config": {"model": "m", "workspace": "/w"}},
+        "artifacts": [],
+        "trace_events": [{"seq": n, "kind": "tool_call", "detail": "x" * 48} for n in range(60)],
+        "run_records": [],
+    },
+    {
+        "schema_version": 1,
+        "session": {"id": "s", "messages": [{"role": "user", "content": "hi"}]},
+        "artifacts": [{"uri": "file:///a"}],
+        "retained_artifact_uris": ["file:///a"],
+        "trace_events": [],
+        "run_records": [],
+        "verification_reports": [{"ok": True}],
+        "subagent_tasks": [{"parent_session_id": "s"}, {"parent_session_id": None}, {}],
+        "extra": {"anything": 1},
+    },
+]
+
+
+@pytest.mark.parametrize("snapshot", USUAL_SNAPSHOTS, ids=["bench", "every component"])
+def test_the_usual_snapshot_takes_the_fast_path(snapshot: dict[str, Any]) -> None:
+    data = canonical_dumps(snapshot)
+    for helper in (cbor_bytes_python, cbor_bytes):
+        outline = helper.snapshot_outline(data)
+        assert outline is not None
+        assert data[outline[0] : outline[1]].decode() == snapshot["session"]["id"]
+    assert validate_snapshot_bytes(data) == snapshot["session"]["id"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"schema_version": 2},
+        {"schema_version": True},
+        {"session": {"id": ""}},
+        {"session": {"id": "a\x00b"}},
+        {"session": {"id": "x" * 1025}},
+        {"session": {"name": "no id"}},
+        {"artifacts": {}},
+        {"retained_artifact_uris": ["a", 1]},
+        {"run_records": [{"snapshot": {}}]},  # valid, but run records are read in Python
+        {"subagent_tasks": [{"parent_session_id": "someone else"}]},
+        {"subagent_tasks": [[]]},
+    ],
+)
+def test_anything_else_is_left_to_the_rules(change: dict[str, Any]) -> None:
+    snapshot = {**USUAL_SNAPSHOTS[1], **change}
+    data = canonical_dumps(snapshot)
+    assert cbor_bytes.snapshot_outline(data) is None
+    assert cbor_bytes_python.snapshot_outline(data) is None
+    assert _verdict(validate_snapshot_bytes, data) == _verdict(validate_snapshot, snapshot)

@@ -1,11 +1,12 @@
 /* sessionstore._cbor_bytes: the CPython face of cbor_core.c (its theory of
- * operation is there). Three functions, each of bytes and small integers:
+ * operation is there). Its functions, each of bytes and small integers:
  *
  *   walk(data, start, limit, max_depth, max_items) -> (status, reason, position)
  *   Walker(start, limit, max_depth, max_items).walk(data): the same, resumable
  *   canonicalise(data, start, end, max_depth) -> bytes | None
  *   entries(data, start[, end]) -> tuple of offsets (end: where the container is
  *       known to end, so that its last item need not be walked)
+ *   snapshot_outline(data) -> (id_start, id_end) | None
  *
  * The twin in Python is sessionstore/cbor_bytes_python.py. A walk of a large
  * immutable bytes object runs without the GIL. */
@@ -247,10 +248,25 @@ done:
     return result;
 }
 
+static PyObject *snapshot_outline(PyObject *module, PyObject *arg)
+{
+    Py_buffer view;
+    (void)module;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    size_t id_start = 0, id_end = 0;
+    int found = cbor_snapshot_outline(view.buf, (size_t)view.len, &id_start, &id_end);
+    PyBuffer_Release(&view);
+    if (!found)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(nn)", (Py_ssize_t)id_start, (Py_ssize_t)id_end);
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, NULL},
     {"canonicalise", canonicalise, METH_VARARGS, NULL},
     {"entries", entries, METH_VARARGS, NULL},
+    {"snapshot_outline", snapshot_outline, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -36,6 +36,7 @@ __all__ = [
     "canonicalise",
     "compiled",
     "entries",
+    "snapshot_outline",
     "walk",
 ]
 
@@ -64,3 +65,4 @@ walk: Callable[[bytes | bytearray, int, int, int, int], Verdict] = _module.walk
 canonicalise: Callable[[bytes | bytearray, int, int, int], bytes | None] = _module.canonicalise
 entries: Callable[..., tuple[int, ...]] = _module.entries  # (data, start[, end])
 Walker: Callable[[int, int, int, int], Any] = _module.Walker
+snapshot_outline: Callable[[bytes | bytearray], tuple[int, int] | None] = _module.snapshot_outline

@@ -1,5 +1,5 @@
 # The pure-Python twin of the compiled CBOR helper (cbor_core.c holds the theory
-# of operation): the same three functions, the same verdicts, reasons and
+# of operation): the same functions, the same verdicts, reasons and
 # offsets, byte for byte. tests/test_cbor_bytes.py holds the two equal. It runs
 # where no C compiler built the helper, and it is the reference that reads
 # more easily than the C.
@@ -273,6 +273,145 @@ def entries(data: bytes | bytearray, start: int, end: int = -1) -> tuple[int, ..
             raise ValueError("malformed item inside the container")
         offsets.append(pos)
     return tuple(offsets)
+
+
+# -- the snapshot rules' fast path ------------------------------------------------
+
+MAX_ID_BYTES = 1024  # ops/snapshot.py's MAX_ID_BYTES
+_NULL = 0xF6
+_PLAIN_ARRAYS = frozenset({b"artifacts", b"trace_events", b"verification_reports"})
+
+
+def _read_head(data: bytes | bytearray, pos: int, length: int) -> tuple[int, int, int] | None:
+    """(major, argument, where its content starts) of a definite head at pos."""
+    if pos >= length:
+        return None
+    info = data[pos] & 0x1F
+    if info >= 28 or _head_length(info) > length - pos:
+        return None
+    return data[pos] >> 5, _argument(data, pos, info), pos + _head_length(info)
+
+
+def _text_at(data: bytes | bytearray, at: int, length: int) -> tuple[int, int] | None:
+    head = _read_head(data, at, length)
+    if head is None or head[0] != 3 or head[1] > length - head[2]:
+        return None
+    return head[2], head[2] + head[1]
+
+
+def _map_value(data: bytes | bytearray, at: int, end: int, name: bytes) -> int | None:
+    """Where the map at data[at] (ending by end) holds name's value; 0 when it has no
+    such key; None when the bytes are not such a map."""
+    head = _read_head(data, at, end)
+    if head is None or head[0] != 5 or head[1] > end - head[2]:
+        return None
+    found, pos = 0, head[2]
+    for _ in range(head[1]):
+        key = _text_at(data, pos, end)
+        if key is None:
+            return None
+        value_end = item_end(data[:end], key[1])
+        if not value_end:
+            return None
+        if data[key[0] : key[1]] == name:
+            found = key[1]
+        pos = value_end
+    return found
+
+
+def _array_items(data: bytes | bytearray, at: int, end: int) -> tuple[int, int] | None:
+    """(count, first item's offset) of the array at data[at]."""
+    head = _read_head(data, at, end)
+    if head is None or head[0] != 4 or head[1] > end - head[2]:
+        return None
+    return head[1], head[2]
+
+
+def _session_id_at(data: bytes | bytearray, at: int, end: int) -> tuple[int, int] | None:
+    id_at = _map_value(data, at, end, b"id")
+    if not id_at:
+        return None
+    span = _text_at(data, id_at, end)
+    if span is None or not 0 < span[1] - span[0] <= MAX_ID_BYTES or 0 in data[span[0] : span[1]]:
+        return None
+    return span
+
+
+def _all_text(data: bytes | bytearray, at: int, end: int) -> bool:
+    items = _array_items(data, at, end)
+    if items is None:
+        return False
+    pos = items[1]
+    for _ in range(items[0]):
+        span = _text_at(data, pos, end)
+        if span is None:
+            return False
+        pos = span[1]
+    return True
+
+
+def _tasks_owned(data: bytes | bytearray, at: int, end: int, owner: bytes) -> bool:
+    items = _array_items(data, at, end)
+    if items is None:
+        return False
+    pos = items[1]
+    for _ in range(items[0]):
+        task_end = item_end(data[:end], pos)
+        parent_at = _map_value(data, pos, task_end, b"parent_session_id") if task_end else None
+        if parent_at is None:
+            return False
+        if parent_at and data[parent_at] != _NULL:
+            span = _text_at(data, parent_at, task_end)
+            if span is None or data[span[0] : span[1]] not in (b"", owner):
+                return False
+        pos = task_end
+    return True
+
+
+def snapshot_outline(data: bytes | bytearray) -> tuple[int, int] | None:
+    """The usual stored snapshot (the canonical bytes of one map, all of data): where
+    its session id's text is, when every snapshot rule holds without decoding; None
+    when the rules in Python must decide (ops/snapshot.py)."""
+    length = len(data)
+    head = _read_head(data, 0, length)
+    if head is None or head[0] != 5 or head[1] > length - head[2]:
+        return None
+    pos, version, session, tasks_at = head[2], False, None, 0
+    for _ in range(head[1]):
+        key = _text_at(data, pos, length)
+        if key is None:
+            return None
+        at, end = key[1], item_end(data, key[1])
+        if not end:
+            return None
+        name = bytes(data[key[0] : key[1]])
+        if name == b"schema_version":
+            version = end - at == 1 and data[at] == 0x01  # the integer 1
+            if not version:
+                return None
+        elif name == b"session":
+            session = _session_id_at(data, at, end)
+            if session is None:
+                return None
+        elif name in _PLAIN_ARRAYS:
+            if _array_items(data, at, end) is None:
+                return None
+        elif name == b"retained_artifact_uris":
+            if not _all_text(data, at, end):
+                return None
+        elif name == b"run_records":
+            items = _array_items(data, at, end)
+            if items is None or items[0]:
+                return None  # run records have rules of their own: the decoder path reads them
+        elif name == b"subagent_tasks":
+            tasks_at = at  # read once the session's id is known
+        pos = end
+    if not version or session is None or pos != length:
+        return None
+    owner = bytes(data[session[0] : session[1]])
+    if tasks_at and not _tasks_owned(data, tasks_at, length, owner):
+        return None
+    return session
 
 
 # -- canonicalise ---------------------------------------------------------------

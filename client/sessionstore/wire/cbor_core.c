@@ -19,6 +19,10 @@
  *   (RFC 8949 section 4.2.1). Equal keys make it give up (-1): the decoder
  *   then refuses them with its own message.
  * - cbor_item_end skips one item of bytes already walked.
+ * - cbor_snapshot_outline reads the snapshot rules of the contract off a stored
+ *   snapshot's canonical bytes, for the usual snapshot (every rule holds, no run
+ *   records): it says where the session id is. Anything else, or any doubt, is
+ *   left to the rules in Python, which name the problem (ops/snapshot.py).
  *
  * sessionstore/cbor_bytes_python.py is the twin of these functions in Python,
  * held equal to them by tests/test_cbor_bytes.py; fuzz/fuzz_cbor_core.c runs
@@ -576,4 +580,175 @@ long cbor_canonicalise(const uint8_t *data, size_t start, size_t end, unsigned m
     if (canon_item(&s, &pos, 0) < 0 || pos != end)
         return -1;
     return (long)s.out_len;
+}
+
+/* -- the snapshot rules' fast path ------------------------------------------------ */
+
+/* The definite text or container head at *pos (advanced past it); 0 when there is none. */
+static int read_head(const uint8_t *data, size_t len, size_t *pos, unsigned *major,
+                     uint64_t *argument)
+{
+    if (*pos >= len)
+        return 0;
+    unsigned info = data[*pos] & 0x1F;
+    if (info >= 28 || head_length(info) > len - *pos)
+        return 0;
+    *major = data[*pos] >> 5;
+    *argument = read_argument(data + *pos, info);
+    *pos += head_length(info);
+    return 1;
+}
+
+/* The text item at data[at] (bytes [*start, *end)); 0 when it is not definite text. */
+static int text_at(const uint8_t *data, size_t len, size_t at, size_t *start, size_t *end)
+{
+    unsigned major;
+    uint64_t n;
+    size_t pos = at;
+    if (!read_head(data, len, &pos, &major, &n) || major != 3 || n > len - pos)
+        return 0;
+    *start = pos;
+    *end = pos + (size_t)n;
+    return 1;
+}
+
+static int text_is(const uint8_t *data, size_t start, size_t end, const char *name)
+{
+    size_t n = strlen(name);
+    return end - start == n && memcmp(data + start, name, n) == 0;
+}
+
+/* The map at data[at] (ending at end) holds `name` as a key: its value's offset in
+ * *value, or 0 when absent. Returns 0 when the bytes are not such a map. */
+static int map_value(const uint8_t *data, size_t end, size_t at, const char *name,
+                     size_t *value)
+{
+    unsigned major;
+    uint64_t count;
+    size_t pos = at;
+    *value = 0;
+    if (!read_head(data, end, &pos, &major, &count) || major != 5 || count > end - pos)
+        return 0;
+    for (uint64_t i = 0; i < count; i++) {
+        size_t key_start, key_end;
+        if (!text_at(data, end, pos, &key_start, &key_end))
+            return 0;
+        size_t value_end = cbor_item_end(data, end, key_end);
+        if (!value_end)
+            return 0;
+        if (text_is(data, key_start, key_end, name))
+            *value = key_end;
+        pos = value_end;
+    }
+    return 1;
+}
+
+/* The array at data[at] (ending at end): its items' count and the first one's offset. */
+static int array_items(const uint8_t *data, size_t end, size_t at, uint64_t *count,
+                       size_t *first)
+{
+    unsigned major;
+    size_t pos = at;
+    if (!read_head(data, end, &pos, &major, count) || major != 4 || *count > end - pos)
+        return 0;
+    *first = pos;
+    return 1;
+}
+
+#define MAX_ID_BYTES 1024 /* ops/snapshot.py's MAX_ID_BYTES */
+
+static int session_id_at(const uint8_t *data, size_t end, size_t at, size_t *id_start,
+                         size_t *id_end)
+{
+    size_t id_at;
+    if (!map_value(data, end, at, "id", &id_at) || !id_at)
+        return 0;
+    if (!text_at(data, end, id_at, id_start, id_end))
+        return 0;
+    size_t n = *id_end - *id_start;
+    return n > 0 && n <= MAX_ID_BYTES && !memchr(data + *id_start, 0, n);
+}
+
+static int all_text(const uint8_t *data, size_t end, size_t at)
+{
+    uint64_t count;
+    size_t pos, start, stop;
+    if (!array_items(data, end, at, &count, &pos))
+        return 0;
+    for (uint64_t i = 0; i < count; i++) {
+        if (!text_at(data, end, pos, &start, &stop))
+            return 0;
+        pos = stop;
+    }
+    return 1;
+}
+
+/* Every task a map whose parent_session_id is absent, null, empty or the session's id. */
+static int tasks_owned(const uint8_t *data, size_t end, size_t at, size_t id_start,
+                       size_t id_end)
+{
+    uint64_t count;
+    size_t pos;
+    if (!array_items(data, end, at, &count, &pos))
+        return 0;
+    for (uint64_t i = 0; i < count; i++) {
+        size_t task_end = cbor_item_end(data, end, pos), parent_at, start, stop;
+        if (!task_end || !map_value(data, task_end, pos, "parent_session_id", &parent_at))
+            return 0;
+        if (parent_at && data[parent_at] != 0xF6) {
+            if (!text_at(data, task_end, parent_at, &start, &stop))
+                return 0;
+            if (stop != start && (stop - start != id_end - id_start ||
+                                  memcmp(data + start, data + id_start, stop - start) != 0))
+                return 0;
+        }
+        pos = task_end;
+    }
+    return 1;
+}
+
+int cbor_snapshot_outline(const uint8_t *data, size_t len, size_t *id_start, size_t *id_end)
+{
+    unsigned major;
+    uint64_t count;
+    size_t pos = 0, tasks_at = 0;
+    int version = 0, session = 0;
+    if (!read_head(data, len, &pos, &major, &count) || major != 5 || count > len - pos)
+        return 0;
+    for (uint64_t i = 0; i < count; i++) {
+        size_t key_start, key_end;
+        if (!text_at(data, len, pos, &key_start, &key_end))
+            return 0;
+        size_t at = key_end, end = cbor_item_end(data, len, at);
+        if (!end)
+            return 0;
+        uint64_t items;
+        size_t first;
+        if (text_is(data, key_start, key_end, "schema_version")) {
+            version = end - at == 1 && data[at] == 0x01; /* the integer 1 */
+            if (!version)
+                return 0;
+        } else if (text_is(data, key_start, key_end, "session")) {
+            session = session_id_at(data, end, at, id_start, id_end);
+            if (!session)
+                return 0;
+        } else if (text_is(data, key_start, key_end, "artifacts") ||
+                   text_is(data, key_start, key_end, "trace_events") ||
+                   text_is(data, key_start, key_end, "verification_reports")) {
+            if (!array_items(data, end, at, &items, &first))
+                return 0;
+        } else if (text_is(data, key_start, key_end, "retained_artifact_uris")) {
+            if (!all_text(data, end, at))
+                return 0;
+        } else if (text_is(data, key_start, key_end, "run_records")) {
+            if (!array_items(data, end, at, &items, &first) || items)
+                return 0; /* run records have rules of their own: Python reads them */
+        } else if (text_is(data, key_start, key_end, "subagent_tasks")) {
+            tasks_at = at; /* read once the session's id is known */
+        }
+        pos = end;
+    }
+    if (!version || !session || pos != len)
+        return 0;
+    return !tasks_at || tasks_owned(data, len, tasks_at, *id_start, *id_end);
 }

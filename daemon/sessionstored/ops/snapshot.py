@@ -5,10 +5,12 @@
 # messages.
 from __future__ import annotations
 
+import contextlib
 from typing import Any, TypeGuard
 
 import cbor2
 
+from sessionstore.wire import cbor_bytes
 from sessionstore.wire.byte_path import (
     ARRAY,
     MAP,
@@ -152,7 +154,13 @@ _ARRAYS_ONLY = frozenset({"artifacts", "trace_events", "verification_reports"})
 
 
 def validate_snapshot_bytes(data: bytes) -> str:
-    """validate_snapshot for the canonical bytes of a map (a CanonicalItem's)."""
+    """validate_snapshot for the canonical bytes of a map (a CanonicalItem's). The
+    usual snapshot is read by the compiled helper in one pass (every rule holds, no
+    run records); any other is read here, and a broken rule named."""
+    outline = cbor_bytes.snapshot_outline(data)
+    if outline is not None:
+        with contextlib.suppress(UnicodeDecodeError):  # bytes not walked as canonical
+            return data[outline[0] : outline[1]].decode()
     fields = map_fields(data)
     version = decode_span(data, fields["schema_version"]) if "schema_version" in fields else None
     if not is_int(version) or version != SCHEMA_VERSION:
