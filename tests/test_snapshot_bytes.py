@@ -220,7 +220,14 @@ USUAL_SNAPSHOTS = [
         "artifacts": [{"uri": "file:///a"}],
         "retained_artifact_uris": ["file:///a"],
         "trace_events": [],
-        "run_records": [],
+        "run_records": [
+            {
+                "snapshot": {"id": "r1", "session_id": "s", "event_count": 3},
+                "events": [{"sequence": 0}, {"sequence": 2, "kind": "tool"}],
+            },
+            {"snapshot": {"id": None, "event_count": None}, "events": []},
+            {"snapshot": {"id": "r2"}},
+        ],
         "verification_reports": [{"ok": True}],
         "subagent_tasks": [{"parent_session_id": "s"}, {"parent_session_id": None}, {}],
         "extra": {"anything": 1},
@@ -249,7 +256,13 @@ def test_the_usual_snapshot_takes_the_fast_path(snapshot: dict[str, Any]) -> Non
         {"session": {"name": "no id"}},
         {"artifacts": {}},
         {"retained_artifact_uris": ["a", 1]},
-        {"run_records": [{"snapshot": {}}]},  # valid, but run records are read in Python
+        {"run_records": [{"snapshot": {"id": 7}}]},  # valid, but a run id not text: Python
+        {"run_records": [{"snapshot": {"id": "r"}}, {"snapshot": {"id": "r"}}]},
+        {"run_records": [{"snapshot": {"session_id": "other"}}]},
+        {"run_records": [{"snapshot": {}, "events": [{"sequence": 1}, {"sequence": 1}]}]},
+        {"run_records": [{"snapshot": {"event_count": 2}, "events": [{"sequence": 2}]}]},
+        {"run_records": [{"snapshot": {}, "events": [{"sequence": -1}]}]},
+        {"run_records": [{"snapshot": {}} for _ in range(257)]},  # valid, but many: Python
         {"subagent_tasks": [{"parent_session_id": "someone else"}]},
         {"subagent_tasks": [[]]},
     ],
@@ -260,3 +273,55 @@ def test_anything_else_is_left_to_the_rules(change: dict[str, Any]) -> None:
     assert cbor_bytes.snapshot_outline(data) is None
     assert cbor_bytes_python.snapshot_outline(data) is None
     assert _verdict(validate_snapshot_bytes, data) == _verdict(validate_snapshot, snapshot)
+
+
+# Snapshots near the fast path's edge: well formed, with run records and tasks whose
+# ids, owners, sequences and counts are drawn so that some rules hold and some break.
+near_ids = st.sampled_from(["s", "t", "", 1, None, b"s"])
+near_events = st.lists(
+    st.one_of(
+        st.fixed_dictionaries({"sequence": st.integers(-1, 4)}),
+        st.fixed_dictionaries({"sequence": st.sampled_from([True, 1.0, None])}),
+        st.just({}),
+    ),
+    max_size=4,
+)
+near_records = st.lists(
+    st.fixed_dictionaries(
+        {
+            "snapshot": st.fixed_dictionaries(
+                {},
+                optional={
+                    "id": st.sampled_from(["r1", "r2", 7, None, b"r1", True]),
+                    "session_id": near_ids,
+                    "event_count": st.one_of(st.integers(-1, 6), st.none(), st.just("3")),
+                },
+            )
+        },
+        optional={"events": st.one_of(near_events, st.none())},
+    ),
+    max_size=4,
+)
+near_snapshots = st.fixed_dictionaries(
+    {"schema_version": st.just(1), "session": st.just({"id": "s"})},
+    optional={
+        "run_records": near_records,
+        "subagent_tasks": st.lists(
+            st.fixed_dictionaries({}, optional={"parent_session_id": near_ids}), max_size=3
+        ),
+        "retained_artifact_uris": st.lists(st.one_of(st.text(max_size=2), st.just(0)), max_size=2),
+        "trace_events": st.lists(st.integers(), max_size=2),
+    },
+)
+
+
+@settings(max_examples=3000)
+@given(near_snapshots)
+def test_near_the_edge_the_outline_agrees_with_the_rules(snapshot: dict[str, Any]) -> None:
+    data = canonical_dumps(snapshot)
+    outline = cbor_bytes.snapshot_outline(data)
+    assert outline == cbor_bytes_python.snapshot_outline(data)
+    verdict = _verdict(validate_snapshot, cbor2.loads(data))
+    assert _verdict(validate_snapshot_bytes, data) == verdict
+    if outline is not None:
+        assert verdict == ("ok", "s")

@@ -368,15 +368,95 @@ def _tasks_owned(data: bytes | bytearray, at: int, end: int, owner: bytes) -> bo
     return True
 
 
+MAX_OUTLINED_RUNS = 256  # more run records: the rules in Python read them
+
+
+def _unsigned_at(data: bytes | bytearray, at: int, end: int) -> int | None:
+    head = _read_head(data, at, end)
+    return head[1] if head is not None and head[0] == 0 else None
+
+
+def _events_in_order(data: bytes | bytearray, at: int, end: int) -> tuple[bool, int] | None:
+    """(whether there was an event, the last sequence) of events whose sequences are
+    unsigned integers, strictly increasing; None for anything else."""
+    items = _array_items(data, at, end)
+    if items is None:
+        return None
+    pos, largest = items[1], None
+    for _ in range(items[0]):
+        event_end = item_end(data[:end], pos)
+        sequence_at = _map_value(data, pos, event_end, b"sequence") if event_end else None
+        sequence = _unsigned_at(data, sequence_at, event_end) if sequence_at else None
+        if sequence is None or (largest is not None and sequence <= largest):
+            return None
+        largest, pos = sequence, event_end
+    return (largest is not None, largest or 0)
+
+
+def _run_in_order(data: bytes | bytearray, at: int, end: int, owner: bytes) -> int | None:
+    """A run record of this session, in order: its text run id's offset (0: none);
+    None when the rules in Python must read it."""
+    snapshot_at = _map_value(data, at, end, b"snapshot")
+    events_at = _map_value(data, at, end, b"events")
+    if not snapshot_at or events_at is None:
+        return None
+    snapshot_end = item_end(data[:end], snapshot_at)
+    if not snapshot_end:
+        return None
+    owner_at = _map_value(data, snapshot_at, snapshot_end, b"session_id")
+    run_id_at = _map_value(data, snapshot_at, snapshot_end, b"id")
+    count_at = _map_value(data, snapshot_at, snapshot_end, b"event_count")
+    if owner_at is None or run_id_at is None or count_at is None:
+        return None
+    if owner_at:
+        span = _text_at(data, owner_at, snapshot_end)
+        if span is None or data[span[0] : span[1]] != owner:
+            return None
+    if run_id_at and data[run_id_at] == _NULL:
+        run_id_at = 0
+    if run_id_at and _text_at(data, run_id_at, snapshot_end) is None:
+        return None
+    events = _events_in_order(data, events_at, end) if events_at else (False, 0)
+    if events is None:
+        return None
+    if count_at and data[count_at] != _NULL:
+        event_count = _unsigned_at(data, count_at, snapshot_end)
+        if event_count is None or (events[0] and event_count <= events[1]):
+            return None
+    return run_id_at
+
+
+def _runs_in_order(data: bytes | bytearray, at: int, end: int, owner: bytes) -> bool:
+    items = _array_items(data, at, end)
+    if items is None or items[0] > MAX_OUTLINED_RUNS:
+        return False
+    pos, seen = items[1], set[bytes]()
+    for _ in range(items[0]):
+        record_end = item_end(data[:end], pos)
+        run_id_at = _run_in_order(data, pos, record_end, owner) if record_end else None
+        if run_id_at is None:
+            return False
+        if run_id_at:
+            span = _text_at(data, run_id_at, record_end)
+            assert span is not None  # checked by _run_in_order
+            run_id = bytes(data[span[0] : span[1]])
+            if run_id in seen:
+                return False
+            seen.add(run_id)
+        pos = record_end
+    return True
+
+
 def snapshot_outline(data: bytes | bytearray) -> tuple[int, int] | None:
     """The usual stored snapshot (the canonical bytes of one map, all of data): where
-    its session id's text is, when every snapshot rule holds without decoding; None
-    when the rules in Python must decide (ops/snapshot.py)."""
+    its session id's text is, when every snapshot rule holds without decoding (run ids,
+    where given, text; at most MAX_OUTLINED_RUNS run records); None when the rules in
+    Python must decide (ops/snapshot.py)."""
     length = len(data)
     head = _read_head(data, 0, length)
     if head is None or head[0] != 5 or head[1] > length - head[2]:
         return None
-    pos, version, session, tasks_at = head[2], False, None, 0
+    pos, version, session, tasks_at, runs_at = head[2], False, None, 0, 0
     for _ in range(head[1]):
         key = _text_at(data, pos, length)
         if key is None:
@@ -400,15 +480,15 @@ def snapshot_outline(data: bytes | bytearray) -> tuple[int, int] | None:
             if not _all_text(data, at, end):
                 return None
         elif name == b"run_records":
-            items = _array_items(data, at, end)
-            if items is None or items[0]:
-                return None  # run records have rules of their own: the decoder path reads them
+            runs_at = at  # read once the session's id is known
         elif name == b"subagent_tasks":
-            tasks_at = at  # read once the session's id is known
+            tasks_at = at
         pos = end
     if not version or session is None or pos != length:
         return None
     owner = bytes(data[session[0] : session[1]])
+    if runs_at and not _runs_in_order(data, runs_at, length, owner):
+        return None
     if tasks_at and not _tasks_owned(data, tasks_at, length, owner):
         return None
     return session

@@ -20,9 +20,10 @@
  *   then refuses them with its own message.
  * - cbor_item_end skips one item of bytes already walked.
  * - cbor_snapshot_outline reads the snapshot rules of the contract off a stored
- *   snapshot's canonical bytes, for the usual snapshot (every rule holds, no run
- *   records): it says where the session id is. Anything else, or any doubt, is
- *   left to the rules in Python, which name the problem (ops/snapshot.py).
+ *   snapshot's canonical bytes, for the usual snapshot (every rule holds; run ids,
+ *   where given, are text; at most MAX_OUTLINED_RUNS run records): it says where
+ *   the session id is. Anything else, or any doubt, is left to the rules in
+ *   Python, which name the problem (ops/snapshot.py).
  *
  * sessionstore/cbor_bytes_python.py is the twin of these functions in Python,
  * held equal to them by tests/test_cbor_bytes.py; fuzz/fuzz_cbor_core.c runs
@@ -707,11 +708,113 @@ static int tasks_owned(const uint8_t *data, size_t end, size_t at, size_t id_sta
     return 1;
 }
 
+#define MAX_OUTLINED_RUNS 256 /* more run records: Python reads them (ids compared pairwise) */
+
+/* An unsigned integer at data[at] (*value); 0 for anything else. */
+static int unsigned_at(const uint8_t *data, size_t end, size_t at, uint64_t *value)
+{
+    unsigned major;
+    size_t pos = at;
+    return read_head(data, end, &pos, &major, value) && major == 0;
+}
+
+/* A record's events: maps whose `sequence` is an unsigned integer, strictly increasing.
+ * *any: there was one; *largest: the last. */
+static int events_in_order(const uint8_t *data, size_t end, size_t at, int *any,
+                           uint64_t *largest)
+{
+    uint64_t count;
+    size_t pos;
+    *any = 0;
+    if (!array_items(data, end, at, &count, &pos))
+        return 0;
+    for (uint64_t i = 0; i < count; i++) {
+        size_t event_end = cbor_item_end(data, end, pos), sequence_at;
+        uint64_t sequence;
+        if (!event_end || !map_value(data, event_end, pos, "sequence", &sequence_at) ||
+            !sequence_at || !unsigned_at(data, event_end, sequence_at, &sequence))
+            return 0;
+        if (*any && sequence <= *largest)
+            return 0;
+        *any = 1;
+        *largest = sequence;
+        pos = event_end;
+    }
+    return 1;
+}
+
+/* One run record: its snapshot a map of this session (session_id absent or the
+ * session's id), its id absent, null or text (*run_id_at: the text item, or 0), its
+ * events in order, and event_count (absent, null, or an unsigned integer) past them. */
+static int run_in_order(const uint8_t *data, size_t end, size_t at, size_t id_start,
+                        size_t id_end, size_t *run_id_at)
+{
+    size_t snapshot_at, events_at, owner_at, count_at, start, stop;
+    if (!map_value(data, end, at, "snapshot", &snapshot_at) || !snapshot_at ||
+        !map_value(data, end, at, "events", &events_at))
+        return 0;
+    size_t snapshot_end = cbor_item_end(data, end, snapshot_at);
+    if (!snapshot_end || !map_value(data, snapshot_end, snapshot_at, "session_id", &owner_at) ||
+        !map_value(data, snapshot_end, snapshot_at, "id", run_id_at) ||
+        !map_value(data, snapshot_end, snapshot_at, "event_count", &count_at))
+        return 0;
+    if (owner_at && (!text_at(data, snapshot_end, owner_at, &start, &stop) ||
+                     stop - start != id_end - id_start ||
+                     memcmp(data + start, data + id_start, stop - start) != 0))
+        return 0;
+    if (*run_id_at && data[*run_id_at] == 0xF6)
+        *run_id_at = 0;
+    if (*run_id_at && !text_at(data, snapshot_end, *run_id_at, &start, &stop))
+        return 0;
+    int any = 0;
+    uint64_t largest = 0, event_count;
+    if (events_at && !events_in_order(data, end, events_at, &any, &largest))
+        return 0;
+    if (count_at && data[count_at] != 0xF6) {
+        if (!unsigned_at(data, snapshot_end, count_at, &event_count))
+            return 0;
+        if (any && event_count <= largest)
+            return 0;
+    }
+    return 1;
+}
+
+static int same_text(const uint8_t *data, size_t end, size_t a, size_t b)
+{
+    size_t a_start, a_end, b_start, b_end;
+    return text_at(data, end, a, &a_start, &a_end) && text_at(data, end, b, &b_start, &b_end) &&
+           a_end - a_start == b_end - b_start &&
+           memcmp(data + a_start, data + b_start, a_end - a_start) == 0;
+}
+
+/* Every run record in order, no run id twice. */
+static int runs_in_order(const uint8_t *data, size_t end, size_t at, size_t id_start,
+                         size_t id_end)
+{
+    uint64_t count;
+    size_t pos, ids[MAX_OUTLINED_RUNS], seen = 0;
+    if (!array_items(data, end, at, &count, &pos) || count > MAX_OUTLINED_RUNS)
+        return 0;
+    for (uint64_t i = 0; i < count; i++) {
+        size_t record_end = cbor_item_end(data, end, pos), run_id_at;
+        if (!record_end || !run_in_order(data, record_end, pos, id_start, id_end, &run_id_at))
+            return 0;
+        if (run_id_at) {
+            for (size_t k = 0; k < seen; k++)
+                if (same_text(data, end, ids[k], run_id_at))
+                    return 0;
+            ids[seen++] = run_id_at;
+        }
+        pos = record_end;
+    }
+    return 1;
+}
+
 int cbor_snapshot_outline(const uint8_t *data, size_t len, size_t *id_start, size_t *id_end)
 {
     unsigned major;
     uint64_t count;
-    size_t pos = 0, tasks_at = 0;
+    size_t pos = 0, tasks_at = 0, runs_at = 0;
     int version = 0, session = 0;
     if (!read_head(data, len, &pos, &major, &count) || major != 5 || count > len - pos)
         return 0;
@@ -741,14 +844,15 @@ int cbor_snapshot_outline(const uint8_t *data, size_t len, size_t *id_start, siz
             if (!all_text(data, end, at))
                 return 0;
         } else if (text_is(data, key_start, key_end, "run_records")) {
-            if (!array_items(data, end, at, &items, &first) || items)
-                return 0; /* run records have rules of their own: Python reads them */
+            runs_at = at; /* read once the session's id is known */
         } else if (text_is(data, key_start, key_end, "subagent_tasks")) {
-            tasks_at = at; /* read once the session's id is known */
+            tasks_at = at;
         }
         pos = end;
     }
     if (!version || !session || pos != len)
+        return 0;
+    if (runs_at && !runs_in_order(data, len, runs_at, *id_start, *id_end))
         return 0;
     return !tasks_at || tasks_owned(data, len, tasks_at, *id_start, *id_end);
 }

@@ -77,7 +77,7 @@ size_t cbor_item_end(const uint8_t *data, size_t len, size_t start);
 /* The usual stored snapshot (data: the canonical bytes of one map, all of data):
  * 1 when every snapshot rule holds without decoding anything, the session id's text
  * at data[*id_start, *id_end); 0 when the rules in Python must decide (a rule
- * broken, run records present, or bytes not as expected). */
+ * broken, a run id that is not text, many run records, or bytes not as expected). */
 int cbor_snapshot_outline(const uint8_t *data, size_t len, size_t *id_start, size_t *id_end);
 
 #endif
