@@ -7,6 +7,7 @@ from typing import Any
 
 import cbor2
 
+from ..value_class import value_class
 from . import cbor_bytes, jsonform
 from .canonical import Hint, canonical_dumps
 from .codes import ErrorCode
@@ -47,7 +48,7 @@ def encode_request(message: Any, mode: Mode) -> bytes:
 SCALAR_TYPES = (str, int, float, bool, bytes, type(None))
 
 
-@dataclass(frozen=True)
+@value_class
 class Request:
     op: str
     args: dict[str, Any]

@@ -7,6 +7,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..value_class import value_class
 from .codes import ErrorCode
 
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -78,7 +79,7 @@ class Deferred:
     mode: Mode
 
 
-@dataclass(frozen=True)
+@value_class
 class CanonicalItem:
     """A request argument left undecoded: one item's bytes, checked by the CBOR helper
     and in canonical form. The rules decode only the parts they read (byte_path.py)."""

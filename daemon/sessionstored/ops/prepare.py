@@ -15,6 +15,7 @@ from typing import Any
 
 import cbor2
 
+from sessionstore.value_class import value_class
 from sessionstore.wire import cbor_bytes
 from sessionstore.wire.byte_path import MAP, major_type
 from sessionstore.wire.canonical import Hint, canonical_dumps, digest_bytes_of_canonical
@@ -34,7 +35,7 @@ from .snapshot import (
 )
 
 
-@dataclass(frozen=True)
+@value_class
 class ReadyDocument:
     """A document ready to store: its canonical bytes and their digest."""
 

@@ -10,8 +10,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import NamedTuple, Protocol
+
+from sessionstore.value_class import value_class
 
 SESSION = "s"
 
@@ -34,7 +35,7 @@ class Entry(NamedTuple):
     committed_at_ms: int = 0
 
 
-@dataclass(frozen=True)
+@value_class
 class Document:
     kind: str
     id: str

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from sessionstore.value_class import value_class
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.shared import Refusal
 
@@ -43,7 +44,7 @@ Fence = Unconditional | tuple[str, int]  # ANY (no lease given) or (holder, epoc
 Expect = Unconditional | bytes | None  # ANY, None (must not exist) or the current digest
 
 
-@dataclass(frozen=True)
+@value_class
 class Put:
     kind: str
     id: str
@@ -54,7 +55,7 @@ class Put:
     expires_at_ms: int = NEVER
 
 
-@dataclass(frozen=True)
+@value_class
 class Remove:
     kind: str
     id: str
@@ -167,7 +168,7 @@ def split_batches(mutations: list[Any], key_of: Callable[[Any], Mutation]) -> li
     return batches
 
 
-@dataclass(frozen=True)
+@value_class
 class Outcome:
     """What a mutation did: the seq and digest it committed, whether its target existed,
     whether anything changed, a txn's results per op; or the refusal that stopped it."""
