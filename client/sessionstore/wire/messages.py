@@ -7,11 +7,11 @@ from typing import Any
 
 import cbor2
 
-from ..value_class import value_class
 from . import cbor_bytes, jsonform
 from .canonical import Hint, canonical_dumps
 from .codes import ErrorCode
 from .shared import Mode, Refusal
+from .value_class import value_class
 
 PROTOCOL_VERSION = 1
 

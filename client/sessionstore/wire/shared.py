@@ -7,8 +7,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..value_class import value_class
 from .codes import ErrorCode
+from .value_class import value_class
 
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MAX_NESTING_DEPTH = 64

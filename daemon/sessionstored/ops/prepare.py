@@ -15,13 +15,13 @@ from typing import Any
 
 import cbor2
 
-from sessionstore.value_class import value_class
 from sessionstore.wire import cbor_bytes
 from sessionstore.wire.byte_path import MAP, major_type
 from sessionstore.wire.canonical import Hint, canonical_dumps, digest_bytes_of_canonical
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Connection, Mode, Request, parse_request
 from sessionstore.wire.shared import CanonicalItem, Refusal
+from sessionstore.wire.value_class import value_class
 
 from .document_arguments import DOCUMENT_KINDS, PreparedTxn, document_body, prepared_txn
 from .snapshot import (

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
-from sessionstore.value_class import value_class
+from sessionstore.wire.value_class import value_class
 
 SESSION = "s"
 

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from sessionstore.value_class import value_class
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.shared import Refusal
+from sessionstore.wire.value_class import value_class
 
 from .documents import NEVER, Entry
 from .txn import Require, TxnAppend, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut, txn_body_bytes
