@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from .reply_types import (
@@ -25,6 +24,7 @@ from .reply_types import (
     Verified,
     Written,
 )
+from .wire.value_class import value_class
 
 
 class _Unset:
@@ -38,7 +38,7 @@ Reply = dict[str, Any]
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@value_class
 class Call(Generic[T]):
     """One op's request, and how its reply becomes the op method's result (T)."""
 

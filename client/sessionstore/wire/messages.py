@@ -2,7 +2,6 @@
 # shape of replies, and encoding a message in either dialect.
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import cbor2
@@ -16,7 +15,7 @@ from .value_class import value_class
 PROTOCOL_VERSION = 1
 
 
-@dataclass(frozen=True)
+@value_class
 class RawCBOR:
     """Bytes that already are one encoded CBOR item, spliced into a message as they are."""
 

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from sessionstore.wire.byte_path import MAP, array_keeping, decode_span, major_type, map_fields
@@ -17,6 +16,7 @@ from sessionstore.wire.canonical import (
 )
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.shared import MAX_TTL_S, CanonicalItem, Refusal
+from sessionstore.wire.value_class import value_class
 
 from ..storage.documents import NEVER
 from ..storage.mutations import KV_DOCUMENT, LOOP_CHECKPOINT, SESSION, WORKFLOW_CHECKPOINT
@@ -37,7 +37,7 @@ REQUIRE_KINDS = {"session": SESSION, **{name: kind for name, (kind, _) in DOCUME
 KIND_NAMES = {kind: name for name, kind in REQUIRE_KINDS.items()}
 
 
-@dataclass(frozen=True)
+@value_class
 class PreparedTxn:
     """A txn's requirements and ops, read (in a worker, for a large one)."""
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import cbor2
@@ -44,7 +43,7 @@ class ReadyDocument:
     session_id: str | None = None
 
 
-@dataclass(frozen=True)
+@value_class
 class Encoded:
     """An argument value carried as its CBOR encoding (decoded where it is used)."""
 

@@ -64,7 +64,7 @@ class Remove:
     expired: bool = False  # the sweep's: its generation expired
 
 
-@dataclass(frozen=True)
+@value_class
 class Rewrite:
     kind: str
     id: str
@@ -91,7 +91,7 @@ class Expire(NamedTuple):
     expires_at_ms: int
 
 
-@dataclass(frozen=True)
+@value_class
 class Sweep:
     """The sweep's removal of the documents whose generations expired: each one that
     still holds the generation it was found at (not written again since), and has
@@ -100,7 +100,7 @@ class Sweep:
     due: tuple[Expire, ...]
 
 
-@dataclass(frozen=True)
+@value_class
 class Txn:
     """Several changes, all or none, under requirements (txn.py decides it)."""
 

@@ -11,12 +11,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from sessionstore.wire.canonical import digest_text
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.shared import Refusal
+from sessionstore.wire.value_class import value_class
 
 from .documents import NEVER, Entry, KeyRange, RangeReader
 
@@ -24,7 +24,7 @@ MAX_TXN_CHANGES = 100_000  # removals a delete_prefix may expand to, with the re
 APPEND_SEQ_DIGITS = 20  # the width of a seq in an appended key: 2**64 has 20 digits
 
 
-@dataclass(frozen=True)
+@value_class
 class Require:
     kind: str
     id: str
@@ -32,7 +32,7 @@ class Require:
     digest: bytes | None = None  # must be this generation
 
 
-@dataclass(frozen=True)
+@value_class
 class TxnPut:
     kind: str
     id: str
@@ -42,19 +42,19 @@ class TxnPut:
     expires_at_ms: int = NEVER
 
 
-@dataclass(frozen=True)
+@value_class
 class TxnDelete:
     kind: str
     id: str
 
 
-@dataclass(frozen=True)
+@value_class
 class TxnDeletePrefix:
     kind: str
     prefix: str
 
 
-@dataclass(frozen=True)
+@value_class
 class TxnAppend:
     kind: str
     prefix: str
@@ -66,7 +66,7 @@ class TxnAppend:
 TxnOp = TxnPut | TxnDelete | TxnDeletePrefix | TxnAppend
 
 
-@dataclass(frozen=True)
+@value_class
 class Change:
     """One concrete document change of a decided transaction."""
 

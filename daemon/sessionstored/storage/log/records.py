@@ -27,10 +27,11 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import xxhash
+
+from sessionstore.wire.value_class import value_class
 
 from ..documents import Document
 from ..errors import CorruptRecord, SealError
@@ -82,7 +83,7 @@ class Meta(NamedTuple):
     expired: bool  # a removal by the expiry sweep
 
 
-@dataclass(frozen=True)
+@value_class
 class Commit:
     batch: int
     first_seq: int
