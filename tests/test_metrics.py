@@ -118,7 +118,18 @@ def test_every_metric_moves_when_driven(daemon: DaemonProcess, backend: str) -> 
             assert ("sessionstore_postgresql_counter_wait_seconds", ()) in samples
         for extra in held:
             extra.close()
+        events.close()  # the watch's own connection
         watcher.close()
+    # the teardown's own connection counts against --max-connections 4: it waits until
+    # the daemon has seen every connection of the test closed
+    _until_at_most(port, "sessionstore_connections", 0)
+
+
+def _until_at_most(port: int, name: str, at_most: float) -> None:
+    deadline = time.monotonic() + 60
+    while _value(_scrape(port), name) > at_most:
+        assert time.monotonic() < deadline, f"{name} never came down to {at_most}"
+        time.sleep(0.05)
 
 
 def test_only_metrics_is_served(daemon: DaemonProcess) -> None:
