@@ -305,8 +305,8 @@ class SessionStoreStore(plans.OnRunner, BaseStore):
             ops.append(put)
             if held:
                 ops.append(vector_put)
-            elif self.embeddings is not None:  # not indexed now: no vectors of before
-                ops.append({"op": "delete", "kind": KIND, "key": vector_key})
+            # a put that embeds nothing (index=False, or no text at the paths) leaves
+            # the item's vectors as they were, as InMemoryStore and PostgresStore do
         yield from in_txns(ops)
 
     def _search(self, op: SearchOp, refresh: dict[str, float]) -> Plan[list[SearchItem]]:
