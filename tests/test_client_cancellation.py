@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import trio
 
-from sessionstore import AsyncClient, Client, TrioClient, requests
+from sessionstore import AsyncClient, Client, ConnectionLost, TrioClient, requests
 from sessionstore.langgraph import SessionStoreStore
 
 from .conftest import DaemonProcess, snapshot
@@ -114,7 +114,9 @@ def interrupted_after(seconds: float) -> Iterator[None]:
 def test_blocking_client_after_an_interrupted_request(saved: DaemonProcess) -> None:
     with Client(saved.socket_path) as client:
         for deadline in DEADLINES_S:
-            with contextlib.suppress(Interrupted), interrupted_after(deadline):
+            # a handler's exception raised inside cbor2's decoder reaches the client as a
+            # reply it cannot decode: ConnectionLost, the connection closed all the same
+            with contextlib.suppress(Interrupted, ConnectionLost), interrupted_after(deadline):
                 client.load("a")
             assert client.load("c") == small(), f"after {deadline} s"
 
