@@ -299,13 +299,15 @@ def _text_at(data: bytes | bytearray, at: int, length: int) -> tuple[int, int] |
     return head[2], head[2] + head[1]
 
 
-def _map_value(data: bytes | bytearray, at: int, end: int, name: bytes) -> int | None:
-    """Where the map at data[at] (ending by end) holds name's value; 0 when it has no
-    such key; None when the bytes are not such a map."""
+def _map_values(
+    data: bytes | bytearray, at: int, end: int, names: tuple[bytes, ...]
+) -> list[int] | None:
+    """Where the map at data[at] (ending by end) holds each name's value (0: no such
+    key), in one pass; None when the bytes are not such a map."""
     head = _read_head(data, at, end)
     if head is None or head[0] != 5 or head[1] > end - head[2]:
         return None
-    found, pos = 0, head[2]
+    found, pos = [0] * len(names), head[2]
     for _ in range(head[1]):
         key = _text_at(data, pos, end)
         if key is None:
@@ -313,10 +315,16 @@ def _map_value(data: bytes | bytearray, at: int, end: int, name: bytes) -> int |
         value_end = item_end(data[:end], key[1])
         if not value_end:
             return None
-        if data[key[0] : key[1]] == name:
-            found = key[1]
+        for k, name in enumerate(names):
+            if data[key[0] : key[1]] == name:
+                found[k] = key[1]
         pos = value_end
     return found
+
+
+def _map_value(data: bytes | bytearray, at: int, end: int, name: bytes) -> int | None:
+    found = _map_values(data, at, end, (name,))
+    return None if found is None else found[0]
 
 
 def _array_items(data: bytes | bytearray, at: int, end: int) -> tuple[int, int] | None:
@@ -396,18 +404,19 @@ def _events_in_order(data: bytes | bytearray, at: int, end: int) -> tuple[bool, 
 def _run_in_order(data: bytes | bytearray, at: int, end: int, owner: bytes) -> int | None:
     """A run record of this session, in order: its text run id's offset (0: none);
     None when the rules in Python must read it."""
-    snapshot_at = _map_value(data, at, end, b"snapshot")
-    events_at = _map_value(data, at, end, b"events")
-    if not snapshot_at or events_at is None:
+    record = _map_values(data, at, end, (b"snapshot", b"events"))
+    if record is None or not record[0]:
         return None
+    snapshot_at, events_at = record
     snapshot_end = item_end(data[:end], snapshot_at)
-    if not snapshot_end:
+    fields = (
+        _map_values(data, snapshot_at, snapshot_end, (b"session_id", b"id", b"event_count"))
+        if snapshot_end
+        else None
+    )
+    if fields is None:
         return None
-    owner_at = _map_value(data, snapshot_at, snapshot_end, b"session_id")
-    run_id_at = _map_value(data, snapshot_at, snapshot_end, b"id")
-    count_at = _map_value(data, snapshot_at, snapshot_end, b"event_count")
-    if owner_at is None or run_id_at is None or count_at is None:
-        return None
+    owner_at, run_id_at, count_at = fields
     if owner_at:
         span = _text_at(data, owner_at, snapshot_end)
         if span is None or data[span[0] : span[1]] != owner:

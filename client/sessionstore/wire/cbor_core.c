@@ -619,15 +619,17 @@ static int text_is(const uint8_t *data, size_t start, size_t end, const char *na
     return end - start == n && memcmp(data + start, name, n) == 0;
 }
 
-/* The map at data[at] (ending at end) holds `name` as a key: its value's offset in
- * *value, or 0 when absent. Returns 0 when the bytes are not such a map. */
-static int map_value(const uint8_t *data, size_t end, size_t at, const char *name,
-                     size_t *value)
+/* Where the map at data[at] (ending at end) holds each of the n names as a key: its
+ * value's offset in values[k], or 0 when absent; one pass over the map. Returns 0 when
+ * the bytes are not such a map. */
+static int map_values(const uint8_t *data, size_t end, size_t at, const char *const *names,
+                      size_t *values, size_t n)
 {
     unsigned major;
     uint64_t count;
     size_t pos = at;
-    *value = 0;
+    for (size_t k = 0; k < n; k++)
+        values[k] = 0;
     if (!read_head(data, end, &pos, &major, &count) || major != 5 || count > end - pos)
         return 0;
     for (uint64_t i = 0; i < count; i++) {
@@ -637,11 +639,18 @@ static int map_value(const uint8_t *data, size_t end, size_t at, const char *nam
         size_t value_end = cbor_item_end(data, end, key_end);
         if (!value_end)
             return 0;
-        if (text_is(data, key_start, key_end, name))
-            *value = key_end;
+        for (size_t k = 0; k < n; k++)
+            if (text_is(data, key_start, key_end, names[k]))
+                values[k] = key_end;
         pos = value_end;
     }
     return 1;
+}
+
+static int map_value(const uint8_t *data, size_t end, size_t at, const char *name,
+                     size_t *value)
+{
+    return map_values(data, end, at, &name, value, 1);
 }
 
 /* The array at data[at] (ending at end): its items' count and the first one's offset. */
@@ -749,15 +758,17 @@ static int events_in_order(const uint8_t *data, size_t end, size_t at, int *any,
 static int run_in_order(const uint8_t *data, size_t end, size_t at, size_t id_start,
                         size_t id_end, size_t *run_id_at)
 {
-    size_t snapshot_at, events_at, owner_at, count_at, start, stop;
-    if (!map_value(data, end, at, "snapshot", &snapshot_at) || !snapshot_at ||
-        !map_value(data, end, at, "events", &events_at))
+    static const char *const record_names[] = {"snapshot", "events"};
+    static const char *const snapshot_names[] = {"session_id", "id", "event_count"};
+    size_t record[2], fields[3], start, stop;
+    if (!map_values(data, end, at, record_names, record, 2) || !record[0])
         return 0;
+    size_t snapshot_at = record[0], events_at = record[1];
     size_t snapshot_end = cbor_item_end(data, end, snapshot_at);
-    if (!snapshot_end || !map_value(data, snapshot_end, snapshot_at, "session_id", &owner_at) ||
-        !map_value(data, snapshot_end, snapshot_at, "id", run_id_at) ||
-        !map_value(data, snapshot_end, snapshot_at, "event_count", &count_at))
+    if (!snapshot_end || !map_values(data, snapshot_end, snapshot_at, snapshot_names, fields, 3))
         return 0;
+    size_t owner_at = fields[0], count_at = fields[2];
+    *run_id_at = fields[1];
     if (owner_at && (!text_at(data, snapshot_end, owner_at, &start, &stop) ||
                      stop - start != id_end - id_start ||
                      memcmp(data + start, data + id_start, stop - start) != 0))
