@@ -6,6 +6,9 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from . import build as build  # first: which build of this package's compiled modules is imported
+
+# isort: split
 from .asyncio_client import AsyncClient
 from .client import Client
 from .errors import (

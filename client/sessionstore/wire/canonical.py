@@ -103,6 +103,11 @@ class Hint(enum.Enum):
     PLAIN = "plain"  # maps already in canonical order, no floats: plain encoding is canonical
 
 
+# text-key map shapes seen, across hooks: shape -> its keys in order, None: kept as sent
+_VERDICTS: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
+MAX_SHAPES = 4096
+
+
 class OrderingHook:
     """cbor2 object_hook: hands out every map with its keys in RFC 8949 order, and notes
     whether cbor2's length-first canonical mode would get any map wrong (keys of mixed
@@ -117,15 +122,12 @@ class OrderingHook:
     4 KiB snapshot, 32 without a hook.
     """
 
-    _verdicts: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}  # shape -> order, None: kept
-    MAX_SHAPES = 4096
-
     def __init__(self) -> None:
         self.needs_bytewise = False
         self.hook = self._make_hook()
 
     def _make_hook(self) -> Any:
-        verdicts = OrderingHook._verdicts
+        verdicts = _VERDICTS
         known = verdicts.get
         unknown = _UNKNOWN
 
@@ -160,8 +162,8 @@ class OrderingHook:
             ordered_keys = sorted(keys, key=canonical_dumps)
         verdict = None if ordered_keys == keys else tuple(ordered_keys)
         if ascii_text:  # text-only shapes: the verdict depends on nothing else
-            verdicts = OrderingHook._verdicts
-            if len(verdicts) >= OrderingHook.MAX_SHAPES:
+            verdicts = _VERDICTS
+            if len(verdicts) >= MAX_SHAPES:
                 verdicts.clear()
             verdicts[shape] = verdict
         return verdict

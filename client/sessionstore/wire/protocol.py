@@ -91,9 +91,9 @@ _WHITESPACE = b" \t\r\n"
 def _first_significant(data: bytearray) -> int | None:
     """The first byte that is not JSON whitespace. A request is a map, and no CBOR map
     starts with these bytes, so skipping them to find "{" costs a CBOR peer nothing."""
-    for byte in data[:MAX_LEADING_WHITESPACE_BYTES]:
-        if byte not in _WHITESPACE:
-            return byte
+    for index in range(min(len(data), MAX_LEADING_WHITESPACE_BYTES)):
+        if data[index] not in _WHITESPACE:
+            return data[index]
     return None
 
 

@@ -71,22 +71,24 @@ RECEIVE_BYTES = 256 * 1024
 # bytes of a large item walked per event-loop step: ~15 ms at worst (dense small maps)
 WALK_BUDGET_BYTES = 32 * 1024
 MAX_PIPELINED_REQUESTS = 128
+PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError)
 
 
 class ConnectionLoop:
-    """Serves one connection at a time per task (Server, server.py, owns these and
-    starts the task for each connection it accepts)."""
+    """Serves each connection in a task of its own (the Server, server.py, starts one per
+    connection it accepts, with serve()), and counts what became of them."""
 
-    config: Config
-    ops: Ops
-    writer: Writer
-    metrics: Metrics
-    connections: int
-    connections_total: int
-    refused_overloaded: int
-    refused_unauthorized: int
-    timed_out_requests: int
-    _streams: set[trio.SocketStream]
+    def __init__(self, config: Config, ops: Ops, writer: Writer, metrics: Metrics) -> None:
+        self.config = config
+        self.ops = ops
+        self.writer = writer
+        self.metrics = metrics
+        self.connections = 0
+        self.connections_total = 0
+        self.refused_overloaded = 0
+        self.refused_unauthorized = 0
+        self.timed_out_requests = 0
+        self.streams: set[trio.SocketStream] = set()
 
     def _count_answer(self, step: Step, response: dict[str, Any]) -> None:
         error = response.get("error")
@@ -94,7 +96,7 @@ class ConnectionLoop:
         op = step.request.op if step.request is not None else NOT_A_REQUEST
         self.metrics.request(op, str(code), time.perf_counter() - step.started)
 
-    async def _connection(self, stream: trio.SocketStream) -> None:
+    async def serve(self, stream: trio.SocketStream) -> None:
         self.connections += 1
         self.connections_total += 1
         conn = Connection(
@@ -123,22 +125,34 @@ class ConnectionLoop:
                 stream, conn, ErrorCode.UNAUTHORIZED, f"{who} may not use this daemon"
             )
             return
-        self._streams.add(stream)
+        self.streams.add(stream)
         sock = SocketIO(stream)
         try:
             await self._serve(stream, sock, conn, access)
-        except* (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the peer went away (a watch's tasks report it in a group)
-        except* Exception as group:  # our bug: it may cost this connection, never the daemon
-            self.ops.internal_error(None, group, "serving a connection")
+        except BaseExceptionGroup as group:  # a watch's tasks report in a group
+            self._ended_in(group)
+        except PEER_GONE:
+            pass
+        except Exception as error:  # our bug: it may cost this connection, never the daemon
+            self.ops.internal_error(None, error, "serving a connection")
         finally:
             sock.detach()
-            self._streams.discard(stream)
+            self.streams.discard(stream)
             await self._closed(stream)
+
+    def _ended_in(self, group: BaseExceptionGroup[BaseException]) -> None:
+        """What ended a connection, reported in a group: the peer going away is no news,
+        our bug is reported, and anything else (a cancellation) goes on up."""
+        _gone, rest = group.split(PEER_GONE)
+        ours, other = rest.split(Exception) if rest is not None else (None, None)
+        if ours is not None:
+            self.ops.internal_error(None, ours, "serving a connection")
+        if other is not None:
+            raise other
 
     async def _closed(self, stream: trio.SocketStream) -> None:
         self.connections -= 1
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        with contextlib.suppress(*PEER_GONE):
             await stream.aclose()
 
     async def _refuse(

@@ -127,17 +127,12 @@ async def open_listener(config: Config) -> tuple[trio.SocketListener, str | None
     return trio.SocketListener(sock), path
 
 
-class Server(ConnectionLoop):
+class Server:
     def __init__(self, config: Config, store: Engine, report: StartReport) -> None:
         self.config = config
         self.store = store
         self.report = report
         self.exit_code = ExitCode.OK
-        self.connections = 0
-        self.connections_total = 0
-        self.refused_overloaded = 0
-        self.refused_unauthorized = 0
-        self.timed_out_requests = 0
         self.writer = Writer(store, self._on_fatal)
         self.sweeper = Sweeper(store, self.writer)
         self.broadcaster = Broadcaster(
@@ -153,24 +148,25 @@ class Server(ConnectionLoop):
             stats_extra=self._stats_extra,
         )
         self._stop = trio.Event()
-        self._streams: set[trio.SocketStream] = set()
         self._listener: threading.Thread | None = None  # the database's NOTIFY listener
         # counted always (`stats` and `sessionstore top` read it); served over HTTP only
         # with --metrics-listen
         self.metrics = Metrics(REGISTRY)
         self.writer.on_batch = self.metrics.batch
+        self.connection_loop = ConnectionLoop(config, self.ops, self.writer, self.metrics)
 
     async def _render_metrics(self) -> bytes:
         return await self.metrics.exposition(await stats_snapshot(self.ops))
 
     def _stats_extra(self) -> dict[str, Any]:
+        loop = self.connection_loop
         return {
-            "connections": self.connections,
-            "connections_total": self.connections_total,
+            "connections": loop.connections,
+            "connections_total": loop.connections_total,
             "refused": {
-                ErrorCode.OVERLOADED: self.refused_overloaded,
-                ErrorCode.UNAUTHORIZED: self.refused_unauthorized,
-                "request_timeouts": self.timed_out_requests,
+                ErrorCode.OVERLOADED: loop.refused_overloaded,
+                ErrorCode.UNAUTHORIZED: loop.refused_unauthorized,
+                "request_timeouts": loop.timed_out_requests,
             },
             "batches": self.writer.batches,
             "batches_waited_on_loop": self.writer.waited_on_loop,
@@ -217,7 +213,8 @@ class Server(ConnectionLoop):
                 notify("STOPPING=1", "STATUS=stopping")
                 log.info("stopping: no new connections, finishing in-flight requests")
                 accept_scope.cancel()
-                for stream in list(self._streams):  # read no more requests: as if at EOF
+                # read no more requests: as if at EOF
+                for stream in list(self.connection_loop.streams):
                     with contextlib.suppress(OSError):
                         stream.socket.shutdown(stdlib_socket.SHUT_RD)
                 self.broadcaster.close()
@@ -308,4 +305,4 @@ class Server(ConnectionLoop):
                         log.warning("accept failed (%s): backing off, still serving", error)
                         await trio.sleep(ACCEPT_BACKOFF_S)
                         continue
-                    nursery.start_soon(self._connection, stream)
+                    nursery.start_soon(self.connection_loop.serve, stream)

@@ -1,38 +1,8 @@
 # Request -> Step (steps.py). Every op is declared once, in the module of its
 # concern (sessions, checkpoints, rank, leases, admin, backup), with its handler, the
-# arguments it reads and whether a read-only peer may use it; dispatch() looks
-# it up, checks access, and turns a refusal into its error reply. What the
+# arguments it reads and whether a read-only peer may use it; dispatch() (dispatch.py)
+# looks it up, checks access, and turns a refusal into its error reply. What the
 # handlers share is OpContext (context.py); Ops is that, with dispatch.
-from __future__ import annotations
+from .dispatch import ARGUMENTS, DOCUMENTS, PREPARERS, REGISTRY, Ops
 
-from sessionstore.wire.codes import ErrorCode
-from sessionstore.wire.protocol import Request, error_response
-
-from ..front.access import Access
-from . import admin, backup, checkpoints, leases, rank, sessions
-from .context import OpContext
-from .registry import Op
-from .steps import Reply, Step
-
-REGISTRY: dict[str, Op] = {
-    op.name: op
-    for module in (sessions, checkpoints, rank, leases, admin, backup)
-    for op in module.OPS
-}
-ARGUMENTS = {name: frozenset(op.arguments) for name, op in REGISTRY.items()}
-DOCUMENTS = {name: op.documents for name, op in REGISTRY.items() if op.documents}
-PREPARERS = {name: op.prepare for name, op in REGISTRY.items() if op.prepare is not None}
-
-
-class Ops(OpContext):
-    def dispatch(self, request: Request, access: Access = Access.FULL) -> Step:
-        op = REGISTRY.get(request.op)
-        if op is None:
-            message = f"unknown op {request.op!r}"
-            return Reply(request, error_response(request, ErrorCode.UNKNOWN_OP, message))
-        if access is Access.READ_ONLY and (
-            not op.read_only or any(name in request.args for name in op.writes_with)
-        ):
-            message = f"op {request.op!r} needs write access; this peer may only read"
-            return Reply(request, error_response(request, ErrorCode.UNAUTHORIZED, message))
-        return self.handled(request, lambda: op.handle(self, request))
+__all__ = ["ARGUMENTS", "DOCUMENTS", "PREPARERS", "REGISTRY", "Ops"]

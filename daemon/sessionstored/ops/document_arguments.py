@@ -33,8 +33,11 @@ DOCUMENT_KINDS: dict[str, tuple[str, str | None]] = {
     "workflow": (WORKFLOW_CHECKPOINT, "workflow_id"),
     "kv": (KV_DOCUMENT, None),
 }
-REQUIRE_KINDS = {"session": SESSION, **{name: kind for name, (kind, _) in DOCUMENT_KINDS.items()}}
-KIND_NAMES = {kind: name for name, kind in REQUIRE_KINDS.items()}
+REQUIRE_KINDS: dict[str, str] = {
+    "session": SESSION,
+    **{name: kind for name, (kind, _) in DOCUMENT_KINDS.items()},
+}
+KIND_NAMES: dict[str, str] = {kind: name for name, kind in REQUIRE_KINDS.items()}
 
 
 @value_class

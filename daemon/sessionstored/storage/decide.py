@@ -136,9 +136,9 @@ def _decide(
     """The concrete change a mutation makes now, or the outcome that refuses it.
     full: the disk has no room for a new generation, only for removals."""
     unfenced = isinstance(mutation, Rewrite) and (mutation.decides_lease or mutation.refresh)
-    refusal = None if unfenced else fence_refusal(state.lease, mutation.fence)
-    if refusal is not None:
-        return refusal
+    fenced_out = None if unfenced else fence_refusal(state.lease, mutation.fence)
+    if fenced_out is not None:
+        return fenced_out
     if isinstance(mutation, Put) and mutation.expect is ANY:  # needs no current state
         return refused(ErrorCode.NO_SPACE, "disk full: only removals fit") if full else mutation
     entry = state.get(mutation.kind, mutation.id)
@@ -183,9 +183,9 @@ def _decide(
 def _decide_txn(
     state: LiveView, txn: Txn, next_seq: int, *, full: bool
 ) -> tuple[list[Put | Remove], list[dict[str, Any]]] | Outcome:
-    refusal = fence_refusal(state.lease, txn.fence)
-    if refusal is not None:
-        return refusal
+    fenced_out = fence_refusal(state.lease, txn.fence)
+    if fenced_out is not None:
+        return fenced_out
     try:
         changes, results = decide_txn(txn.requires, txn.ops, state, next_seq)
     except Refusal as refusal:

@@ -39,11 +39,11 @@ class WorkerThread:
         self._poll = select.poll()  # call_waiting's: the eventfd alone
         self._poll.register(self._done, select.POLLIN)
         self._result: outcome.Outcome[Any] | None = None
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
+        self._os_thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._os_thread.start()
 
     def _serve(self) -> None:
-        name_os_thread(self._thread.name)
+        name_os_thread(self._os_thread.name)
         while True:
             call = self._calls.get()
             if call is None:

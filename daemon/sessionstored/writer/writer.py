@@ -95,7 +95,7 @@ class Writer:
         self.store = store
         self.on_fatal = on_fatal
         self._send, self._receive = trio.open_memory_channel[Job](QUEUE_DEPTH)
-        self._thread: WorkerThread | None = None
+        self._disk_thread: WorkerThread | None = None
         self._background = ThreadPoolExecutor(
             1,
             thread_name_prefix="log-background",
@@ -152,11 +152,11 @@ class Writer:
         self._send.close()
 
     async def _call(self, fn: Callable[[], T]) -> T:
-        assert self._thread is not None
-        return await self._thread.call(fn)
+        assert self._disk_thread is not None
+        return await self._disk_thread.call(fn)
 
     async def run(self, watchdog_interval_s: float | None = None) -> None:
-        self._thread = WorkerThread("writer")
+        self._disk_thread = WorkerThread("writer")
         self._spare_threads = [
             WorkerThread(f"writer-{n}") for n in range(1, self.store.batches_in_flight)
         ]
@@ -190,7 +190,7 @@ class Writer:
                     if self.failed is None:
                         await self._maintain()
         finally:
-            for thread in (self._thread, *self._spare_threads):
+            for thread in (self._disk_thread, *self._spare_threads):
                 thread.close()
             self._background.shutdown(wait=False, cancel_futures=True)
 
@@ -212,14 +212,14 @@ class Writer:
     async def _dispatch(self, jobs: list[MutationJob]) -> None:
         """Commit now (one batch at a time), or start it beside the batches in flight
         once none of them touches its documents and a thread is free."""
-        assert self._thread is not None
+        assert self._disk_thread is not None
         if not self._spare_threads:
-            await self._commit(jobs, self._thread)
+            await self._commit(jobs, self._disk_thread)
             return
         touched = _documents(jobs)
         while self._blocked(touched):
             await self._landed.park()
-        thread = next(t for t in (self._thread, *self._spare_threads) if t not in self._busy)
+        thread = next(t for t in (self._disk_thread, *self._spare_threads) if t not in self._busy)
         self._busy.add(thread)
         self._flying.append(touched)
         assert self._nursery is not None

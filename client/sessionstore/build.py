@@ -1,0 +1,160 @@
+# Which build of the daemon's request path runs: "compiled" (mypyc, from this same
+# source, built by `make` where a C compiler works) or "interpreted".
+#
+# COMPILED_GROUPS is the one list of what is compiled; setup.py reads it (this module
+# imports only the standard library, so that it can). A group is one extension:
+# compiled code calls across its modules, and across groups, without going through
+# Python. So a group is all or nothing: were one module of it imported from source
+# and the rest compiled, two copies of its classes would run side by side.
+#
+# The compiled extension files sit next to their sources, and Python's import prefers
+# them. choose_build() (run by the package's __init__ before any of its compiled
+# modules is imported; for this package, by this module) turns that around when
+# SESSIONSTORE_BUILD=interpreted, or when a source is newer than its extension (an
+# edit since the last `make`): then all of that package's compiled modules are
+# imported from their sources.
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+ENVIRONMENT_VARIABLE = "SESSIONSTORE_BUILD"
+COMPILED = "compiled"
+INTERPRETED = "interpreted"
+
+# package -> its compiled modules, by path inside the package; each package's are one
+# group, whose shared library is the module f"{package}.{GROUP_MODULE}"
+GROUP_MODULE = "lane__mypyc"
+COMPILED_GROUPS: dict[str, tuple[str, ...]] = {
+    "sessionstore": (
+        "wire/shared.py",
+        "wire/messages.py",
+        "wire/canonical.py",
+        "wire/byte_path.py",
+        "wire/protocol.py",
+        "wire/cbor_framing.py",
+    ),
+    "sessionstored": (
+        "front/connection.py",
+        "front/outbox.py",
+        "front/socket_io.py",
+        "front/metrics.py",
+        "front/watch.py",
+        "front/access.py",
+        "ops/steps.py",
+        "ops/args.py",
+        "ops/context.py",
+        "ops/document_arguments.py",
+        "ops/sessions.py",
+        "ops/snapshot.py",
+        "ops/prepare.py",
+        "ops/checkpoints.py",
+        "ops/registry.py",
+        "ops/dispatch.py",
+        "writer/jobs.py",
+        "writer/writer.py",
+        "writer/worker_thread.py",
+        "writer/collector.py",
+        "writer/sweeper.py",
+        "storage/decide.py",
+        "storage/mutations.py",
+        "storage/documents.py",
+        "storage/txn.py",
+        "storage/engine.py",
+        "storage/generations.py",
+        "storage/history.py",
+        "storage/log/store.py",
+        "storage/log/store_reads.py",
+        "storage/log/store_parts.py",
+        "storage/log/records.py",
+        "storage/log/index.py",
+        "storage/log/segments.py",
+        "storage/log/durable.py",
+        "storage/log/fs.py",
+        "storage/log/expiries.py",
+        "storage/log/cache.py",
+        "storage/log/reserve.py",
+    ),
+}
+
+_chosen: dict[str, str] = {}  # package -> the build it runs
+
+
+def module_name(package: str, path: str) -> str:
+    """("sessionstored", "front/outbox.py") -> sessionstored.front.outbox"""
+    return ".".join((package, *Path(path).with_suffix("").parts))
+
+
+def _extension(source: Path) -> Path | None:
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = source.with_suffix(suffix)
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _built_and_current(sources: list[Path]) -> bool:
+    """Every compiled module has its extension, none older than its source."""
+    for source in sources:
+        extension = _extension(source)
+        if extension is None or not source.exists():
+            return False
+        if extension.stat().st_mtime < source.stat().st_mtime:
+            return False
+    return True
+
+
+def _choose(package: str, sources: list[Path]) -> str:
+    wanted = os.environ.get(ENVIRONMENT_VARIABLE, "")
+    if wanted not in ("", COMPILED, INTERPRETED):
+        raise RuntimeError(f"{ENVIRONMENT_VARIABLE} must be {COMPILED!r} or {INTERPRETED!r}")
+    if wanted == INTERPRETED:
+        return INTERPRETED
+    if _built_and_current(sources):
+        return COMPILED
+    if wanted == COMPILED:
+        raise RuntimeError(
+            f"{ENVIRONMENT_VARIABLE}=compiled, but {package}'s compiled modules are missing"
+            " or older than their source: run make"
+        )
+    return INTERPRETED
+
+
+def running(package: str) -> str:
+    """The build the package runs ("compiled" or "interpreted"), once it is imported."""
+    return _chosen.get(package, INTERPRETED)
+
+
+class _SourceFirst:
+    """A finder that imports a package's compiled modules from their sources."""
+
+    def __init__(self, sources: dict[str, Path]) -> None:
+        self.sources = sources
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        source = self.sources.get(fullname)
+        if source is None:
+            return None
+        loader = importlib.machinery.SourceFileLoader(fullname, str(source))
+        return importlib.util.spec_from_file_location(fullname, source, loader=loader)
+
+
+def choose_build(package: str, package_path: Sequence[str]) -> None:
+    """Run by the package's __init__, before any of its compiled modules is imported."""
+    if package in _chosen:
+        return
+    root = Path(package_path[0])
+    sources = {module_name(package, path): root / path for path in COMPILED_GROUPS[package]}
+    _chosen[package] = _choose(package, list(sources.values()))
+    if _chosen[package] == INTERPRETED:
+        sys.meta_path.insert(0, _SourceFirst(sources))
+
+
+choose_build("sessionstore", [str(Path(__file__).parent)])  # this module's own package
