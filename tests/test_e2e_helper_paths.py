@@ -1,7 +1,9 @@
-# Two real daemons, one on the compiled CBOR helper and one on the pure-Python
-# path (SESSIONSTORE_CBOR_HELPER=python): the same requests, sent as raw bytes
-# in every form (canonical, plain, loose, malformed, cut into pieces), get the
-# same replies, and what they store reads back byte for byte the same.
+# Two real daemons that differ in one compiled part: one on the compiled CBOR helper
+# and one on its pure-Python twin (SESSIONSTORE_CBOR_HELPER=python); then one on the
+# request path compiled by mypyc and one on the same source interpreted
+# (SESSIONSTORE_BUILD=interpreted). The same requests, sent as raw bytes in every form
+# (canonical, plain, loose, malformed, cut into pieces), get the same replies, and
+# what they store reads back byte for byte the same.
 from __future__ import annotations
 
 import itertools
@@ -14,6 +16,7 @@ from typing import Any
 import cbor2
 import pytest
 
+from sessionstore import build
 from sessionstore.wire.canonical import canonical_dumps
 from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
 
@@ -23,14 +26,28 @@ from .conftest import DaemonProcess
 pytestmark = pytest.mark.log_only
 
 
-@pytest.fixture
-def both(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, DaemonProcess]]:
+# the part, as hello and stats name it; its environment variable; its compiled and
+# its interpreted value
+PARTS = {
+    "cbor_helper": ("SESSIONSTORE_CBOR_HELPER", "compiled", "python"),
+    "build": ("SESSIONSTORE_BUILD", "compiled", "interpreted"),
+}
+
+
+@pytest.fixture(params=sorted(PARTS))
+def both(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, dict[str, DaemonProcess]]]:
+    part = request.param
+    variable, *paths = PARTS[part]
+    if part == "build" and not build.compiled_available("sessionstored"):
+        pytest.skip("the request path is not compiled here (no C compiler, or not built)")
     daemons = {}
-    for path in ("compiled", "python"):
+    for path in paths:
         daemon = DaemonProcess(Path(tmp_path_factory.mktemp(path, numbered=True)))
-        daemon.start(env={"SESSIONSTORE_CBOR_HELPER": path})
+        daemon.start(env={variable: path})
         daemons[path] = daemon
-    yield daemons
+    yield part, daemons
     for daemon in daemons.values():
         assert daemon.stop() == 0, daemon.log()
         daemon.cleanup()
@@ -112,21 +129,25 @@ def _stored(daemon: DaemonProcess) -> dict[str, Any]:
     return {"sessions": sessions, "checkpoints": checkpoints, "heads": heads}
 
 
-def test_both_paths_answer_and_store_the_same(both: dict[str, DaemonProcess]) -> None:
+def test_both_paths_answer_and_store_the_same(
+    both: tuple[str, dict[str, DaemonProcess]],
+) -> None:
+    part, daemons = both
+    compiled, interpreted = daemons
     requests = _requests(random.Random(22))
     replies: dict[str, list[Any]] = {}
-    for path, daemon in both.items():
+    for path, daemon in daemons.items():
         with daemon.client() as client:
-            assert client.hello()["cbor_helper"] == path
-            assert client.stats()["cbor_helper"] == path
+            assert client.hello()[part] == path
+            assert client.stats()[part] == path
         replies[path] = [_exchange(daemon.socket_path, b"".join(requests), pieces=7)]
         for pieces in (1, 3):
             replies[path] += [_exchange(daemon.socket_path, bad, pieces) for bad in MALFORMED]
-    assert replies["compiled"] == replies["python"]
-    answered = replies["compiled"][0]
+    assert replies[compiled] == replies[interpreted]
+    answered = replies[compiled][0]
     assert len(answered) == len(requests)
     assert sum(reply["ok"] for reply in answered) == 24  # 18 saves, 6 puts
-    assert all(len(batch) == 1 and not batch[0]["ok"] for batch in replies["compiled"][1:])
-    stored = {path: _stored(daemon) for path, daemon in both.items()}
-    assert stored["compiled"] == stored["python"]
-    assert len(stored["compiled"]["sessions"]) == 6
+    assert all(len(batch) == 1 and not batch[0]["ok"] for batch in replies[compiled][1:])
+    stored = {path: _stored(daemon) for path, daemon in daemons.items()}
+    assert stored[compiled] == stored[interpreted]
+    assert len(stored[compiled]["sessions"]) == 6

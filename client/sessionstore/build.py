@@ -83,6 +83,7 @@ COMPILED_GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 _chosen: dict[str, str] = {}  # package -> the build it runs
+_sources: dict[str, dict[str, Path]] = {}  # package -> its compiled modules' sources
 
 
 def module_name(package: str, path: str) -> str:
@@ -109,7 +110,7 @@ def _built_and_current(sources: list[Path]) -> bool:
     return True
 
 
-def _choose(package: str, sources: list[Path]) -> str:
+def decide_build(package: str, sources: list[Path]) -> str:
     wanted = os.environ.get(ENVIRONMENT_VARIABLE, "")
     if wanted not in ("", COMPILED, INTERPRETED):
         raise RuntimeError(f"{ENVIRONMENT_VARIABLE} must be {COMPILED!r} or {INTERPRETED!r}")
@@ -123,6 +124,11 @@ def _choose(package: str, sources: list[Path]) -> str:
             " or older than their source: run make"
         )
     return INTERPRETED
+
+
+def compiled_available(package: str) -> bool:
+    """The package's compiled modules are built and current (whichever build runs)."""
+    return package in _sources and _built_and_current(list(_sources[package].values()))
 
 
 def running(package: str) -> str:
@@ -151,8 +157,10 @@ def choose_build(package: str, package_path: Sequence[str]) -> None:
     if package in _chosen:
         return
     root = Path(package_path[0])
-    sources = {module_name(package, path): root / path for path in COMPILED_GROUPS[package]}
-    _chosen[package] = _choose(package, list(sources.values()))
+    sources = _sources[package] = {
+        module_name(package, path): root / path for path in COMPILED_GROUPS[package]
+    }
+    _chosen[package] = decide_build(package, list(sources.values()))
     if _chosen[package] == INTERPRETED:
         sys.meta_path.insert(0, _SourceFirst(sources))
 

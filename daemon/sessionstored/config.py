@@ -8,6 +8,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from sessionstore import build
 from sessionstore.paths import FALLBACK, default_socket, state_dir
 from sessionstore.tools.helpformat import (
     DefaultsShown,
@@ -16,6 +17,7 @@ from sessionstore.tools.helpformat import (
     seconds_or_zero,
 )
 from sessionstore.version import __version__
+from sessionstore.wire import cbor_bytes
 from sessionstore.wire.protocol import DEFAULT_MAX_REQUEST_BYTES
 
 from .failpoints import FailpointSpec, parse_failpoints
@@ -77,6 +79,15 @@ EPILOG = (
 )
 
 
+def version_line() -> str:
+    """--version: the release, and which build of the request path and which CBOR byte
+    helper run (compiled or interpreted; sessionstore/build.py, wire/cbor_bytes.py)."""
+    return (
+        f"sessionstored {__version__} (request path {build.running('sessionstored')},"
+        f" CBOR helper {cbor_bytes.IMPLEMENTATION})"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineUsage(
         prog="sessionstored",
@@ -85,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="\n\n".join(textwrap.fill(paragraph, 79) for paragraph in EPILOG),
         formatter_class=DefaultsShown,
     )
-    parser.add_argument("--version", action="version", version=f"sessionstored {__version__}")
+    parser.add_argument("--version", action="version", version=version_line())
     parser.add_argument(
         "--database",
         metavar="URL",

@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from sessionstore import build
 from sessionstore.version import __version__
 from sessionstore.wire import cbor_bytes
 from sessionstore.wire.codes import ErrorCode
@@ -45,6 +46,7 @@ def hello(ops: OpContext, request: Request) -> Step:
                 "history": True,  # ours: history, revert, load and fork at a seq
             },
             cbor_helper=cbor_bytes.IMPLEMENTATION,  # ours: "compiled" or "python"
+            build=build.running("sessionstored"),  # ours: "compiled" or "interpreted"
             limits={
                 "max_request_bytes": ops.max_request_bytes,
                 "max_snapshot_bytes": ops.max_snapshot_bytes,
@@ -92,6 +94,7 @@ async def stats_snapshot(ops: OpContext) -> dict[str, Any]:
         "internal_errors": ops.internal_errors,
         "lease_epoch": (ops.store.lease or {}).get("epoch"),
         "cbor_helper": cbor_bytes.IMPLEMENTATION,
+        "build": build.running("sessionstored"),
         "keep_generations": ops.store.keep_generations,
         **store_stats,
         **ops.stats_extra(),

@@ -24,9 +24,9 @@ from sessionstore.wire.value_class import value_class
 
 from .document_arguments import DOCUMENT_KINDS, PreparedTxn, document_body, prepared_txn
 from .snapshot import (
-    InvalidSnapshot,
     forked,
     forked_bytes,
+    invalid_snapshot,
     validate_snapshot,
     validate_snapshot_bytes,
     with_component,
@@ -54,7 +54,7 @@ def encode_document(document: Any, *, hint: Hint = Hint.NONE) -> bytes:
     try:
         return canonical_dumps(document, hint=hint)
     except (ValueError, TypeError, OverflowError) as error:
-        raise InvalidSnapshot(f"cannot encode: {error}") from None
+        raise invalid_snapshot(f"cannot encode: {error}") from None
 
 
 def snapshot_document(args: dict[str, Any], max_snapshot_bytes: int, hint: Hint) -> ReadyDocument:

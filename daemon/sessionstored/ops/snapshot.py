@@ -36,11 +36,9 @@ COMPONENTS = (
 )
 
 
-class InvalidSnapshot(Refusal):
-    """A snapshot that breaks the document rules above: `invalid_snapshot`."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(ErrorCode.INVALID_SNAPSHOT, message)
+def invalid_snapshot(message: str) -> Refusal:
+    """A snapshot that breaks the document rules above."""
+    return Refusal(ErrorCode.INVALID_SNAPSHOT, message)
 
 
 def id_problem(value: Any) -> str | None:
@@ -64,19 +62,19 @@ def is_int(value: Any) -> TypeGuard[int]:
 
 def validate_component(name: str, value: Any, session_id: str) -> None:
     if not isinstance(value, list):
-        raise InvalidSnapshot(f"{name} must be an array")
+        raise invalid_snapshot(f"{name} must be an array")
     if name == "retained_artifact_uris":
         if not all(isinstance(uri, str) for uri in value):
-            raise InvalidSnapshot("retained_artifact_uris must hold text only")
+            raise invalid_snapshot("retained_artifact_uris must hold text only")
     elif name == "run_records":
         _validate_run_records(value, session_id)
     elif name == "subagent_tasks":
         for position, task in enumerate(value):
             if not isinstance(task, dict):
-                raise InvalidSnapshot(f"subagent_tasks[{position}] must be a map")
+                raise invalid_snapshot(f"subagent_tasks[{position}] must be a map")
             parent = task.get("parent_session_id")
             if parent not in (None, "") and parent != session_id:
-                raise InvalidSnapshot(
+                raise invalid_snapshot(
                     f"subagent_tasks[{position}].parent_session_id {parent!r} is not session.id"
                 )
 
@@ -86,38 +84,38 @@ def _validate_run_records(records: list[Any], session_id: str) -> None:
     for position, record in enumerate(records):
         where = f"run_records[{position}]"
         if not isinstance(record, dict):
-            raise InvalidSnapshot(f"{where} must be a map")
+            raise invalid_snapshot(f"{where} must be a map")
         snapshot = record.get("snapshot")
         if not isinstance(snapshot, dict):
-            raise InvalidSnapshot(f"{where}.snapshot must be a map")
+            raise invalid_snapshot(f"{where}.snapshot must be a map")
         if "session_id" in snapshot and snapshot["session_id"] != session_id:
-            raise InvalidSnapshot(f"{where}.snapshot.session_id is not session.id")
+            raise invalid_snapshot(f"{where}.snapshot.session_id is not session.id")
         run_id = snapshot.get("id")
         if run_id is not None:
             if not isinstance(run_id, (str, int, bytes)):
-                raise InvalidSnapshot(f"{where}.snapshot.id must be text")
+                raise invalid_snapshot(f"{where}.snapshot.id must be text")
             if run_id in seen_ids:
-                raise InvalidSnapshot(f"{where}.snapshot.id {run_id!r} appears twice")
+                raise invalid_snapshot(f"{where}.snapshot.id {run_id!r} appears twice")
             seen_ids.add(run_id)
         events = record.get("events", [])
         if not isinstance(events, list):
-            raise InvalidSnapshot(f"{where}.events must be an array")
+            raise invalid_snapshot(f"{where}.events must be an array")
         largest = -1
         for event_position, event in enumerate(events):
             sequence = event.get("sequence") if isinstance(event, dict) else None
             if not is_int(sequence):
-                raise InvalidSnapshot(
+                raise invalid_snapshot(
                     f"{where}.events[{event_position}].sequence must be an integer"
                 )
             if sequence <= largest:
-                raise InvalidSnapshot(f"{where}.events[].sequence is not strictly increasing")
+                raise invalid_snapshot(f"{where}.events[].sequence is not strictly increasing")
             largest = sequence
         event_count = snapshot.get("event_count")
         if event_count is not None:
             if not is_int(event_count):
-                raise InvalidSnapshot(f"{where}.snapshot.event_count must be an integer")
+                raise invalid_snapshot(f"{where}.snapshot.event_count must be an integer")
             if event_count < largest + 1:
-                raise InvalidSnapshot(
+                raise invalid_snapshot(
                     f"{where}.snapshot.event_count {event_count} is below the largest "
                     f"retained sequence + 1 ({largest + 1})"
                 )
@@ -125,10 +123,10 @@ def _validate_run_records(records: list[Any], session_id: str) -> None:
 
 def validate_session(session: Any) -> str:
     if not isinstance(session, dict):
-        raise InvalidSnapshot("session must be a map")
+        raise invalid_snapshot("session must be a map")
     problem = id_problem(session.get("id"))
     if problem:
-        raise InvalidSnapshot(f"session.id {problem}")
+        raise invalid_snapshot(f"session.id {problem}")
     session_id: str = session["id"]
     return session_id
 
@@ -136,12 +134,12 @@ def validate_session(session: Any) -> str:
 def validate_snapshot(snapshot: Any) -> str:
     """Check a whole snapshot; return its session id."""
     if not isinstance(snapshot, dict):
-        raise InvalidSnapshot("snapshot must be a map")
+        raise invalid_snapshot("snapshot must be a map")
     version = snapshot.get("schema_version")
     if not is_int(version) or version != SCHEMA_VERSION:
-        raise InvalidSnapshot(f"schema_version must be {SCHEMA_VERSION}, got {version!r}")
+        raise invalid_snapshot(f"schema_version must be {SCHEMA_VERSION}, got {version!r}")
     if "session" not in snapshot:
-        raise InvalidSnapshot("session is missing")
+        raise invalid_snapshot("session is missing")
     session_id = validate_session(snapshot["session"])
     for name in COMPONENTS:
         if name in snapshot:
@@ -164,17 +162,17 @@ def validate_snapshot_bytes(data: bytes) -> str:
     fields = map_fields(data)
     version = decode_span(data, fields["schema_version"]) if "schema_version" in fields else None
     if not is_int(version) or version != SCHEMA_VERSION:
-        raise InvalidSnapshot(f"schema_version must be {SCHEMA_VERSION}, got {version!r}")
+        raise invalid_snapshot(f"schema_version must be {SCHEMA_VERSION}, got {version!r}")
     if "session" not in fields:
-        raise InvalidSnapshot("session is missing")
+        raise invalid_snapshot("session is missing")
     session_at, session_end = fields["session"]
     if major_type(data, session_at) != MAP:
-        raise InvalidSnapshot("session must be a map")
+        raise invalid_snapshot("session must be a map")
     id_span = map_fields(data, session_at, session_end).get("id")
     session_id = decode_span(data, id_span) if id_span else None
     problem = id_problem(session_id)
     if problem:
-        raise InvalidSnapshot(f"session.id {problem}")
+        raise invalid_snapshot(f"session.id {problem}")
     assert isinstance(session_id, str)
     for name in COMPONENTS:
         if name not in fields:
@@ -182,7 +180,7 @@ def validate_snapshot_bytes(data: bytes) -> str:
         span = fields[name]
         if name in _ARRAYS_ONLY:
             if major_type(data, span[0]) != ARRAY:
-                raise InvalidSnapshot(f"{name} must be an array")
+                raise invalid_snapshot(f"{name} must be an array")
         else:
             validate_component(name, decode_span(data, span), session_id)
     return session_id
@@ -194,7 +192,8 @@ UPDATABLE = ("session", *COMPONENTS)
 def with_component(
     current: dict[str, Any] | None, session_id: str, component: str, value: Any
 ) -> dict[str, Any]:
-    """The snapshot after `update`; raises InvalidSnapshot (or LookupError when it is missing)."""
+    """The snapshot after `update`; raises the invalid_snapshot refusal, or LookupError
+    when it is missing."""
     if current is None:
         if component != "session":
             raise LookupError(session_id)
@@ -203,7 +202,7 @@ def with_component(
         document = dict(current)
     document[component] = value
     if component == "session" and isinstance(value, dict) and value.get("id") != session_id:
-        raise InvalidSnapshot(f"session.id {value.get('id')!r} is not the session being updated")
+        raise invalid_snapshot(f"session.id {value.get('id')!r} is not the session being updated")
     validate_snapshot(document)
     return document
 
@@ -232,7 +231,7 @@ def forked(source: dict[str, Any], new_id: str, workspace: Any) -> dict[str, Any
             for task in document["subagent_tasks"]
         ]
     if old_id == new_id:
-        raise InvalidSnapshot("new_session_id is the source session")
+        raise invalid_snapshot("new_session_id is the source session")
     validate_snapshot(document)
     return document
 
@@ -255,7 +254,7 @@ def with_component_bytes(
         id_span = map_fields(value).get("id")
         found = decode_span(value, id_span) if id_span else None
         if found != session_id:
-            raise InvalidSnapshot(f"session.id {found!r} is not the session being updated")
+            raise invalid_snapshot(f"session.id {found!r} is not the session being updated")
     document = raw_map(entries)
     validate_snapshot_bytes(document)
     return document
