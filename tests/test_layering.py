@@ -143,7 +143,7 @@ LAYERS = ("commands", "front", "ops", "workers", "writer", "storage")
 # the edges up the stack that the design has, each for its reason
 UPWARD = {
     # an op declares the access it needs, which the connection's peer is held to
-    ("sessionstored.ops", "sessionstored.front.access"),
+    ("sessionstored.ops.dispatch", "sessionstored.front.access"),
     # ops publish what they committed to the watchers, and `watch` starts one
     ("sessionstored.ops.admin", "sessionstored.front.watch"),
     ("sessionstored.ops.backup", "sessionstored.front.watch"),

@@ -176,7 +176,7 @@ async def test_the_read_cache_is_used_only_on_the_event_loop(harness: Harness) -
     is not thread-safe) is touched only by the event loop's thread."""
     store = harness.ops.store
     watching = _ThreadWatchingCache(DocumentCache(1024 * 1024))
-    store.cache = watching  # type: ignore[attr-defined]
+    store.cache = watching
     large, small = 200 * 1024, 2 * 1024  # over and under the size read in a thread
     generation = {f"d{n}": 0 for n in range(12)}
     committed = dict(generation)  # what a read must see at least: acknowledged saves

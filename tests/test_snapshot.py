@@ -5,7 +5,9 @@ from typing import Any
 
 import pytest
 
-from sessionstored.ops.snapshot import InvalidSnapshot, forked, validate_snapshot, with_component
+from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.shared import Refusal
+from sessionstored.ops.snapshot import forked, validate_snapshot, with_component
 
 
 def _snap(**extra: Any) -> dict[str, Any]:
@@ -26,8 +28,9 @@ def _snap(**extra: Any) -> dict[str, Any]:
     ],
 )
 def test_the_snapshot_rules(snapshot: dict[str, Any]) -> None:
-    with pytest.raises(InvalidSnapshot):
+    with pytest.raises(Refusal) as refused:
         validate_snapshot(snapshot)
+    assert refused.value.code == ErrorCode.INVALID_SNAPSHOT
 
 
 def test_update_and_fork_keep_the_rules() -> None:
@@ -36,8 +39,9 @@ def test_update_and_fork_keep_the_rules() -> None:
     assert updated["artifacts"] == [{"a": 1}]
     with pytest.raises(LookupError):
         with_component(None, "s", "artifacts", [])
-    with pytest.raises(InvalidSnapshot):
+    with pytest.raises(Refusal) as refused:
         with_component(_snap(), "s", "session", {"id": "other"})
+    assert refused.value.code == ErrorCode.INVALID_SNAPSHOT
     copy = forked(_snap(subagent_tasks=[{"parent_session_id": "s"}]), "t", "/w")
     assert copy["session"] == {"id": "t", "config": {"workspace": "/w"}}
     assert copy["subagent_tasks"] == [{"parent_session_id": "t"}]

@@ -11,6 +11,7 @@ class HelloReply(TypedDict):
     capabilities: dict[str, bool]
     limits: dict[str, int]
     cbor_helper: str
+    build: str
 
 
 class Written(TypedDict):
@@ -112,6 +113,7 @@ class Stats(TypedDict):
     recovery: dict[str, Any]
     internal_errors: int
     cbor_helper: str
+    build: str
     keep_generations: int
     requests: dict[str, Any]
     recent_batch_figures: dict[str, Any]

@@ -219,7 +219,7 @@ def digest_text(raw: bytes) -> str:
     return DIGEST_PREFIX + raw.hex()
 
 
-def parse_digest(text: str) -> bytes | None:
+def parse_digest(text: object) -> bytes | None:
     if not isinstance(text, str) or not text.startswith(DIGEST_PREFIX):
         return None
     hex_part = text[len(DIGEST_PREFIX) :]

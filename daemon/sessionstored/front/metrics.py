@@ -96,18 +96,20 @@ class _Histogram:
 
     __slots__ = ("counts", "total")
 
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.counts = [0] * (len(bounds) + 1)  # the last: above every bound
-        self.total = 0.0
+    def __init__(self, counts: list[int], total: float = 0.0) -> None:
+        self.counts = counts  # one per bound, and the last: above every bound
+        self.total = total
+
+    @staticmethod
+    def empty(bounds: tuple[float, ...]) -> _Histogram:
+        return _Histogram([0] * (len(bounds) + 1))
 
     def observe(self, bounds: tuple[float, ...], value: float) -> None:
         self.counts[bisect.bisect_left(bounds, value)] += 1
         self.total += value
 
     def copy(self) -> _Histogram:
-        twin = _Histogram.__new__(_Histogram)
-        twin.counts, twin.total = list(self.counts), self.total
-        return twin
+        return _Histogram(list(self.counts), self.total)
 
     def buckets(self, bounds: tuple[float, ...]) -> list[tuple[str, float]]:
         running, out = 0, list[tuple[str, float]]()
@@ -133,9 +135,9 @@ class Metrics:
         self.ops = frozenset((*ops, NOT_A_REQUEST))  # every op label but UNKNOWN
         self.codes: dict[tuple[str, str], int] = {}  # (op, code) -> requests answered
         self.latency: dict[str, _Histogram] = {}  # op -> its requests' seconds
-        self.batch_size = _Histogram(BATCH_SIZE_BUCKETS)
-        self.batch_seconds = _Histogram(LATENCY_BUCKETS_S)
-        self.sync_seconds = _Histogram(LATENCY_BUCKETS_S)
+        self.batch_size = _Histogram.empty(BATCH_SIZE_BUCKETS)
+        self.batch_seconds = _Histogram.empty(LATENCY_BUCKETS_S)
+        self.sync_seconds = _Histogram.empty(LATENCY_BUCKETS_S)
         self.recent: dict[str, deque[float]] = {}  # op -> its last RECENT latencies
         self.recent_syncs: deque[float] = deque(maxlen=RECENT)
         self.recent_sizes: deque[int] = deque(maxlen=RECENT)
@@ -148,7 +150,7 @@ class Metrics:
         self.codes[key] = self.codes.get(key, 0) + 1
         timed = self.latency.get(op)
         if timed is None:
-            timed = self.latency[op] = _Histogram(LATENCY_BUCKETS_S)
+            timed = self.latency[op] = _Histogram.empty(LATENCY_BUCKETS_S)
         timed.observe(LATENCY_BUCKETS_S, seconds)
         recent = self.recent.get(op)
         if recent is None:

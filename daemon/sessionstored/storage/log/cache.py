@@ -5,11 +5,27 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Protocol
 
 from ..documents import Document
 
 DEFAULT_CAPACITY_BYTES = 64 * 1024 * 1024
 LARGEST_SHARE = 8  # a document over capacity / 8 is not cached
+
+
+class ReadCache(Protocol):
+    """What the store asks of its read cache (DocumentCache; a test puts a watcher
+    around one)."""
+
+    capacity_bytes: int
+    used_bytes: int
+    hits: int
+    misses: int
+
+    def get(self, kind: str, doc_id: str, seq: int, digest: bytes) -> Document | None: ...
+    def put(self, doc: Document) -> None: ...
+    def discard_all(self, keys: set[tuple[str, str]]) -> None: ...
+    def discard(self, kind: str, doc_id: str) -> None: ...
 
 
 class DocumentCache:

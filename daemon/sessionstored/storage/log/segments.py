@@ -282,7 +282,7 @@ class Log:
             if self._spare is not None or self._spare_busy:
                 return
             self._spare_busy = True
-        spare = None
+        spare: Spare | None = None
         try:
             spare = self._new_file(self.segment_size_now())
         finally:

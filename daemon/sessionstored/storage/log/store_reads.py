@@ -19,7 +19,7 @@ from ..mutations import (
     Expire,
 )
 from ..sealing import Sealer
-from .cache import DocumentCache
+from .cache import ReadCache
 from .expiries import Expiries
 from .index import Index
 from .index_checkpoint import DamageRow
@@ -32,7 +32,7 @@ def epoch_ms() -> int:
 
 
 class LogReads:
-    cache: DocumentCache
+    cache: ReadCache
     index: Index
     log: Log
     sealer: Sealer
