@@ -207,7 +207,7 @@ def with_component(
     return document
 
 
-def forked(source: dict[str, Any], new_id: str, workspace: Any) -> dict[str, Any]:
+def forked(source: dict[str, Any], new_id: Any, workspace: Any) -> dict[str, Any]:
     """A copy of source owned by new_id: session.id, config.workspace, run and subagent owners."""
     document = dict(source)
     session = dict(document.get("session") or {})
@@ -263,7 +263,7 @@ def with_component_bytes(
 _FORK_CHANGES = ("session", "run_records", "subagent_tasks")
 
 
-def forked_bytes(source: bytes, new_id: str, workspace: Any) -> bytes:
+def forked_bytes(source: bytes, new_id: Any, workspace: Any) -> bytes:
     """forked on the canonical bytes of a stored (so valid) snapshot, encoded: only the
     parts a fork changes are decoded and checked again."""
     entries = raw_entries(source)

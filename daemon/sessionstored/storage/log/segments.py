@@ -282,14 +282,18 @@ class Log:
             if self._spare is not None or self._spare_busy:
                 return
             self._spare_busy = True
-        spare: Spare | None = None
         try:
             spare = self._new_file(self.segment_size_now())
-        finally:
-            with self._spare_changed:
-                self._spare = spare
-                self._spare_busy = False
-                self._spare_changed.notify_all()
+        except BaseException:
+            self._spare_made(None)
+            raise
+        self._spare_made(spare)
+
+    def _spare_made(self, spare: Spare | None) -> None:
+        with self._spare_changed:
+            self._spare = spare
+            self._spare_busy = False
+            self._spare_changed.notify_all()
 
     def _new_file(self, size: int) -> Spare:
         """A segment file in tmp/, zero-filled or preallocated (see the top)."""
