@@ -8,7 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from sessionstored.writer.collector import FULL_COLLECTION_EVERY_FREEZES, Collector
+from sessionstored.writer.collector import (
+    FULL_COLLECTION_EVERY_FREEZES,
+    YOUNG_COLLECTION_ALLOCATIONS,
+    Collector,
+)
 
 
 class _Node:
@@ -18,8 +22,22 @@ class _Node:
 
 @pytest.fixture(autouse=True)
 def _unfrozen_after() -> Iterator[None]:
+    thresholds = gc.get_threshold()
     yield
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
+
+
+def test_cyclic_garbage_between_freezes_goes_by_allocations_alone() -> None:
+    Collector()
+    gc.collect()  # start from an empty youngest generation
+    node = _Node()
+    alive = weakref.ref(node)
+    del node
+    kept = [[] for _ in range(YOUNG_COLLECTION_ALLOCATIONS // 2)]
+    assert alive() is not None  # not yet: fewer allocations than the threshold
+    kept += [[] for _ in range(YOUNG_COLLECTION_ALLOCATIONS)]
+    assert alive() is None
 
 
 def test_frozen_cyclic_garbage_waits_for_the_periodic_full_collection() -> None:

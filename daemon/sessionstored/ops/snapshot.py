@@ -5,7 +5,6 @@
 # messages.
 from __future__ import annotations
 
-import contextlib
 from typing import Any, TypeGuard
 
 import cbor2
@@ -157,8 +156,10 @@ def validate_snapshot_bytes(data: bytes) -> str:
     run records); any other is read here, and a broken rule named."""
     outline = cbor_bytes.snapshot_outline(data)
     if outline is not None:
-        with contextlib.suppress(UnicodeDecodeError):  # bytes not walked as canonical
+        try:
             return data[outline[0] : outline[1]].decode()
+        except UnicodeDecodeError:  # bytes not walked as canonical: the rules below say
+            pass
     fields = map_fields(data)
     version = decode_span(data, fields["schema_version"]) if "schema_version" in fields else None
     if not is_int(version) or version != SCHEMA_VERSION:
