@@ -12,8 +12,9 @@
 #                        as Redis's event loop does.
 # What sessionstored spends beyond them is its own Python: checks, the index,
 # the log's records, watch history, metrics. Its `ping` at 64 clients, last, is
-# what a request costs it before any of that (framing, dispatch, the reply). Each
-# thread's CPU is given with its part in the kernel.
+# what a request costs it before any of that (framing, dispatch, the reply). Where
+# the daemon runs compiled (sessionstore/build.py), both rows again with the same
+# source interpreted. Each thread's CPU is given with its part in the kernel.
 #
 #   python -m bench.floor_shapes [--dir DIR] [--seconds S]
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 import cbor2
 import trio
 
+from sessionstore import build
 from sessionstore.wire import cbor_bytes
 
 from .cpu import FloorServer, measure
@@ -179,19 +181,27 @@ def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
         finally:
             server.stop()
         print(f"floor shapes: {shape}: {results[shape]}", flush=True)
-    daemon_dir = workdir / "sessionstored"
-    daemon_dir.mkdir()
-    daemon = daemon_factory(daemon_dir)
-    try:
-        results["sessionstored"] = measure(
-            daemon.proc.pid, daemon.socket, REQUEST, CLIENTS, seconds
-        )
-        print(f"floor shapes: sessionstored: {results['sessionstored']}", flush=True)
-        results[PING] = measure(daemon.proc.pid, daemon.socket, "ping", CLIENTS, seconds)
-        print(f"floor shapes: {PING}: {results[PING]}", flush=True)
-    finally:
-        daemon.stop()
+    for suffix, env in _builds():
+        daemon_dir = workdir / f"sessionstored{suffix.replace(', ', '-')}"
+        daemon_dir.mkdir()
+        daemon = daemon_factory(daemon_dir, env=env)
+        try:
+            for row, request in ((f"sessionstored{suffix}", REQUEST), (f"{PING}{suffix}", "ping")):
+                results[row] = measure(daemon.proc.pid, daemon.socket, request, CLIENTS, seconds)
+                print(f"floor shapes: {row}: {results[row]}", flush=True)
+        finally:
+            daemon.stop()
     return results
+
+
+def _builds() -> list[tuple[str, dict[str, str]]]:
+    """The daemon as it runs here, and where that is the compiled build, also the same
+    source interpreted (sessionstore/build.py): the rows' suffix and environment."""
+    import sessionstored  # noqa: F401 - its import decides its build
+
+    if build.running("sessionstored") != build.COMPILED:
+        return [("", {})]
+    return [("", {}), (", interpreted", {build.ENVIRONMENT_VARIABLE: build.INTERPRETED})]
 
 
 def main() -> None:
