@@ -10,7 +10,7 @@ HELPER := client/sessionstore/wire/_cbor_bytes.c client/sessionstore/wire/cbor_c
 
 # the editable install also builds the CBOR helper in place, when a C compiler works;
 # then the request path is compiled (see compile)
-$(STAMP): pyproject.toml setup.py $(HELPER) client/sessionstore/build.py
+$(STAMP): pyproject.toml setup.py $(HELPER) client/sessionstore/compiled_modules.py
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found (Python 3.11+ is required)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip

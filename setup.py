@@ -7,8 +7,8 @@
 #   importable where this runs (make installs the package a second time, without build
 #   isolation, in the venv that has mypy and the dependencies mypy reads) and a C
 #   compiler is found. SESSIONSTORE_BUILD=interpreted at build time leaves it out.
-#   The list of modules is sessionstore/build.py's (sessionstore.build says at run time
-#   which build runs).
+#   The list of modules is sessionstore/compiled_modules.py (sessionstore.build says at
+#   run time which build runs).
 import os
 import runpy
 import shutil
@@ -18,7 +18,7 @@ from setuptools import Extension, setup
 
 HELPER_SOURCES = ["client/sessionstore/wire/_cbor_bytes.c", "client/sessionstore/wire/cbor_core.c"]
 PACKAGE_DIRS = {"sessionstore": "client/sessionstore", "sessionstored": "daemon/sessionstored"}
-BUILD_LIST = "client/sessionstore/build.py"
+BUILD_LIST = "client/sessionstore/compiled_modules.py"
 
 
 def cbor_helper() -> Extension:

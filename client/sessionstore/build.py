@@ -1,8 +1,8 @@
 # Which build of the daemon's request path runs: "compiled" (mypyc, from this same
 # source, built by `make` where a C compiler works) or "interpreted".
 #
-# COMPILED_GROUPS is the one list of what is compiled; setup.py reads it (this module
-# imports only the standard library, so that it can). A group is one extension:
+# compiled_modules.py is the one list of what is compiled (setup.py reads it too). A
+# group is one extension:
 # compiled code calls across its modules, and across groups, without going through
 # Python. So a group is all or nothing: were one module of it imported from source
 # and the rest compiled, two copies of its classes would run side by side.
@@ -23,64 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+from .compiled_modules import COMPILED_GROUPS
+
 ENVIRONMENT_VARIABLE = "SESSIONSTORE_BUILD"
 COMPILED = "compiled"
 INTERPRETED = "interpreted"
-
-# package -> its compiled modules, by path inside the package; each package's are one
-# group, whose shared library is the module f"{package}.{GROUP_MODULE}"
-GROUP_MODULE = "lane__mypyc"
-COMPILED_GROUPS: dict[str, tuple[str, ...]] = {
-    "sessionstore": (
-        "wire/shared.py",
-        "wire/messages.py",
-        "wire/canonical.py",
-        "wire/byte_path.py",
-        "wire/protocol.py",
-        "wire/cbor_framing.py",
-    ),
-    "sessionstored": (
-        "front/connection.py",
-        "front/outbox.py",
-        "front/socket_io.py",
-        "front/metrics.py",
-        "front/watch.py",
-        "front/access.py",
-        "ops/steps.py",
-        "ops/args.py",
-        "ops/context.py",
-        "ops/document_arguments.py",
-        "ops/sessions.py",
-        "ops/snapshot.py",
-        "ops/prepare.py",
-        "ops/checkpoints.py",
-        "ops/registry.py",
-        "ops/dispatch.py",
-        "writer/jobs.py",
-        "writer/writer.py",
-        "writer/worker_thread.py",
-        "writer/collector.py",
-        "writer/sweeper.py",
-        "storage/decide.py",
-        "storage/mutations.py",
-        "storage/documents.py",
-        "storage/txn.py",
-        "storage/engine.py",
-        "storage/generations.py",
-        "storage/history.py",
-        "storage/log/store.py",
-        "storage/log/store_reads.py",
-        "storage/log/store_parts.py",
-        "storage/log/records.py",
-        "storage/log/index.py",
-        "storage/log/segments.py",
-        "storage/log/durable.py",
-        "storage/log/fs.py",
-        "storage/log/expiries.py",
-        "storage/log/cache.py",
-        "storage/log/reserve.py",
-    ),
-}
 
 _chosen: dict[str, str] = {}  # package -> the build it runs
 _sources: dict[str, dict[str, Path]] = {}  # package -> its compiled modules' sources
