@@ -47,7 +47,7 @@ def compiled_request_path() -> list[Extension]:
     extensions: list[Extension] = []
     for package, paths in build["COMPILED_GROUPS"].items():
         sources = [f"{PACKAGE_DIRS[package]}/{path}" for path in paths]
-        group = f"{package}.{build['GROUP_MODULE'].removesuffix('__mypyc')}"
+        group = f"{package}.{build['GROUP']}"
         extensions += mypycify(sources, group_name=group, opt_level="3")
     for extension in extensions:
         extension.optional = True  # a compiler that fails: the build goes on, interpreted

@@ -3,7 +3,6 @@
 # wherever asked for or stale; and a daemon that says which one it runs.
 from __future__ import annotations
 
-import importlib.machinery
 import os
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import pytest
 import sessionstored  # its __init__ chooses its build
 from sessionstore import build, compiled_modules
 
-EXTENSION = importlib.machinery.EXTENSION_SUFFIXES[0]
+EXTENSION = build.EXTENSION_SUFFIX
 assert sessionstored.__version__
 
 

@@ -1,10 +1,9 @@
 # Which build of the daemon's request path runs: "compiled" (mypyc, from this same
 # source, built by `make` where a C compiler works) or "interpreted".
 #
-# compiled_modules.py is the one list of what is compiled (setup.py reads it too). A
-# group is one extension:
-# compiled code calls across its modules, and across groups, without going through
-# Python. So a group is all or nothing: were one module of it imported from source
+# compiled_modules.py is the one list of what is compiled (setup.py reads it too).
+# Compiled code calls across its modules, and across groups, without going through
+# Python. So a package is all or nothing: were one module of it imported from source
 # and the rest compiled, two copies of its classes would run side by side.
 #
 # The compiled extension files sit next to their sources, and Python's import prefers
@@ -38,23 +37,19 @@ def module_name(package: str, path: str) -> str:
     return ".".join((package, *Path(path).with_suffix("").parts))
 
 
-def _extension(source: Path) -> Path | None:
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        candidate = source.with_suffix(suffix)
-        if candidate.exists():
-            return candidate
-    return None
+# the name setuptools gives an extension module built for this interpreter
+EXTENSION_SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
 def _built_and_current(sources: list[Path]) -> bool:
     """Every compiled module has its extension, none older than its source."""
-    for source in sources:
-        extension = _extension(source)
-        if extension is None or not source.exists():
-            return False
-        if extension.stat().st_mtime < source.stat().st_mtime:
-            return False
-    return True
+    try:
+        return all(
+            source.with_suffix(EXTENSION_SUFFIX).stat().st_mtime >= source.stat().st_mtime
+            for source in sources
+        )
+    except FileNotFoundError:
+        return False
 
 
 def decide_build(package: str, sources: list[Path]) -> str:

@@ -1,8 +1,8 @@
 # What `make compile` compiles with mypyc (sessionstore/build.py chooses, at import,
 # whether it runs). Plain data: setup.py reads this file without importing the package.
 # package -> its compiled modules, by path inside the package; each package's are one
-# group, whose shared library is the module f"{package}.{GROUP_MODULE}"
-GROUP_MODULE = "lane__mypyc"
+# mypyc group, f"{package}.{GROUP}" (its shared library: that name and "__mypyc")
+GROUP = "lane"
 COMPILED_GROUPS: dict[str, tuple[str, ...]] = {
     "sessionstore": (
         "wire/shared.py",
