@@ -12,6 +12,7 @@ import trio
 
 from sessionstore.wire.protocol import Request
 from sessionstored.front.outbox import Outbox
+from sessionstored.front.readiness import Readiness
 from sessionstored.front.socket_io import SocketIO
 from sessionstored.ops.steps import Write
 from sessionstored.storage.mutations import Outcome
@@ -32,7 +33,7 @@ def _internal(_request: Any, error: BaseException, _doing: str) -> dict[str, Any
 async def _pair() -> tuple[SocketIO, socket.socket, trio.SocketStream]:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
-    return SocketIO(stream), theirs, stream
+    return SocketIO(stream, Readiness()), theirs, stream
 
 
 def _received(peer: socket.socket) -> list[Any]:

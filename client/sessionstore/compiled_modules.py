@@ -16,6 +16,7 @@ COMPILED_GROUPS: dict[str, tuple[str, ...]] = {
         "front/connection.py",
         "front/outbox.py",
         "front/socket_io.py",
+        "front/readiness.py",
         "front/metrics.py",
         "front/watch.py",
         "front/access.py",

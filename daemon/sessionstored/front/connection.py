@@ -62,6 +62,7 @@ from ..writer.writer import Writer
 from .access import Access, peer_of
 from .metrics import NOT_A_REQUEST, Metrics
 from .outbox import Outbox
+from .readiness import Readiness
 from .socket_io import SocketIO
 from .watch import SocketSink
 
@@ -89,6 +90,7 @@ class ConnectionLoop:
         self.refused_unauthorized = 0
         self.timed_out_requests = 0
         self.streams: set[trio.SocketStream] = set()
+        self.readiness = Readiness()  # its task, run(), runs while connections are served
 
     def _count_answer(self, step: Step, response: dict[str, Any]) -> None:
         error = response.get("error")
@@ -126,7 +128,7 @@ class ConnectionLoop:
             )
             return
         self.streams.add(stream)
-        sock = SocketIO(stream)
+        sock = SocketIO(stream, self.readiness)
         try:
             await self._serve(stream, sock, conn, access)
         except BaseExceptionGroup as group:  # a watch's tasks report in a group

@@ -203,6 +203,8 @@ class Server:
                 serve = functools.partial(serve_metrics, metrics_listeners, self._render_metrics)
                 nursery.start_soon(_run_in, metrics_scope, serve)
                 log.info("serving metrics on http://%s:%d/metrics", *self.config.metrics_listen)
+            readiness_scope = trio.CancelScope()
+            nursery.start_soon(_run_in, readiness_scope, self.connection_loop.readiness.run)
             async with trio.open_nursery() as connections:
                 accept_scope = trio.CancelScope()
                 connections.start_soon(self._accept, listener, connections, accept_scope)
@@ -222,6 +224,7 @@ class Server:
                 connections.cancel_scope.deadline = trio.current_time() + (
                     self.config.shutdown_grace_s
                 )
+            readiness_scope.cancel()  # every connection has ended
             sweep_scope.cancel()
             metrics_scope.cancel()
             self.writer.close()

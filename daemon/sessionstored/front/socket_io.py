@@ -1,5 +1,7 @@
 # A connection's socket as the request loop uses it: the non-blocking call is
-# made first, and trio is asked to wait only when it would block. trio's
+# made first, and a wait happens only when it would block: for bytes to read,
+# on the daemon's one set of connections (readiness.py); for room to send, on
+# trio. trio's
 # SocketStream passes a checkpoint (a pass of the scheduler) on every call,
 # even one that succeeds at once; a request costs a receive and a send, so
 # that is two passes per request of the six a small write took
@@ -12,6 +14,8 @@ import socket
 
 import trio
 
+from .readiness import Readiness
+
 # Python's recv(n) allocates n bytes before it knows how many arrive, and a 256
 # KiB allocation costs more than the call itself (measured here: 30 us per 4 KiB
 # received, against 6 with recv_into). So every connection receives into this one
@@ -23,10 +27,13 @@ _view = memoryview(_buffer)
 
 
 class SocketIO:
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.SocketStream, readiness: Readiness) -> None:
         # a second handle on the stream's descriptor, detached (never closed) at the end
-        self._sock = socket.socket(fileno=stream.socket.fileno())
+        self._fd = stream.socket.fileno()
+        self._sock = socket.socket(fileno=self._fd)
         self._sock.setblocking(False)
+        self._readiness = readiness
+        readiness.register(self._fd)
 
     async def receive(self, max_bytes: int, *, try_first: bool = True) -> bytes:
         """Bytes from the peer, b"" at its EOF; BrokenResourceError if it reset.
@@ -44,7 +51,7 @@ class SocketIO:
                 await trio.lowlevel.cancel_shielded_checkpoint()  # found without waiting: yield
                 return data
         while True:
-            await trio.lowlevel.wait_readable(self._sock)
+            await self._readiness.wait(self._fd)
             try:
                 return self._recv(max_bytes)
             except BlockingIOError:
@@ -74,4 +81,6 @@ class SocketIO:
             view = view[sent:]
 
     def detach(self) -> None:
+        """Before the stream closes the descriptor."""
+        self._readiness.unregister(self._fd)
         self._sock.detach()
