@@ -37,7 +37,7 @@ class Harness:
         step = self.ops.dispatch(request, access)
         if isinstance(step, (Write, Exclusive)):  # as the server does, through the outbox
             await self.ops.writer.enqueue(step.job)
-            await step.job.done.wait()
+            await step.job.wait()
             reply = step.reply()
         else:
             reply = await step.resolve()

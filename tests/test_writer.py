@@ -24,7 +24,7 @@ from .storage_helpers import assert_clean, body_for, new_fs, open_store, put
 
 async def _submit(writer: Writer, job: MutationJob, results: list[Outcome]) -> None:
     await writer.enqueue(job)
-    await job.done.wait()
+    await job.wait()
     assert job.outcome is not None
     results.append(job.outcome)
 
@@ -56,7 +56,7 @@ async def test_same_id_twice_in_one_drain_commits_in_order() -> None:
             await writer.enqueue(job)  # all queued before the writer runs
         nursery.start_soon(writer.run)
         for job in jobs:
-            await job.done.wait()
+            await job.wait()
         writer.close()
     assert [j.outcome.seq for j in jobs if j.outcome] == [1, 2, 3, 4, 5]
     assert store.read("s", "same").body == body_for("same", 4)

@@ -31,6 +31,7 @@ COMPILED_GROUPS: dict[str, tuple[str, ...]] = {
         "ops/registry.py",
         "ops/dispatch.py",
         "writer/jobs.py",
+        "writer/job_queue.py",
         "writer/writer.py",
         "writer/worker_thread.py",
         "writer/collector.py",

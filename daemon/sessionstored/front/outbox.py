@@ -81,7 +81,7 @@ class Outbox:
             head = entries[0]
             if isinstance(head, bytes):
                 ready.append(head)
-            elif head.job.done.is_set():
+            elif head.job.finished:
                 ready.append(self._reply_bytes(head))
             else:
                 break

@@ -86,7 +86,7 @@ class OpContext:
             await self.writer.enqueue(job)
         refreshed = set()
         for doc_id, job in jobs:
-            await job.done.wait()
+            await job.wait()
             outcome = job.outcome
             assert outcome is not None
             if outcome.refused is not None:

@@ -1,7 +1,9 @@
 # What a connection hands the writer: a mutation to commit in a batch, or an
 # exclusive job (verify, compact) that runs with no batch in flight. Either is
-# finished exactly once, by the writer or by fail(); `done` is set then, and
-# on_done called (the connection's outbox sends the reply from there).
+# finished exactly once, by the writer or by fail(); on_done is called then (the
+# connection's outbox sends the reply from there), and whoever waits for it with
+# wait() is woken. Most jobs are never waited for (the outbox is called back), so
+# the event to wait on is made only when someone waits.
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -16,14 +18,26 @@ from ..storage.mutations import Mutation, Outcome, Txn, refused
 
 class Job:
     def __init__(self) -> None:
-        self.done = trio.Event()
+        self.finished = False
+        self._waiting: trio.Event | None = None
         self.failure: Outcome | None = None  # set when the job never ran
         self.on_done: Callable[[Job], None] | None = None  # called once it is finished
 
     def _finished(self) -> None:
-        self.done.set()
+        self.finished = True
+        if self._waiting is not None:
+            self._waiting.set()
         if self.on_done is not None:
             self.on_done(self)
+
+    async def wait(self) -> None:
+        """Until the job is finished."""
+        if self.finished:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._waiting is None:
+            self._waiting = trio.Event()
+        await self._waiting.wait()
 
     def size(self) -> int:
         """Bytes it adds to a batch."""

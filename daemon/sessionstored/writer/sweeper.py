@@ -49,7 +49,7 @@ class Sweeper:
             return False
         job = MutationJob(Sweep(tuple(due)))
         await self.writer.enqueue(job)
-        await job.done.wait()
+        await job.wait()
         outcome = job.outcome
         if outcome is None or not outcome.ok:
             self._offer_again(due)

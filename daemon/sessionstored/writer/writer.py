@@ -1,6 +1,6 @@
-# The single writer: the only task that mutates the store. Connection tasks send
-# it jobs through a small channel (a slow disk makes senders wait instead of
-# growing memory); it takes the first job, drains whatever else is already
+# The single writer: the only task that mutates the store. Connection tasks hand
+# it jobs through a small queue (job_queue.py: a slow disk makes them wait instead
+# of growing memory); it takes the first job and whatever else is already
 # queued (group commit: one log write and one fdatasync for all of them), runs
 # the batch in its worker thread, publishes it to the index and the watch
 # history, then resolves each job. Once a batch is in the thread it completes
@@ -70,6 +70,7 @@ from ..storage.mutations import (
     split_batches,
 )
 from .collector import Collector
+from .job_queue import JobQueue
 from .jobs import ExclusiveJob, Job, MutationJob
 from .worker_thread import WorkerThread, name_os_thread
 
@@ -94,7 +95,7 @@ class Writer:
     def __init__(self, store: Engine, on_fatal: Callable[[str], None]) -> None:
         self.store = store
         self.on_fatal = on_fatal
-        self._send, self._receive = trio.open_memory_channel[Job](QUEUE_DEPTH)
+        self._queue = JobQueue(QUEUE_DEPTH)
         self._disk_thread: WorkerThread | None = None
         self._background = ThreadPoolExecutor(
             1,
@@ -131,25 +132,23 @@ class Writer:
             self._fail([job], self.failed)
             return True
         try:
-            self._send.send_nowait(job)
-        except trio.WouldBlock:
-            return False
+            return self._queue.put_nowait(job)
         except trio.ClosedResourceError:
             job.fail(ErrorCode.SHUTTING_DOWN, "the daemon is stopping")
         return True
 
     async def enqueue(self, job: Job) -> None:
-        """Hand a job to the writer, waiting for room; job.done is set once its outcome
-        is known."""
+        """Hand a job to the writer, waiting for room; the job is finished once its
+        outcome is known."""
         if self.submit(job):
             return
         try:
-            await self._send.send(job)
+            await self._queue.put(job)
         except trio.ClosedResourceError:
             job.fail(ErrorCode.SHUTTING_DOWN, "the daemon is stopping")
 
     def close(self) -> None:
-        self._send.close()
+        self._queue.close()
 
     async def _call(self, fn: Callable[[], T]) -> T:
         assert self._disk_thread is not None
@@ -161,29 +160,19 @@ class Writer:
             WorkerThread(f"writer-{n}") for n in range(1, self.store.batches_in_flight)
         ]
         try:
-            async with self._receive, trio.open_nursery() as self._nursery:
+            async with trio.open_nursery() as self._nursery:
                 while True:
-                    first = None
-                    try:
-                        if not watchdog_interval_s:  # no watchdog: wait as long as it takes
-                            first = await self._receive.receive()
-                        else:
-                            self._watchdog_ping(watchdog_interval_s)
-                            with trio.move_on_after(watchdog_interval_s):
-                                first = await self._receive.receive()
-                    except trio.EndOfChannel:
+                    jobs: list[Job] = []
+                    if not watchdog_interval_s:  # no watchdog: wait as long as it takes
+                        jobs = await self._queue.take(MAX_BATCH_JOBS, MAX_BATCH_BYTES)
+                    else:
+                        self._watchdog_ping(watchdog_interval_s)
+                        with trio.move_on_after(watchdog_interval_s) as waiting:
+                            jobs = await self._queue.take(MAX_BATCH_JOBS, MAX_BATCH_BYTES)
+                        if waiting.cancelled_caught:
+                            continue
+                    if not jobs:  # closed, and every job taken
                         return
-                    if first is None:
-                        continue
-                    jobs = [first]
-                    size = first.size()
-                    while len(jobs) < MAX_BATCH_JOBS and size < MAX_BATCH_BYTES:
-                        try:
-                            job = self._receive.receive_nowait()
-                        except (trio.WouldBlock, trio.EndOfChannel):
-                            break
-                        jobs.append(job)
-                        size += job.size()
                     # every await below is a call to the writer's thread, which delivers
                     # its outcome even when the writer is being cancelled (worker_thread.py)
                     await self._run_jobs(jobs)
@@ -424,12 +413,7 @@ class Writer:
         log.critical("%s", self.failed)
         self._fail(jobs, self.failed)
         self.on_fatal(self.failed)
-        while True:
-            try:
-                job = self._receive.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel):
-                return
-            self._fail([job], self.failed)
+        self._fail(self._queue.take_all_nowait(), self.failed)
 
     @staticmethod
     def _fail(jobs: Sequence[Job], message: str) -> None:
