@@ -49,6 +49,10 @@ class JobQueue:
     async def take(self, max_jobs: int, max_bytes: int) -> list[Job]:
         """The jobs queued, waiting for a first one: at most max_jobs of them, and no more
         once they add up to max_bytes. Empty once the queue is closed and drained."""
+        if self._jobs:
+            # queued while the writer was busy: let every task that is ready to run add
+            # its job first, so that they share this batch (group commit)
+            await trio.lowlevel.checkpoint()
         while not self._jobs:
             if self.closed:
                 return []
@@ -59,7 +63,6 @@ class JobQueue:
                 return trio.lowlevel.Abort.SUCCEEDED
 
             await trio.lowlevel.wait_task_rescheduled(abort)
-        await trio.lowlevel.checkpoint_if_cancelled()
         jobs = self._jobs
         first = jobs.popleft()
         taken = [first]
