@@ -12,7 +12,8 @@
 #                        as Redis's event loop does.
 # What sessionstored spends beyond them is its own Python: checks, the index,
 # the log's records, watch history, metrics. Its `ping` at 64 clients, last, is
-# what a request costs it before any of that (framing, dispatch, the reply). Where
+# what a request costs it before any of that (framing, dispatch, the reply). Then
+# each again with one client: a lone save's CPU and its p50 round trip. Where
 # the daemon runs compiled (sessionstore/build.py), both rows again with the same
 # source interpreted. Each thread's CPU is given with its part in the kernel.
 #
@@ -42,6 +43,7 @@ SHAPES = ("task per connection", "one task, epoll set")
 CLIENTS = 64
 REQUEST = "save 4 KiB"
 PING = "sessionstored, ping"  # the row of its pings
+LONE = ", 1 client"  # the suffix of a row with one client instead of CLIENTS
 RECEIVE_BYTES = 256 * 1024
 MAX_DEPTH = 64
 MAX_REQUEST_BYTES = 1 << 30
@@ -170,24 +172,30 @@ async def serve(shape: str, socket_path: str, directory: str) -> None:
 
 
 def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
-    """CPU per 4 KiB save at 64 clients: each bare shape, then sessionstored."""
+    """CPU per 4 KiB save at 64 clients, and at one: each bare shape, then sessionstored."""
     results: dict[str, Any] = {}
     for shape in SHAPES:
         directory = workdir / shape.replace(" ", "-").replace(",", "")
         directory.mkdir()
         server = FloorServer(directory, "bench.floor_shapes", "serve", shape)
         try:
-            results[shape] = measure(server.proc.pid, server.socket, REQUEST, CLIENTS, seconds)
+            for row, clients in ((shape, CLIENTS), (f"{shape}{LONE}", 1)):
+                results[row] = measure(server.proc.pid, server.socket, REQUEST, clients, seconds)
+                print(f"floor shapes: {row}: {results[row]}", flush=True)
         finally:
             server.stop()
-        print(f"floor shapes: {shape}: {results[shape]}", flush=True)
     for suffix, env in _builds():
         daemon_dir = workdir / f"sessionstored{suffix.replace(', ', '-')}"
         daemon_dir.mkdir()
         daemon = daemon_factory(daemon_dir, env=env)
+        rows = [
+            (f"sessionstored{suffix}", REQUEST, CLIENTS),
+            (f"{PING}{suffix}", "ping", CLIENTS),
+            (f"sessionstored{suffix}{LONE}", REQUEST, 1),
+        ]
         try:
-            for row, request in ((f"sessionstored{suffix}", REQUEST), (f"{PING}{suffix}", "ping")):
-                results[row] = measure(daemon.proc.pid, daemon.socket, request, CLIENTS, seconds)
+            for row, request, clients in rows:
+                results[row] = measure(daemon.proc.pid, daemon.socket, request, clients, seconds)
                 print(f"floor shapes: {row}: {results[row]}", flush=True)
         finally:
             daemon.stop()
