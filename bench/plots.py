@@ -21,7 +21,14 @@ SERIES = {  # row name -> label, in the order drawn
 }
 FLOOR = "floor: append+fdatasync"
 # the measurements of a part that are an anchor's, not ours
-ANCHORS = ("one commit per save", "Postgres", "SQLAlchemy", "Sqlite", "AsyncSqlite", "SQLite")
+ANCHORS = (
+    "one prepared upsert per save",
+    "Postgres",
+    "SQLAlchemy",
+    "Sqlite",
+    "AsyncSqlite",
+    "SQLite",
+)
 PERCENTILES = ("p10", "p25", "p50", "p75", "p90", "p99", "p99.9")
 
 

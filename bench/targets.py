@@ -56,8 +56,8 @@ def fast_path_targets(
         "Agents add_items p50 x SQLiteSession's": verdict(
             adapter.get("add_items p50: x SQLiteSession (<= 1)"), 1, True
         ),
-        "PostgreSQL, 64 clients x one transaction per save (64 psycopg)": verdict(
-            on_pg.get("64 clients, one daemon: x one commit per save (>= 2)"), 2, False
+        "PostgreSQL, 64 clients x one prepared autocommit upsert per save (64 psycopg)": verdict(
+            on_pg.get("64 clients, one daemon: x one prepared upsert per save (>= 1.5)"), 1.5, False
         ),
         "PostgreSQL, 64 clients: three daemons x one": verdict(
             on_pg.get("64 clients, three daemons: x one daemon (>= 1)"), 1, False

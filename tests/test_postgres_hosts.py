@@ -114,6 +114,22 @@ def test_a_save_on_one_host_loads_on_the_others(cluster: Cluster) -> None:
             assert other.list("shared/")["ids"] == ["shared/1"]
 
 
+def test_a_batch_of_saves_is_one_round_trip_once_the_lease_is_known(cluster: Cluster) -> None:
+    with cluster.client(1) as client:
+        client.save(snapshot("trips/0"))  # the first batch reads the lease's row too
+        before = client.stats()["batch_transactions"]
+        for number in range(1, 11):
+            client.save(snapshot(f"trips/{number}"))
+        after = client.stats()["batch_transactions"]
+    batches = after["batches"] - before["batches"]
+    trips = (
+        after["round_trips_per_batch_mean"] * after["batches"]
+        - before["round_trips_per_batch_mean"] * before["batches"]
+    )
+    assert batches == 10
+    assert round(trips) == batches
+
+
 def test_thirty_racing_create_only_saves_have_exactly_one_winner(cluster: Cluster) -> None:
     outcomes: list[str] = []
     lock = threading.Lock()

@@ -110,6 +110,7 @@ class Timing:
     """Where the batches' time went since the daemon started, for stats (ms, summed)."""
 
     batches: int = 0
+    round_trips: int = 0  # statements sent, each waited for before the next
     retries: int = 0
     exclusive: int = 0
     read_ms: float = 0.0  # reading rows the cache lacked, before the transaction
@@ -125,6 +126,7 @@ class Timing:
         per = max(self.batches, 1)
         return {
             "batches": self.batches,
+            "round_trips_per_batch_mean": round(self.round_trips / per, 3),
             "retries": self.retries,
             "exclusive": self.exclusive,
             "read_ms_mean": round(self.read_ms / per, 3),
@@ -177,6 +179,7 @@ class BatchCommitter:
     ) -> dict[Row, Known]:
         if not rows:
             return {}
+        self.timing.round_trips += 1
         result = conn.execute(
             READ_ROWS,
             ([k for k, _ in rows], [key for _, key in rows], [row in bodies for row in rows]),
@@ -276,6 +279,7 @@ class BatchCommitter:
         the batch has committed: three round trips, each statement in autocommit."""
         self.timing.exclusive += 1
         wanted, bodies = rows_to_read(self.store, mutations)
+        self.timing.round_trips += 2  # the lock and its release
         try:
             held = conn.execute(
                 HOLD_WRITERS,
@@ -307,6 +311,7 @@ class BatchCommitter:
         return self._finish(plan, base, outcomes, accepted, txn_results, now_ms)
 
     def _rekeyed(self, conn: psycopg.Connection[Any]) -> None:
+        self.timing.round_trips += 1
         row = conn.execute("SELECT key_epoch FROM ss_counter WHERE one = 1").fetchone()
         self.store._check_keying(conn, row[0] if row else 0)
         self.cache.clear()
@@ -395,6 +400,7 @@ class BatchCommitter:
         started = time.perf_counter()
         try:
             if self.failpoint is None:
+                self.timing.round_trips += 1
                 row = conn.execute(COMMIT_IN_ONE, (*stage_args, *take_args)).fetchone()
             else:
                 row = self._apply_in_steps(conn, stage_args, take_args)
@@ -415,6 +421,7 @@ class BatchCommitter:
         assert self.failpoint is not None
         hit = self.failpoint
         hit("before-intent")
+        self.timing.round_trips += 3  # the stage, the seqs and the COMMIT
         with conn.transaction():
             staged = conn.execute(STAGE, stage_args).fetchone()
             status = staged[0] if staged else STALE
