@@ -2,10 +2,12 @@
 # connection is woken by the bytes its peer sends; bytes that arrive while their
 # connection is busy make its next wait return at once; nothing is missed between a
 # receive that found nothing and the next wait; a cancelled waiter is let go; and
-# a socket taken out of the set wakes nothing.
+# a socket taken out of the set can be closed while the set goes on.
 from __future__ import annotations
 
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import trio
 import trio.testing
@@ -29,15 +31,34 @@ def _drain(sock: socket.socket) -> bytes:
         data += chunk
 
 
+@asynccontextmanager
+async def _watched(readiness: Readiness, ours: socket.socket) -> AsyncIterator[trio.Nursery]:
+    """ours in the set, the set's task running, and its first wait (which returns at
+    once, as a connection's first receive is tried at once) done."""
+    readiness.register(ours.fileno())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(readiness.run)
+        await readiness.wait(ours.fileno())
+        assert _drain(ours) == b""
+        yield nursery
+        nursery.cancel_scope.cancel()
+
+
+async def _woken_by(
+    readiness: Readiness, ours: socket.socket, theirs: socket.socket, data: bytes
+) -> None:
+    """The peer sends data: a wait on ours returns, and ours reads exactly that."""
+    theirs.send(data)
+    with trio.fail_after(5):
+        await readiness.wait(ours.fileno())
+    assert _drain(ours) == data
+
+
 async def test_a_parked_connection_wakes_when_its_peer_sends() -> None:
     readiness = Readiness()
     ours, theirs = _pair()
-    readiness.register(ours.fileno())
     woken = trio.Event()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(readiness.run)
-        await readiness.wait(ours.fileno())  # the first wait: a receive is tried at once
-        assert _drain(ours) == b""
+    async with _watched(readiness, ours) as nursery:
 
         async def waiter() -> None:
             await readiness.wait(ours.fileno())
@@ -49,52 +70,31 @@ async def test_a_parked_connection_wakes_when_its_peer_sends() -> None:
         theirs.send(b"request")
         await woken.wait()
         assert _drain(ours) == b"request"
-        nursery.cancel_scope.cancel()
 
 
 async def test_bytes_that_arrive_while_busy_make_the_next_wait_return_at_once() -> None:
     readiness = Readiness()
     ours, theirs = _pair()
-    readiness.register(ours.fileno())
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(readiness.run)
-        await readiness.wait(ours.fileno())
-        assert _drain(ours) == b""
+    async with _watched(readiness, ours):
         theirs.send(b"while busy")
         await trio.testing.wait_all_tasks_blocked()  # the set's task marks it ready
         with trio.fail_after(5):
             await readiness.wait(ours.fileno())
         assert _drain(ours) == b"while busy"
-        nursery.cancel_scope.cancel()
 
 
 async def test_every_send_after_a_receive_wakes_again() -> None:
     readiness = Readiness()
     ours, theirs = _pair()
-    readiness.register(ours.fileno())
-    received = b""
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(readiness.run)
+    async with _watched(readiness, ours):
         for number in range(50):
-            theirs.send(b"%d," % number)
-            with trio.fail_after(5):
-                while True:
-                    await readiness.wait(ours.fileno())
-                    chunk = _drain(ours)
-                    if chunk:
-                        break
-            received += chunk
-        nursery.cancel_scope.cancel()
-    assert received == b"".join(b"%d," % n for n in range(50))
+            await _woken_by(readiness, ours, theirs, b"%d," % number)
 
 
 async def test_a_cancelled_waiter_is_let_go_and_the_socket_stays_watched() -> None:
     readiness = Readiness()
     ours, theirs = _pair()
-    readiness.register(ours.fileno())
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(readiness.run)
-        await readiness.wait(ours.fileno())
+    async with _watched(readiness, ours) as nursery:
         scope = trio.CancelScope()
 
         async def cancelled_waiter() -> None:
@@ -106,27 +106,16 @@ async def test_a_cancelled_waiter_is_let_go_and_the_socket_stays_watched() -> No
         scope.cancel()
         await trio.testing.wait_all_tasks_blocked()
         assert scope.cancelled_caught
-        theirs.send(b"after")
-        with trio.fail_after(5):
-            await readiness.wait(ours.fileno())
-        assert _drain(ours) == b"after"
-        nursery.cancel_scope.cancel()
+        await _woken_by(readiness, ours, theirs, b"after")
 
 
-async def test_a_socket_out_of_the_set_wakes_nothing_and_can_be_closed() -> None:
+async def test_a_socket_taken_out_of_the_set_can_be_closed_and_the_set_goes_on() -> None:
     readiness = Readiness()
-    ours, _theirs = _pair()
-    other, other_peer = _pair()
-    readiness.register(ours.fileno())
-    readiness.register(other.fileno())
-    readiness.unregister(ours.fileno())
-    ours.close()
-    readiness.unregister(ours.fileno())  # twice, and after the close: no error
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(readiness.run)
-        await readiness.wait(other.fileno())
-        other_peer.send(b"x")
-        with trio.fail_after(5):
-            await readiness.wait(other.fileno())
-        assert _drain(other) == b"x"
-        nursery.cancel_scope.cancel()
+    gone, _peer = _pair()
+    ours, theirs = _pair()
+    readiness.register(gone.fileno())
+    readiness.unregister(gone.fileno())
+    gone.close()
+    readiness.unregister(gone.fileno())  # twice, and after the close: no error
+    async with _watched(readiness, ours):
+        await _woken_by(readiness, ours, theirs, b"x")
