@@ -301,6 +301,42 @@ def write_floor_shapes(result_file: Path) -> list[Path]:
     return [_replace_section("floor_shapes", lines)]
 
 
+def write_pg_statements(result_file: Path) -> list[Path]:
+    """A LangGraph put on PostgreSQL, statement by statement: its section of the page."""
+    result = json.loads(result_file.read_text())
+    lines = [
+        f"Made by `{result['command']}` on {result['when'][:10]}: one thread putting"
+        " checkpoints; per put, the statements PostgreSQL ran (`pg_stat_statements`,"
+        " execution time only; a function's statements are listed too, and counted in"
+        " its time), and the daemon's CPU by thread.",
+        "",
+    ]
+    for saver, point in result["figures"].items():
+        if not isinstance(point, dict):
+            lines += [f"{saver}: {point}", ""]
+            continue
+        lines.append(f"**{saver}**: {point['ops_per_s']:,.0f} puts a second, p50"
+                     f" {point['p50_ms']:.2f} ms.")  # fmt: skip
+        cpu = point.get("daemon_cpu_us_per_put")
+        if cpu:
+            threads = ", ".join(f"{name} {us:,.0f}" for name, us in cpu.items())
+            trips = point["batch_transactions"].get("round_trips_per_batch_mean")
+            lines.append(f"Daemon CPU per put, µs: {threads}; round trips per batch: {trips}.")
+        lines += [
+            "",
+            "| statement | calls a put | µs a call | µs a put | rows a call |",
+            "|---|---|---|---|---|",
+        ]
+        for row in point["statements"]:
+            text = row["statement"].replace("|", "\\|")
+            lines.append(
+                f"| `{text}` | {row['calls_per_put']} | {row['exec_us_per_call']}"
+                f" | {row['exec_us_per_put']} | {row['rows_per_call']} |"
+            )
+        lines.append("")
+    return [_replace_section("pg_statements", lines)]
+
+
 if __name__ == "__main__":  # python -m bench.plots RESULT.json: the headline pictures again
     for path in write_figures(Path(sys.argv[1])):
         print(f"plots: wrote {path}")

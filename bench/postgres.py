@@ -336,13 +336,13 @@ def _rekey(daemon_factory: Any, workdir: Path, url: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def cluster() -> Iterator[Any]:
-    """A throwaway PostgreSQL cluster (tests/postgres_server.py), stopped after; None
-    when PostgreSQL is not installed."""
+def cluster(preload: str = "") -> Iterator[Any]:
+    """A throwaway PostgreSQL cluster (tests/postgres_server.py), with these
+    shared_preload_libraries, stopped after; None when PostgreSQL is not installed."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from tests.postgres_server import start_server
 
-    servers = start_server()
+    servers = start_server(preload)
     try:
         yield next(servers)
     finally:

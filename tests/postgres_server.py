@@ -45,6 +45,7 @@ class PostgresServer:
     socket_dir: Path
     port: int
     run_as: str | None
+    preload: str = ""  # shared_preload_libraries (the bench's pg_stat_statements)
 
     def _run(self, *command: str) -> subprocess.CompletedProcess[str]:
         prefix = ["runuser", "-u", self.run_as, "--"] if self.run_as else []
@@ -57,6 +58,10 @@ class PostgresServer:
             f"-c listen_addresses=* -p {self.port} -k {self.socket_dir}"
             " -c fsync=on -c synchronous_commit=on -c max_connections=300"
         )
+        if self.preload:
+            options += f" -c shared_preload_libraries={self.preload}"
+        if "pg_stat_statements" in self.preload:  # the statements inside functions too
+            options += " -c pg_stat_statements.track=all"
         self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-o", options, "-w",
                   "-l", str(self.data_dir / "server.log"), "start")  # fmt: skip
 
@@ -116,13 +121,14 @@ def new_cluster(bin_dir: Path, base: Path) -> PostgresServer:
     return server
 
 
-def start_server() -> Iterator[PostgresServer | None]:
+def start_server(preload: str = "") -> Iterator[PostgresServer | None]:
     bin_dir = _bin_dir()
     if bin_dir is None:
         yield None
         return
     base = Path(tempfile.mkdtemp(prefix="sspg-", dir="/tmp"))
     server = new_cluster(bin_dir, base)
+    server.preload = preload
     with open(server.data_dir / "pg_hba.conf", "a") as hba:  # the namespaces' veth links
         hba.write(f"host all all {NAMESPACE_NETWORK} scram-sha-256\n")
     server.start()
