@@ -51,7 +51,7 @@ test: lint
 # the same source interpreted (SESSIONSTORE_BUILD=interpreted): the tests of every
 # compiled module, and the end-to-end core
 INTERPRETED_TESTS := $(addprefix tests/test_,$(addsuffix .py,protocol canonical snapshot \
-	snapshot_bytes decide storage index txn generations expiry_schedule writer outbox readiness ops \
+	snapshot_bytes decide storage index txn generations expiry_schedule writer job_queue outbox readiness ops \
 	watch access crash_sim model e2e_basic e2e_crash e2e_documents e2e_robustness \
 	e2e_hostile build_choice))
 test-interpreted: $(STAMP)
