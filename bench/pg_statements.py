@@ -26,7 +26,8 @@ def _statements(url: str, puts: int) -> list[dict[str, Any]]:
 
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT query, calls, total_exec_time, rows FROM pg_stat_statements"
+            "SELECT query, calls, total_exec_time, rows, total_plan_time, plans"
+            " FROM pg_stat_statements"
             " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
             " AND query NOT ILIKE '%%pg_stat_statements%%'"
             " ORDER BY total_exec_time DESC LIMIT %s",
@@ -39,8 +40,10 @@ def _statements(url: str, puts: int) -> list[dict[str, Any]]:
             "exec_us_per_call": round(total_ms * 1000 / max(calls, 1), 1),
             "exec_us_per_put": round(total_ms * 1000 / max(puts, 1), 1),
             "rows_per_call": round(rows / max(calls, 1), 2),
+            "plans_per_call": round(plans / max(calls, 1), 2),
+            "plan_us_per_plan": round(plan_ms * 1000 / max(plans, 1), 1),
         }
-        for query, calls, total_ms, rows in rows
+        for query, calls, total_ms, rows, plan_ms, plans in rows
     ]
 
 

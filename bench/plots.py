@@ -307,8 +307,8 @@ def write_pg_statements(result_file: Path) -> list[Path]:
     lines = [
         f"Made by `{result['command']}` on {result['when'][:10]}: one thread putting"
         " checkpoints; per put, the statements PostgreSQL ran (`pg_stat_statements`,"
-        " execution time only; a function's statements are listed too, and counted in"
-        " its time), and the daemon's CPU by thread.",
+        " execution time, and planning apart; a function's statements are listed too,"
+        " and counted in its time), and the daemon's CPU by thread.",
         "",
     ]
     for saver, point in result["figures"].items():
@@ -324,14 +324,16 @@ def write_pg_statements(result_file: Path) -> list[Path]:
             lines.append(f"Daemon CPU per put, µs: {threads}; round trips per batch: {trips}.")
         lines += [
             "",
-            "| statement | calls a put | µs a call | µs a put | rows a call |",
-            "|---|---|---|---|---|",
+            "| statement | calls a put | µs a call | µs a put | rows a call | plans a call"
+            " | µs a plan |",
+            "|---|---|---|---|---|---|---|",
         ]
         for row in point["statements"]:
             text = row["statement"].replace("|", "\\|")
             lines.append(
                 f"| `{text}` | {row['calls_per_put']} | {row['exec_us_per_call']}"
-                f" | {row['exec_us_per_put']} | {row['rows_per_call']} |"
+                f" | {row['exec_us_per_put']} | {row['rows_per_call']}"
+                f" | {row['plans_per_call']} | {row['plan_us_per_plan']} |"
             )
         lines.append("")
     return [_replace_section("pg_statements", lines)]

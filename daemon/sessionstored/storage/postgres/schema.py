@@ -183,7 +183,7 @@ CREATE OR REPLACE FUNCTION ss_take_seqs(
     p_change_names bytea[], p_change_digests bytea[], p_change_sizes int[],
     p_change_expired boolean[], p_at_ms bigint,
     OUT status bigint, OUT base bigint, OUT waited_us bigint, OUT held_us bigint
-) LANGUAGE plpgsql AS $$
+) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     asked timestamptz;
     got timestamptz;
