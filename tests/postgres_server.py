@@ -60,8 +60,9 @@ class PostgresServer:
         )
         if self.preload:
             options += f" -c shared_preload_libraries={self.preload}"
-        if "pg_stat_statements" in self.preload:  # the statements inside functions too
+        if "pg_stat_statements" in self.preload:  # inside functions too; functions' own time
             options += " -c pg_stat_statements.track=all -c pg_stat_statements.track_planning=on"
+            options += " -c track_functions=pl"
         self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-o", options, "-w",
                   "-l", str(self.data_dir / "server.log"), "start")  # fmt: skip
 
