@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import random
@@ -186,6 +187,37 @@ ADVERSARIAL = [
     b"\xc1\x1a\x51\x4b\x67\xb0",
     b"\xd8\x1c\x81\xd8\x1d\x00",  # shared-reference tags: a cycle if accepted
 ]
+
+
+def test_two_requests_sent_at_once_are_both_answered_when_one_receive_cannot_hold_them(
+    running: DaemonProcess,
+) -> None:
+    # the daemon receives at most 256 KiB at a time: the rest of the save waits in the
+    # socket, and this client sends nothing more until both replies are in
+    big = snapshot("pipelined-big", note="n" * (600 * 1024))
+    sent = cbor2.dumps({"op": "ping", "rid": 1}) + cbor2.dumps(
+        {"op": "save", "snapshot": big, "rid": 2}
+    )
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(30)
+        sock.connect(running.socket_path)
+        sock.sendall(sent)
+        replies: list[dict[str, object]] = []
+        data = b""
+        while len(replies) < 2:
+            chunk = sock.recv(65536)
+            assert chunk, "the daemon closed the connection"
+            data += chunk
+            while data:
+                stream = io.BytesIO(data)
+                try:
+                    replies.append(cbor2.CBORDecoder(stream).decode())
+                except cbor2.CBORDecodeEOF:
+                    break
+                data = data[stream.tell() :]
+    assert [(r["rid"], r["ok"]) for r in replies] == [(1, True), (2, True)]
+    with running.client() as client:
+        assert client.load("pipelined-big") == big
 
 
 def test_socket_fuzzer_cannot_hurt_the_daemon(running: DaemonProcess) -> None:

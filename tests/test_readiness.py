@@ -1,7 +1,8 @@
 # The daemon's one epoll set for its connections, over real socket pairs: a parked
 # connection is woken by the bytes its peer sends; bytes that arrive while their
 # connection is busy make its next wait return at once; nothing is missed between a
-# receive that found nothing and the next wait; a cancelled waiter is let go; and
+# receive that found nothing and the next wait, nor after a receive that filled its
+# room (bytes an edge will not report again); a cancelled waiter is let go; and
 # a socket taken out of the set can be closed while the set goes on.
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import trio
 import trio.testing
 
 from sessionstored.front.readiness import Readiness
+from sessionstored.front.socket_io import SocketIO
 
 
 def _pair() -> tuple[socket.socket, socket.socket]:
@@ -119,3 +121,27 @@ async def test_a_socket_taken_out_of_the_set_can_be_closed_and_the_set_goes_on()
     readiness.unregister(gone.fileno())  # twice, and after the close: no error
     async with _watched(readiness, ours):
         await _woken_by(readiness, ours, theirs, b"x")
+
+
+async def test_bytes_left_behind_by_a_full_receive_are_read_without_a_new_send() -> None:
+    # an edge reports bytes as they arrive, never bytes left unread: a receive that
+    # fills its room must leave the socket marked ready, or a client that sent two
+    # requests at once and waits for both replies would wait forever
+    readiness = Readiness()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
+    sock = SocketIO(stream, readiness)
+    sent = bytes(range(256)) * 1200  # 300 KiB, more than one receive's room
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(readiness.run)
+        theirs.sendall(sent)
+        room = 64 * 1024
+        received = await sock.receive(room, try_first=False)
+        with trio.fail_after(5):
+            while len(received) < len(sent):
+                received += await sock.receive(room, try_first=False)
+        assert received == sent
+        nursery.cancel_scope.cancel()
+    sock.detach()

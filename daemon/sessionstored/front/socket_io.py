@@ -60,7 +60,10 @@ class SocketIO:
                 raise trio.BrokenResourceError(f"socket connection broken: {error}") from error
 
     def _recv(self, max_bytes: int) -> bytes:
-        received = self._sock.recv_into(_buffer, min(max_bytes, RECEIVE_BUFFER_BYTES))
+        room = min(max_bytes, RECEIVE_BUFFER_BYTES)
+        received = self._sock.recv_into(_buffer, room)
+        if received == room:  # less would mean the socket was emptied
+            self._readiness.more_to_read(self._fd)
         return bytes(_view[:received])
 
     def try_send(self, data: bytes | memoryview) -> int:
