@@ -11,7 +11,9 @@
 # Nothing is lost between the two. An edge reports bytes as they arrive, not
 # bytes left unread, so a receive that fills all the room it was given (more
 # may be waiting) marks the socket ready itself (more_to_read); any other
-# receive emptied the socket, and wait() clears the mark before returning, so
+# receive emptied the socket (a Unix stream socket's receive stops short only
+# there, or after a message that carries file descriptors, which stalls no one
+# but the client that sent it), and wait() clears the mark before returning, so
 # bytes that arrive after that are a new edge, reported again. A wake with
 # nothing to read costs one receive that finds nothing.
 # Measured in bench/floor_shapes: a bare trio server with one set for its
