@@ -59,6 +59,12 @@ def _pictures(result_file: Path, stem: str) -> list[Path]:
     return [result_file.parent / f"{stem}.png", DOCS / f"{stem}.png"]
 
 
+def _made_by(result: dict[str, Any], what: str = "") -> str:
+    """A section's first line: the command and the day that made its figures."""
+    made = f"Made by `{result['command']}` on {result['when'][:10]}"
+    return f"{made}: {what}" if what else f"{made}."
+
+
 def _replace_section(name: str, lines: list[str]) -> Path:
     """The performance page's section between its `name` markers, replaced by lines."""
     begin, end = f"<!-- {name} figures: begin -->", f"<!-- {name} figures: end -->"
@@ -191,7 +197,7 @@ def parts_figure(title: str, figures: dict[str, Any], out: list[Path]) -> None:
 def part_section(part: str, result: dict[str, Any]) -> list[str]:
     figures = result["figures"]
     lines = [
-        f"Made by `{result['command']}` on {result['when'][:10]}.",
+        _made_by(result),
         "",
         f"![{part}](performance/{part}.png)",
         "",
@@ -252,7 +258,7 @@ def write_item_cost(result_file: Path) -> list[Path]:
     paths = _pictures(result_file, "item_cost")
     item_cost_figure(_title("cost per CBOR item", result), figures, paths)
     lines = [
-        f"Made by `{result['command']}` on {result['when'][:10]}.",
+        _made_by(result),
         "",
         "![Daemon CPU per save and saves a second, by CBOR helper](performance/item_cost.png)",
         "",
@@ -280,10 +286,12 @@ def write_floor_shapes(result_file: Path) -> list[Path]:
     """The floors of the daemon's stack against sessionstored: its section of the page."""
     result = json.loads(result_file.read_text())
     lines = [
-        f"Made by `{result['command']}` on {result['when'][:10]}: 64 clients (or one),"
-        " pre-encoded 4 KiB saves (and sessionstored's pings), CPU per request from"
-        " `/proc`, by thread, of it in the kernel in brackets, and the clients' p50"
-        " round trip.",
+        _made_by(
+            result,
+            "64 clients (or one), pre-encoded 4 KiB saves (and sessionstored's pings), CPU"
+            " per request from `/proc`, by thread, of it in the kernel in brackets, and the"
+            " clients' p50 round trip.",
+        ),
         "",
         "| server | requests a second | p50 | CPU per request | by thread (kernel) |",
         "|---|---|---|---|---|",
@@ -305,10 +313,13 @@ def write_pg_statements(result_file: Path) -> list[Path]:
     """A LangGraph put on PostgreSQL, statement by statement: its section of the page."""
     result = json.loads(result_file.read_text())
     lines = [
-        f"Made by `{result['command']}` on {result['when'][:10]}: one thread putting"
-        " checkpoints; per put, the statements PostgreSQL ran (`pg_stat_statements`,"
-        " execution time, and planning apart; a function's statements are listed too,"
-        " and counted in its time), and the daemon's CPU by thread.",
+        _made_by(
+            result,
+            "one thread putting checkpoints; per put, the statements PostgreSQL ran"
+            " (`pg_stat_statements`, execution time, and planning apart; a function's"
+            " statements are listed too, and counted in its time), and the daemon's CPU"
+            " by thread.",
+        ),
         "",
     ]
     for saver, point in result["figures"].items():
