@@ -133,7 +133,7 @@ async def test_bytes_left_behind_by_a_full_receive_are_read_without_a_new_send()
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
     sock = SocketIO(stream, readiness)
-    sent = bytes(range(256)) * 1200  # 300 KiB, more than one receive's room
+    sent = bytes(range(256)) * 800  # 200 KiB: three receives fill their room
     async with trio.open_nursery() as nursery:
         nursery.start_soon(readiness.run)
         theirs.sendall(sent)
