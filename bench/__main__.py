@@ -27,6 +27,7 @@ from . import (
     item_cost,
     loop_stall,
     metrics_cost,
+    pg_statements,
     postgres,
     space,
     store,
@@ -34,7 +35,13 @@ from . import (
 from .daemon import Daemon
 from .frontend_cost import frontend_cost
 from .load import run_clients, run_in_processes
-from .plots import write_figures, write_floor_shapes, write_item_cost, write_part
+from .plots import (
+    write_figures,
+    write_floor_shapes,
+    write_item_cost,
+    write_part,
+    write_pg_statements,
+)
 from .rows import KIB, RESULTS, Row, format_row, percentile_ms, run_header
 from .saves import anchor_rows, save_rows
 from .sealing_cost import sealing_cost
@@ -220,6 +227,9 @@ def main() -> None:
         on_postgres = postgres.run(Daemon, base / "postgres", args.seconds)
         for name, figures in on_postgres.items():
             print(f"postgresql: {name}: {json.dumps(figures)}", flush=True)
+        (base / "pg_statements").mkdir()
+        statements = pg_statements.run(Daemon, base / "pg_statements", args.seconds)
+        print(f"postgresql statements: {json.dumps(statements)}", flush=True)
         (base / "stall").mkdir()
         stall = loop_stall.run(Daemon, base / "stall", quick=args.quick)
         for name, figures in stall.items():
@@ -267,6 +277,7 @@ def main() -> None:
         "adapters": frameworks,
         "store": memory_store,
         "postgresql": on_postgres,
+        "pg_statements": statements,
         "cpu_per_request": cpu_per_request,
         "floor_shapes": shapes,
         "targets": targets(rows),
@@ -296,6 +307,10 @@ def main() -> None:
             part_file.write_text(json.dumps({**out, "figures": out[key]}))
             for path in write_part(part, part_file):
                 print(f"bench: wrote {path}")
+    statements_file = RESULTS / "pg_statements.json"
+    statements_file.write_text(json.dumps({**out, "figures": out["pg_statements"]}))
+    for path in write_pg_statements(statements_file):
+        print(f"bench: wrote {path}")
     shapes_file = RESULTS / "floor_shapes.json"
     shapes_file.write_text(json.dumps({**out, "figures": out["floor_shapes"]}))
     for path in write_floor_shapes(shapes_file):
