@@ -78,7 +78,10 @@ SWEEPER_LOCK = 0x5E55_1059
 # A batch connection's plans (the functions' statements, its prepared reads) are
 # made once and kept: made while a table is small, they would scan it whole (a hash
 # join against the batch's rows) and go on scanning it as it grows. On those
-# connections each row a batch names is found by its primary key instead.
+# connections each row a batch names is found by its primary key instead. The two
+# batch functions run their statements on generic plans (plan_cache_mode): left to
+# choose, the plan cache at times planned them afresh at every call, 110-180 us each
+# time (bench/pg_statements.py), for plans no better at any batch size measured.
 ROWS_BY_KEY = ("enable_seqscan", "enable_hashjoin", "enable_mergejoin")  # each set off
 
 # ss_stage: the first half of a batch, inside its transaction. It takes the writers'
@@ -100,7 +103,7 @@ CREATE OR REPLACE FUNCTION ss_stage(
     p_put_kinds text[], p_put_keys bytea[], p_put_names bytea[], p_put_bodies bytea[],
     p_put_digests bytea[], p_put_sizes int[], p_put_expires bigint[],
     p_keep int, p_kept_from bytea[], p_kept_to bytea[]
-) RETURNS bigint LANGUAGE plpgsql AS $$
+) RETURNS bigint LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     epoch bigint;
     moved boolean;
