@@ -73,6 +73,7 @@ from .batch_state import (
     lock_id,
     rows_to_read,
 )
+from .connection import CountedConnection
 from .schema import WRITERS_LOCK
 
 MAX_OPTIMISTIC_TRIES = 8  # then the batch runs exclusive, which always succeeds
@@ -110,7 +111,7 @@ class Timing:
     """Where the batches' time went since the daemon started, for stats (ms, summed)."""
 
     batches: int = 0
-    round_trips: int = 0  # statements sent, each waited for before the next
+    round_trips: int = 0  # statements sent on the batch's connection, each waited for
     retries: int = 0
     exclusive: int = 0
     read_ms: float = 0.0  # reading rows the cache lacked, before the transaction
@@ -179,7 +180,6 @@ class BatchCommitter:
     ) -> dict[Row, Known]:
         if not rows:
             return {}
-        self.timing.round_trips += 1
         result = conn.execute(
             READ_ROWS,
             ([k for k, _ in rows], [key for _, key in rows], [row in bodies for row in rows]),
@@ -243,14 +243,21 @@ class BatchCommitter:
 
     # -- committing -------------------------------------------------------------------
 
-    def commit(
-        self, conn: psycopg.Connection[Any], mutations: Sequence[Mutation], now_ms: int
-    ) -> Batch:
+    def commit(self, conn: CountedConnection, mutations: Sequence[Mutation], now_ms: int) -> Batch:
         """conn is in autocommit mode. Raises psycopg.Error (the batch's outcome is then
         unknown, io_error), CorruptRecord (a row it read does not open or match its
         digest: nothing is written, io_error), FatalStorageError (a key this daemon
         lacks)."""
         self.timing.batches += 1
+        sent = conn.statements
+        try:
+            return self._commit(conn, mutations, now_ms)
+        finally:
+            self.timing.round_trips += conn.statements - sent
+
+    def _commit(
+        self, conn: psycopg.Connection[Any], mutations: Sequence[Mutation], now_ms: int
+    ) -> Batch:
         if runs_exclusive(mutations) or _touches_many(mutations):
             return self._exclusive(conn, mutations, now_ms)
         fresh: set[Row] = set()
@@ -279,7 +286,6 @@ class BatchCommitter:
         the batch has committed: three round trips, each statement in autocommit."""
         self.timing.exclusive += 1
         wanted, bodies = rows_to_read(self.store, mutations)
-        self.timing.round_trips += 2  # the lock and its release
         try:
             held = conn.execute(
                 HOLD_WRITERS,
@@ -311,7 +317,6 @@ class BatchCommitter:
         return self._finish(plan, base, outcomes, accepted, txn_results, now_ms)
 
     def _rekeyed(self, conn: psycopg.Connection[Any]) -> None:
-        self.timing.round_trips += 1
         row = conn.execute("SELECT key_epoch FROM ss_counter WHERE one = 1").fetchone()
         self.store._check_keying(conn, row[0] if row else 0)
         self.cache.clear()
@@ -400,7 +405,6 @@ class BatchCommitter:
         started = time.perf_counter()
         try:
             if self.failpoint is None:
-                self.timing.round_trips += 1
                 row = conn.execute(COMMIT_IN_ONE, (*stage_args, *take_args)).fetchone()
             else:
                 row = self._apply_in_steps(conn, stage_args, take_args)
@@ -421,7 +425,7 @@ class BatchCommitter:
         assert self.failpoint is not None
         hit = self.failpoint
         hit("before-intent")
-        self.timing.round_trips += 3  # the stage, the seqs and the COMMIT
+        self.timing.round_trips += 2  # the transaction's BEGIN and COMMIT
         with conn.transaction():
             staged = conn.execute(STAGE, stage_args).fetchone()
             status = staged[0] if staged else STALE

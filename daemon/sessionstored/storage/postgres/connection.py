@@ -82,6 +82,17 @@ def redacted(url: str) -> str:
     )
 
 
+class CountedConnection(psycopg.Connection[Any]):
+    """A batch's connection: counts the statements sent on it, each one a round trip
+    (every statement is waited for before the next), for stats' round trips per batch."""
+
+    statements = 0
+
+    def execute(self, *args: Any, **kwargs: Any) -> psycopg.Cursor[Any]:
+        self.statements += 1
+        return super().execute(*args, **kwargs)
+
+
 @dataclass
 class PgReport:
     """What a start found, in the shape of the log engine's recovery report."""
@@ -154,12 +165,14 @@ class PgConnection:
 
     # -- connections ---------------------------------------------------------------
 
-    def _connect(self, **options: Any) -> psycopg.Connection[Any]:
+    def _connect(
+        self, connection: type[psycopg.Connection[Any]] = psycopg.Connection, **options: Any
+    ) -> psycopg.Connection[Any]:
         kwargs: dict[str, Any] = {**self._connection_options(), **options}
         if self.password is not None:
             kwargs["password"] = self.password
         try:
-            conn = psycopg.connect(self.url, **kwargs)
+            conn = connection.connect(self.url, **kwargs)
         except psycopg.ProgrammingError as error:  # the URL itself
             raise DatabaseRefused(f"bad database URL: {error}") from None
         except psycopg.OperationalError as error:
@@ -187,10 +200,12 @@ class PgConnection:
             self._writer = self._connect(autocommit=True)
         return self._writer
 
-    def _batch_conn(self) -> psycopg.Connection[Any]:
-        conn: psycopg.Connection[Any] | None = getattr(self._batch_conns, "conn", None)
+    def _batch_conn(self) -> CountedConnection:
+        conn: CountedConnection | None = getattr(self._batch_conns, "conn", None)
         if conn is None or conn.closed or conn.broken:
-            conn = self._batch_conns.conn = self._connect(autocommit=True)
+            opened = self._connect(CountedConnection, autocommit=True)
+            assert isinstance(opened, CountedConnection)
+            conn = self._batch_conns.conn = opened
             for setting in ROWS_BY_KEY:
                 conn.execute(f"SET {setting} TO off")
             self._opened = [c for c in self._opened if not c.closed] + [conn]

@@ -57,6 +57,7 @@ from .batch import BatchCommitter
 from .connection import (
     READ_POOL_CONNECTIONS,
     READ_TIMEOUT_S,
+    CountedConnection,
     PgReport,
     epoch_ms,
     first_line,
@@ -264,7 +265,7 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
             failure = refused(ErrorCode.IO_ERROR, message)
             return Batch([failure] * len(mutations), last_seq=self.seq)
 
-    def _commit(self, conn: psycopg.Connection[Any], mutations: Sequence[Mutation]) -> Batch:
+    def _commit(self, conn: CountedConnection, mutations: Sequence[Mutation]) -> Batch:
         batch = self._batches.commit(conn, mutations, epoch_ms())
         if batch.committed:
             self.batches += 1
