@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from sessionstored.writer.job_queue import JobQueue
-from sessionstored.writer.jobs import MutationJob
+from sessionstored.writer.jobs import Job, MutationJob
 
 from .storage_helpers import put
 
@@ -42,11 +42,11 @@ async def test_a_take_is_bounded_by_count_and_by_bytes() -> None:
 
 async def test_a_take_waits_for_the_first_job() -> None:
     queue = JobQueue(depth=8)
-    taken: list[list[MutationJob]] = []
+    taken: list[list[Job]] = []
     async with trio.open_nursery() as nursery:
 
         async def writer() -> None:
-            taken.append(await queue.take(100, 1 << 30))  # type: ignore[arg-type]
+            taken.append(await queue.take(100, 1 << 30))
 
         nursery.start_soon(writer)
         await trio.testing.wait_all_tasks_blocked()
@@ -107,11 +107,11 @@ async def test_closing_refuses_a_waiting_putter() -> None:
 
 async def test_closing_ends_a_waiting_take() -> None:
     queue = JobQueue(depth=1)
-    taken: list[list[MutationJob]] = []
+    taken: list[list[Job]] = []
     async with trio.open_nursery() as nursery:
 
         async def writer() -> None:
-            taken.append(await queue.take(10, 1 << 30))  # type: ignore[arg-type]
+            taken.append(await queue.take(10, 1 << 30))
 
         nursery.start_soon(writer)
         await trio.testing.wait_all_tasks_blocked()

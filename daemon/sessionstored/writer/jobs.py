@@ -23,7 +23,7 @@ class Job:
         self.failure: Outcome | None = None  # set when the job never ran
         self.on_done: Callable[[Job], None] | None = None  # called once it is finished
 
-    def _finished(self) -> None:
+    def _settle(self) -> None:
         self.finished = True
         if self._waiting is not None:
             self._waiting.set()
@@ -46,7 +46,7 @@ class Job:
     def fail(self, code: ErrorCode, message: str) -> None:
         """Finish a job that will not run (a failed store, a stopping daemon)."""
         self.failure = refused(code, message)
-        self._finished()
+        self._settle()
 
 
 class MutationJob(Job):
@@ -68,7 +68,7 @@ class MutationJob(Job):
 
     def finish(self, outcome: Outcome) -> None:
         self._outcome = outcome
-        self._finished()
+        self._settle()
 
 
 class ExclusiveJob(Job):
@@ -84,4 +84,4 @@ class ExclusiveJob(Job):
         self, result: dict[str, Any] | None = None, error: BaseException | None = None
     ) -> None:
         self.result, self.error = result, error
-        self._finished()
+        self._settle()
