@@ -44,7 +44,7 @@ UPSERT = (
 )
 
 
-def _commit_per_save(args: tuple[str, list[str], float, float]) -> tuple[list[float], int]:
+def _upsert_per_save(args: tuple[str, list[str], float, float]) -> tuple[list[float], int]:
     """One process of the anchor: a connection and a thread per client, each save one
     prepared upsert in autocommit (one round trip, committed as it returns, as a careful
     user of PostgreSQL writes it), the snapshot encoded at every save as the daemon's
@@ -90,7 +90,7 @@ def _anchor(url: str, seconds: float, clients: int) -> dict[str, Any]:
     start_at = time.time() + 2.0
     with multiprocessing.get_context("fork").Pool(len(groups)) as pool:
         results = pool.map(
-            _commit_per_save, [(url, g, start_at, start_at + seconds) for g in groups]
+            _upsert_per_save, [(url, g, start_at, start_at + seconds) for g in groups]
         )
     latencies = [x for lats, _ in results for x in lats]
     return _save_figures(latencies, seconds, sum(e for _, e in results))
