@@ -145,3 +145,19 @@ async def test_bytes_left_behind_by_a_full_receive_are_read_without_a_new_send()
         assert received == sent
         nursery.cancel_scope.cancel()
     sock.detach()
+
+
+async def test_the_peers_end_after_its_last_bytes_is_read_without_a_new_edge() -> None:
+    # its last bytes and its end of writing can come on one edge: after the receive
+    # of those bytes, the next wait must still return, for the receive of the end
+    readiness = Readiness()
+    ours, theirs = _pair()
+    async with _watched(readiness, ours):
+        theirs.sendall(b"last request")
+        theirs.shutdown(socket.SHUT_WR)
+        await trio.testing.wait_all_tasks_blocked()  # one edge, for both
+        with trio.fail_after(5):
+            await readiness.wait(ours.fileno())
+            assert ours.recv(65536) == b"last request"
+            await readiness.wait(ours.fileno())
+            assert ours.recv(65536) == b""
