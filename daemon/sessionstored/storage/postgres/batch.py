@@ -73,6 +73,7 @@ from .batch_state import (
     lock_id,
     rows_to_read,
 )
+from .binary_arrays import bools, byteas, int4s, int8s, texts
 from .connection import CountedConnection
 from .schema import WRITERS_LOCK
 
@@ -180,10 +181,7 @@ class BatchCommitter:
     ) -> dict[Row, Known]:
         if not rows:
             return {}
-        result = conn.execute(
-            READ_ROWS,
-            ([k for k, _ in rows], [key for _, key in rows], [row in bodies for row in rows]),
-        ).fetchall()
+        result = conn.execute(READ_ROWS, _rows_named(rows, bodies)).fetchall()
         return self._known(result)
 
     def _known(self, result: Sequence[Sequence[Any]]) -> dict[Row, Known]:
@@ -287,10 +285,7 @@ class BatchCommitter:
         self.timing.exclusive += 1
         wanted, bodies = rows_to_read(self.store, mutations)
         try:
-            held = conn.execute(
-                HOLD_WRITERS,
-                ([k for k, _ in wanted], [key for _, key in wanted], [r in bodies for r in wanted]),
-            ).fetchall()
+            held = conn.execute(HOLD_WRITERS, _rows_named(wanted, bodies)).fetchall()
             counter, epoch = held[0][0], held[0][1]
             rekeyed = epoch != self.store.key_epoch
             self.store._check_keying(conn, epoch)
@@ -381,25 +376,42 @@ class BatchCommitter:
             for kind, key in consulted:  # changes only under it, held exclusive
                 if kind != LEASE:
                     plan.locks.add(lock_id(kind, key))
+        put_kinds, put_keys, names, bodies, digests, sizes, ordinals, expires = plan.puts
+        put_kinds_array, put_keys_array = texts(put_kinds), byteas(put_keys)
         stage_args = (
             exclusive,
             self.store.key_epoch,
-            sorted(plan.locks),
-            [kind for kind, _ in consulted],
-            [key for _, key in consulted],
-            list(consulted.values()),
-            *plan.deletes,
-            *plan.puts[:6],
-            plan.puts[7],
+            int8s(sorted(plan.locks)),
+            texts([kind for kind, _ in consulted]),
+            byteas([key for _, key in consulted]),
+            int8s(list(consulted.values())),
+            texts(plan.deletes[0]),
+            byteas(plan.deletes[1]),
+            put_kinds_array,
+            put_keys_array,
+            byteas(names),
+            byteas(bodies),
+            byteas(digests),
+            int4s(sizes),
+            int8s(expires),
             self.store.keep_generations,
-            *plan.kept,
+            byteas(plan.kept[0]),
+            byteas(plan.kept[1]),
+        )
+        change_ordinals, change_kinds, change_names, change_digests, change_sizes, expired = (
+            plan.changes
         )
         take_args = (
-            len(plan.changes[0]),
-            plan.puts[0],
-            plan.puts[1],
-            plan.puts[6],
-            *plan.changes,
+            len(change_ordinals),
+            put_kinds_array,
+            put_keys_array,
+            int8s(ordinals),
+            int8s(change_ordinals),
+            texts(change_kinds),
+            byteas(change_names),
+            byteas(change_digests),
+            int4s(change_sizes),
+            bools(expired),
             now_ms,
         )
         started = time.perf_counter()
@@ -465,6 +477,16 @@ class BatchCommitter:
         )
         batch.outcomes = fold_txn_results(outcomes, txn_results)
         return batch
+
+
+def _rows_named(rows: Sequence[Row], bodies: set[Row]) -> tuple[Any, ...]:
+    """READ_ROWS' and HOLD_WRITERS' arguments: each row's kind and key, and whether its
+    body is wanted."""
+    return (
+        texts([kind for kind, _ in rows]),
+        byteas([key for _, key in rows]),
+        bools([row in bodies for row in rows]),
+    )
 
 
 def _release_writers(conn: psycopg.Connection[Any]) -> None:
