@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import cbor2
 import pytest
 
 from sessionstore.errors import ConnectionLost, Fenced
+from sessionstore.wire.canonical import snapshot_digest
 from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
 
 from .conftest import DaemonProcess
@@ -131,6 +133,66 @@ def test_if_absent_keeps_the_first_value_and_delete_prefix_removes_a_range(
     assert keys_of(one(path, {"op": "checkpoint_scan", "kind": "kv", "prefix": "w"}, mode)) == [
         "wx"
     ]
+
+
+def test_a_put_that_keeps_fields_takes_them_from_the_stored_map(running: DaemonProcess) -> None:
+    path = running.socket_path
+    keep = {"keep": ["created_at", "owner"]}
+    first = one(
+        path, {"op": "txn", "ops": [put("i/1", {"created_at": 1, "v": "a"}, **keep)]}, Mode.CBOR
+    )
+    assert first["results"] == [{"written": True}]  # nothing stored: the map as sent
+    got = one(path, {"op": "checkpoint_get", "kind": "kv", "key": "i/1"}, Mode.CBOR)
+    assert got["value"] == {"created_at": 1, "v": "a"}
+    second = one(
+        path, {"op": "txn", "ops": [put("i/1", {"created_at": 2, "v": "b"}, **keep)]}, Mode.CBOR
+    )
+    got = one(path, {"op": "checkpoint_get", "kind": "kv", "key": "i/1"}, Mode.CBOR)
+    # created_at is the stored one; "owner", which it lacks, is not made up
+    assert got["value"] == {"created_at": 1, "v": "b"}
+    scanned = one(path, {"op": "checkpoint_scan", "kind": "kv", "prefix": "i/"}, Mode.CBOR)
+    (item,) = scanned["items"]  # the digest is the merged map's
+    assert item["digest"] == snapshot_digest({"created_at": 1, "v": "b"})
+    assert item["seq"] == second["seq"] > first["seq"]
+    plain = one(path, {"op": "txn", "ops": [put("i/1", {"created_at": 3, "v": "c"})]}, Mode.CBOR)
+    assert plain["ok"]
+    got = one(path, {"op": "checkpoint_get", "kind": "kv", "key": "i/1"}, Mode.CBOR)
+    assert got["value"] == {"created_at": 3, "v": "c"}  # without keep, a put replaces all
+    assert one(path, {"op": "hello"}, Mode.CBOR)["capabilities"]["txn_keep"] is True
+
+
+def test_racing_puts_that_keep_a_field_all_keep_the_first_one(running: DaemonProcess) -> None:
+    """Each put is decided on the stored map in commit order: whichever commits first
+    sets created_at, and every later one, from any client, keeps it."""
+    path = running.socket_path
+    ops = [
+        {"op": "txn", "ops": [put("race", {"created_at": n, "n": n}, keep=["created_at"])]}
+        for n in range(40)
+    ]
+    with ThreadPoolExecutor(8) as clients:  # 8 connections, 5 pipelined puts each
+        replies = [
+            reply
+            for replies_of_one in clients.map(
+                lambda n: exchange(path, ops[n : n + 5], Mode.CBOR), range(0, 40, 5)
+            )
+            for reply in replies_of_one
+        ]
+    assert all(reply["ok"] for reply in replies)
+    first = min(range(40), key=lambda n: replies[n]["seq"])
+    last = max(range(40), key=lambda n: replies[n]["seq"])
+    got = one(path, {"op": "checkpoint_get", "kind": "kv", "key": "race"}, Mode.CBOR)
+    assert got["value"] == {"created_at": first, "n": last}
+
+
+@pytest.mark.parametrize(
+    "keep", [["created_at"] * 17, "created_at", [""], [1]], ids=["17", "text", "empty", "int"]
+)
+def test_a_bad_keep_is_a_bad_request(running: DaemonProcess, keep: Any) -> None:
+    reply = one(
+        running.socket_path, {"op": "txn", "ops": [put("k", {"a": 1}, keep=keep)]}, Mode.CBOR
+    )
+    assert reply["ok"] is False and reply["error"]["code"] == "bad_request"
+    assert "ops[0].keep" in reply["error"]["message"]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)

@@ -232,10 +232,15 @@ def test_semantic_search_ranks_as_in_memory_store_ranks(
         store.close()
 
 
+@pytest.mark.parametrize(
+    "daemon_keeps", [True, False], ids=["kept by the daemon", "read first (a daemon without)"]
+)
 def test_an_update_keeps_created_at_and_search_orders_by_updated_at(
-    running: DaemonProcess,
+    running: DaemonProcess, daemon_keeps: bool
 ) -> None:
     store = SessionStoreStore(running.socket_path)
+    if not daemon_keeps:  # as with a daemon whose hello lacks txn_keep
+        store._daemon_keeps = False
     for key in ("first", "second", "third"):
         store.put(("docs",), key, {"v": key})
     created = store.get(("docs",), "first")

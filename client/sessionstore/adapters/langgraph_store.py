@@ -29,7 +29,8 @@
 # Behaviour is PostgresStore's where the stores differ:
 #   - a batch reads first and writes after, all of its puts (and deletes) in
 #     one txn (several past TXN_OPS), the last put of a key winning;
-#   - an update keeps created_at: a batch reads the items it writes first;
+#   - an update keeps created_at: the daemon keeps the stored item's as it decides
+#     the put (a txn put's `keep`), so a batch of puts is one request;
 #   - search without a query orders by updated_at, newest first;
 #   - a filter compares as InMemoryStore does ($eq, $ne, $gt, $gte, $lt, $lte,
 #     nested maps, dotted keys into them, lists whole), except that an order comparison with a value
@@ -75,6 +76,7 @@ AFTER_NAMESPACE = "}"  # sorts after the separator: an `after` that skips a name
 MINUTE_S = 60
 NAMESPACE_PAGE = 256  # keys per range read when listing namespaces
 RANK_MAX_LIMIT = 10_000  # the daemon's widest ranking
+KEPT_FIELDS = ["created_at"]  # of a stored item, through every later put
 RANK_WIDENING = 4  # a filtered semantic search asks for this many times more each round
 
 Vectors = dict[str, list[bytes]]  # document key of an item: its vectors, float32 bytes
@@ -119,6 +121,7 @@ class SessionStoreStore(plans.OnRunner, BaseStore):
         self.items_prefix = f"{prefix}i/"
         self.vectors_prefix = f"{prefix}v/"
         self._sweeper: concurrent.futures.Future[None] | None = None
+        self._daemon_keeps: bool | None = None  # hello's txn_keep, asked before a first put
         self._start_runner(socket_path, timeout, client)
 
     # -- PostgresStore's sweeper methods: the daemon sweeps by itself ------------------
@@ -246,8 +249,18 @@ class SessionStoreStore(plans.OnRunner, BaseStore):
         puts = self._last_puts(ops)
         gets = {n: op for n, op in enumerate(ops) if isinstance(op, GetOp)}
         get_keys = [self._item_key(op.namespace, op.key) for op in gets.values()]
-        put_keys = [k for k, op in puts.items() if op.value is not None]
-        found = yield [r.checkpoint_get(KIND, key) for key in get_keys + put_keys]
+        if puts and self._daemon_keeps is None:
+            (hello,) = yield [r.hello()]
+            self._daemon_keeps = bool(hello["capabilities"].get("txn_keep"))
+        # a daemon that keeps created_at itself, as it decides the put, needs no read first
+        put_keys = (
+            [] if self._daemon_keeps else [k for k, op in puts.items() if op.value is not None]
+        )
+        found = (
+            (yield [r.checkpoint_get(KIND, key) for key in get_keys + put_keys])
+            if (get_keys or put_keys)
+            else []
+        )
         read_puts = dict(zip(put_keys, found[len(get_keys) :], strict=True))
         refresh: dict[str, float] = {}  # document key: its ttl in seconds, to set again
         for (n, op), key, stored in zip(
@@ -277,8 +290,9 @@ class SessionStoreStore(plans.OnRunner, BaseStore):
         self, puts: dict[str, PutOp], stored: dict[str, Any], vectors: Vectors
     ) -> Plan[None]:
         """The puts and deletes in one txn (TXN_OPS each). A put keeps the created_at of
-        the item it replaces, as read before: an item's created_at never changes while
-        it exists, so no requirement guards it (two first puts racing keep the later's)."""
+        the item it replaces: the daemon keeps it as it decides the put (`keep`), or, on
+        one without that, as read before (an item's created_at never changes while it
+        exists, so no requirement guards it; two first puts racing keep the later's)."""
         ops: list[dict[str, Any]] = []
         now = _now_us()
         for key, op in puts.items():
@@ -296,6 +310,8 @@ class SessionStoreStore(plans.OnRunner, BaseStore):
                 "updated_at": now,
             }
             put: dict[str, Any] = {"op": "put", "kind": KIND, "key": key, "value": document}
+            if self._daemon_keeps:
+                put["keep"] = KEPT_FIELDS
             held = vectors.get(key)
             vector_put: dict[str, Any] = {"op": "put", "kind": KIND, "key": vector_key,
                                           "value": {"vectors": held}}  # fmt: skip

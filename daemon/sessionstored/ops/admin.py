@@ -41,6 +41,7 @@ def hello(ops: OpContext, request: Request) -> Step:
                 "watch": True,
                 "keyed_documents": True,  # ours: kind kv and checkpoint_scan
                 "txn": True,  # ours
+                "txn_keep": True,  # ours: a txn put's `keep`
                 "expiry": True,  # ours: ttl_s, expire, refresh_ttl_s
                 "vector_rank": numpy_installed_and_not_refused(),  # ours: checkpoint_rank
                 "history": True,  # ours: history, revert, load and fork at a seq

@@ -20,7 +20,15 @@ from sessionstore.wire.value_class import value_class
 
 from ..storage.documents import NEVER
 from ..storage.mutations import KV_DOCUMENT, LOOP_CHECKPOINT, SESSION, WORKFLOW_CHECKPOINT
-from ..storage.txn import Require, TxnAppend, TxnDelete, TxnDeletePrefix, TxnOp, TxnPut
+from ..storage.txn import (
+    MAX_KEPT_FIELDS,
+    Require,
+    TxnAppend,
+    TxnDelete,
+    TxnDeletePrefix,
+    TxnOp,
+    TxnPut,
+)
 from .snapshot import id_problem
 
 MAX_TXN_OPS = 10_000
@@ -138,7 +146,8 @@ def _op(number: int, item: Any, limit: int, hint: Hint) -> TxnOp:
         if not isinstance(if_absent, bool):
             raise Refusal(ErrorCode.BAD_REQUEST, f"{where}.if_absent must be true or false")
         body, digest = document_body(item["value"], id_field, key, limit, hint)
-        return TxnPut(kind, key, body, digest, if_absent, _expiry(item, where))
+        keep = _kept_fields(item.get("keep", []), f"{where}.keep")
+        return TxnPut(kind, key, body, digest, if_absent, _expiry(item, where), keep)
     if name == "delete":
         return TxnDelete(kind, key_text(item.get("key"), f"{where}.key"))
     if name == "delete_prefix":
@@ -155,6 +164,14 @@ def _op(number: int, item: Any, limit: int, hint: Hint) -> TxnOp:
         return TxnAppend(kind, prefix, body, digest, _expiry(item, where))
     message = f"{where}.op must be 'put', 'delete', 'delete_prefix' or 'append'"
     raise Refusal(ErrorCode.BAD_REQUEST, message)
+
+
+def _kept_fields(names: Any, where: str) -> tuple[str, ...]:
+    fits = isinstance(names, list) and len(names) <= MAX_KEPT_FIELDS
+    if not fits or not all(isinstance(name, str) and name for name in names):
+        message = f"{where} must be an array of at most {MAX_KEPT_FIELDS} field names"
+        raise Refusal(ErrorCode.BAD_REQUEST, message)
+    return tuple(dict.fromkeys(names))
 
 
 def _expiry(item: dict[str, Any], where: str) -> int:

@@ -190,6 +190,8 @@ def _decide_txn(
         changes, results = decide_txn(txn.requires, txn.ops, state, next_seq)
     except Refusal as refusal:
         return Outcome(refused=refusal)
+    except (CorruptRecord, OSError) as error:  # a body a put's `keep` read
+        return refused(ErrorCode.IO_ERROR, str(error))
     if full and any(change.body is not None for change in changes):
         return refused(ErrorCode.NO_SPACE, "disk full: only removals fit")
     concrete: list[Put | Remove] = [

@@ -4,16 +4,19 @@
 # state and in commit order, and its changes take consecutive seqs in one
 # batch, so recovery applies all of them or none (the batch's commit record).
 #
-# Its ops: put (optionally only where the key is absent), delete, delete every
-# key under a prefix, and append: a put under `prefix + the change's own seq`
+# Its ops: put (optionally only where the key is absent, or keeping named fields
+# of the stored map, read as the txn is decided), delete, delete every key under
+# a prefix, and append: a put under `prefix + the change's own seq`
 # (20 digits), which orders appends from every client in commit order with no
 # coordination among them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from sessionstore.wire.canonical import digest_text
+import cbor2
+
+from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonical, digest_text
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.shared import Refusal
 from sessionstore.wire.value_class import value_class
@@ -21,6 +24,7 @@ from sessionstore.wire.value_class import value_class
 from .documents import NEVER, Entry, KeyRange, RangeReader
 
 MAX_TXN_CHANGES = 100_000  # removals a delete_prefix may expand to, with the rest
+MAX_KEPT_FIELDS = 16  # names a put's `keep` may give
 APPEND_SEQ_DIGITS = 20  # the width of a seq in an appended key: 2**64 has 20 digits
 
 
@@ -40,6 +44,9 @@ class TxnPut:
     digest: bytes
     if_absent: bool = False  # keep the stored one, if any (an idempotent insert)
     expires_at_ms: int = NEVER
+    # top-level fields of the stored map that the new one takes as they are (an item's
+    # created_at): the body and digest above are the put's as sent
+    keep: tuple[str, ...] = ()
 
 
 @value_class
@@ -104,8 +111,36 @@ def check_requires(requires: tuple[Require, ...], get: Callable[[str, str], Entr
         )
 
 
+class TxnReader(RangeReader, Protocol):
+    """What deciding a txn reads: the committed state, bodies for a put's `keep`."""
+
+    max_document_bytes: int
+
+    def body(self, kind: str, doc_id: str) -> bytes | None: ...
+
+
+def with_kept_fields(put: TxnPut, stored: bytes | None, limit: int) -> tuple[bytes, bytes]:
+    """The put's body and digest once it takes its `keep` fields from the stored map
+    (unchanged when none is stored, or it has none of them). Refusal: too_large."""
+    before = None if stored is None else cbor2.loads(stored)
+    if not isinstance(before, dict):
+        return put.body, put.digest
+    kept = {name: before[name] for name in put.keep if name in before}
+    if not kept:
+        return put.body, put.digest
+    value = cbor2.loads(put.body)
+    if not isinstance(value, dict):
+        return put.body, put.digest
+    value.update(kept)
+    body = canonical_dumps(value)
+    if len(body) > limit:
+        message = f"{put.id!r} with its kept fields is {len(body)} bytes, over {limit}"
+        raise Refusal(ErrorCode.TOO_LARGE, message)
+    return body, digest_bytes_of_canonical(body)
+
+
 def decide(
-    requires: tuple[Require, ...], ops: tuple[TxnOp, ...], index: RangeReader, first_seq: int
+    requires: tuple[Require, ...], ops: tuple[TxnOp, ...], index: TxnReader, first_seq: int
 ) -> tuple[list[Change], list[dict[str, Any]]]:
     """The changes a transaction makes now (first_seq is the seq its first one
     takes) and each op's result, or Refusal. Nothing is applied here."""
@@ -129,11 +164,15 @@ def decide(
         changes.append(Change(kind, doc_id, body, digest, expires))
 
     for op in ops:
-        if isinstance(op, TxnPut):  # only an insert-if-absent asks what is stored
+        if isinstance(op, TxnPut):  # only if_absent and keep ask what is stored
             if op.if_absent and index.get(op.kind, op.id) is not None:
                 results.append({"written": False})
                 continue
-            change(op.kind, op.id, op.body, op.digest, op.expires_at_ms)
+            body, digest = op.body, op.digest
+            if op.keep:
+                stored = index.body(op.kind, op.id)
+                body, digest = with_kept_fields(op, stored, index.max_document_bytes)
+            change(op.kind, op.id, body, digest, op.expires_at_ms)
             results.append({"written": True})
         elif isinstance(op, TxnDelete):
             present = index.get(op.kind, op.id) is not None

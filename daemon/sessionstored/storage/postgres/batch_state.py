@@ -110,7 +110,8 @@ def documents_read(
     mutations: Sequence[Mutation],
 ) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
     """The documents a batch's decisions read (decide.py, txn.py), and those whose bodies
-    they need (a Rewrite's). A save or a txn's put that names no condition reads none."""
+    they need (a Rewrite's, a txn put's that keeps fields). A save or a txn's put that
+    names no condition reads none."""
     documents: set[tuple[str, str]] = set()
     bodies: set[tuple[str, str]] = set()
     for mutation in mutations:
@@ -119,6 +120,8 @@ def documents_read(
             for op in mutation.ops:
                 if isinstance(op, TxnDelete) or (isinstance(op, TxnPut) and op.if_absent):
                     documents.add((op.kind, op.id))
+                if isinstance(op, TxnPut) and op.keep:
+                    bodies.add((op.kind, op.id))
         elif isinstance(mutation, Rewrite):
             bodies.add((mutation.kind, mutation.id))
             if mutation.source is not None:
