@@ -70,6 +70,7 @@ from .batch_state import (
     RowCache,
     Sealing,
     documents_read,
+    guessed_absent,
     lock_id,
     rows_to_read,
 )
@@ -215,6 +216,7 @@ class BatchCommitter:
         documents, body_docs = documents_read(mutations)
         documents.add((LEASE, LEASE_ID))
         body_docs.add((LEASE, LEASE_ID))
+        maybe_new = guessed_absent(mutations)
         rows: dict[Row, Known] = {}
         missing: list[Row] = []
         bodies: set[Row] = set()
@@ -223,6 +225,8 @@ class BatchCommitter:
             for key in self.store._keys(kind, doc_id):
                 row = (kind, key)
                 known = None if row in fresh else self.cache.get(row)
+                if known is None and row not in fresh and (kind, doc_id) in maybe_new:
+                    known = ABSENT
                 no_body = known is not None and known.digest is not None and known.body is None
                 if known is None or (needs_body and no_body):
                     missing.append(row)

@@ -133,6 +133,19 @@ def documents_read(
     return documents | bodies, bodies
 
 
+def guessed_absent(mutations: Sequence[Mutation]) -> set[tuple[str, str]]:
+    """Documents that a batch may take to be absent when the cache knows nothing of
+    them: those a txn's put keeps fields of (most such puts make a new item). ss_stage
+    checks the guess like any row consulted; a wrong one costs a retry, with a read."""
+    return {
+        (op.kind, op.id)
+        for mutation in mutations
+        if isinstance(mutation, Txn)
+        for op in mutation.ops
+        if isinstance(op, TxnPut) and op.keep
+    }
+
+
 class DecidingState:
     """The committed state as a batch decides on it (decide.py's CommittedState): rows
     from the cache or read, each one consulted remembered with its seq for ss_stage."""
