@@ -129,7 +129,10 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
         meta, report.created_schema, epoch = ensure_schema(conn, self.keying.sealed_with)
         self._check_meta(meta)
         self._key_epoch = epoch
-        options = self._connection_options()
+        # autocommit: each read statement sees what committed before it, as it would in
+        # a READ COMMITTED transaction, and a connection goes back to the pool without
+        # the ROLLBACK round trip that ending such a transaction costs
+        options = {**self._connection_options(), "autocommit": True}
         if self.password is not None:
             options["password"] = self.password
         self._pool = ConnectionPool(
@@ -293,7 +296,8 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
     def verify(self) -> tuple[int, list[Problem]]:
         problems: list[Problem] = []
         checked = 0
-        with self._reader() as conn, conn.cursor(name="ss_verify") as cursor:
+        # a named cursor lives in a transaction: the pool's connections are autocommit
+        with self._reader() as conn, conn.transaction(), conn.cursor(name="ss_verify") as cursor:
             cursor.execute("SELECT kind, name, body, digest FROM ss_documents")
             for kind, name, body, digest in cursor:
                 checked += 1
@@ -318,7 +322,6 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
                             document_kind=kind,
                         )
                     )
-            conn.commit()
         return checked, problems
 
     def compact(self) -> CompactResult:
@@ -338,7 +341,6 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
                 " + pg_total_relation_size('ss_changes')"
                 " + pg_total_relation_size('ss_generations'), (SELECT seq FROM ss_counter)"
             ).fetchone()
-            conn.commit()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def stats(self) -> dict[str, Any]:
