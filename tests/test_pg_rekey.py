@@ -430,3 +430,40 @@ def test_a_version_4_database_gains_earlier_generations_once_no_older_daemon_use
         client.save(_snapshot("s/kept", 2))
         assert client.load("s/kept", at=first["seq"]) == _snapshot("s/kept", 1)
     _stop(again)
+
+
+def test_bodies_are_compressed_with_lz4_from_the_next_start_and_older_ones_still_read(
+    url: str, short_tmp: Path, daemons: list[DaemonProcess]
+) -> None:
+    def compression() -> dict[str, str]:
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(
+                "SELECT attrelid::regclass::text, attcompression FROM pg_attribute"
+                " WHERE attname = 'body' AND attrelid = ANY('{ss_documents,ss_generations}'"
+                "::regclass[])"
+            ).fetchall()
+        return dict(rows)
+
+    first = _serve(short_tmp / "a", url)
+    daemons.append(first)
+    assert compression() == {"ss_documents": "l", "ss_generations": "l"}
+    with psycopg.connect(url) as conn:  # as a store made before: pglz, the default
+        for table in ("ss_documents", "ss_generations"):
+            conn.execute(f"ALTER TABLE {table} ALTER COLUMN body SET COMPRESSION pglz")
+    big = _snapshot("s/big", 20_000)  # 20 KB of one byte: TOASTed and compressed
+    with first.client() as client:
+        client.save(big)
+    assert first.stop() == 0
+    again = _serve(short_tmp / "b", url)
+    daemons.append(again)
+    assert compression() == {"ss_documents": "l", "ss_generations": "l"}
+    with again.client() as client:
+        assert client.load("s/big") == big  # the pglz body, read back
+        client.save(_snapshot("s/big", 30_000))
+    with psycopg.connect(url) as conn:
+        methods = conn.execute(
+            "SELECT (SELECT pg_column_compression(body) FROM ss_documents WHERE kind = 's'),"
+            " (SELECT pg_column_compression(body) FROM ss_generations)"
+        ).fetchone()
+    assert methods == ("lz4", "pglz")  # the new generation lz4, the one kept as it was
+    _stop(again)
