@@ -62,6 +62,55 @@ async def test_same_id_twice_in_one_drain_commits_in_order() -> None:
     assert store.read("s", "same").body == body_for("same", 4)
 
 
+@pytest.mark.parametrize("per_batch", [1, 2], ids=["lone, waited on the loop", "through trio"])
+async def test_a_batchs_replies_go_out_once_the_next_batch_is_in_the_thread(
+    per_batch: int,
+) -> None:
+    """The first batch's reply is sent after the second batch is handed to the writer's
+    thread, so that its fan-out overlaps that commit: when the first job is finished,
+    the second commit has begun (and it waits for that reply: it is not held back
+    until the second commit returns either)."""
+    first, second = MutationJob(put("first", 1)), MutationJob(put("second", 1))
+    first_company = [MutationJob(put(f"first-{n}", 1)) for n in range(1, per_batch)]
+    second_company = [MutationJob(put(f"second-{n}", 1)) for n in range(1, per_batch)]
+    second_began, first_answered = threading.Event(), threading.Event()
+    began_before_the_answer: list[bool] = []
+
+    def answered(job: Any) -> None:  # on the event loop, in the writer's task
+        began_before_the_answer.append(second_began.wait(timeout=30))
+        first_answered.set()
+
+    first.on_done = answered
+
+    class Watched:  # the store, its commits looked at first
+        def __init__(self, store: Any) -> None:
+            self.store = store
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.store, name)
+
+        def commit_durably(self, mutations: Any) -> Any:
+            if mutations[0] == first.mutation:
+                for job in (second, *second_company):  # queued while the first commits
+                    assert writer.submit(job)
+            elif mutations[0] == second.mutation:
+                second_began.set()
+                assert first_answered.wait(timeout=30)
+            return self.store.commit_durably(mutations)
+
+    writer = Writer(Watched(open_store(new_fs())), on_fatal=lambda reason: None)
+    async with trio.open_nursery() as nursery:
+        for job in (first, *first_company):
+            await writer.enqueue(job)
+        nursery.start_soon(writer.run)
+        await second.wait()
+        writer.close()
+    assert began_before_the_answer == [True]
+    assert writer.batches == 2
+    assert first.outcome is not None and first.outcome.ok
+    assert second.outcome is not None and second.outcome.seq == first.outcome.seq + per_batch
+
+
 async def test_fatal_error_fails_the_batch_and_everything_after() -> None:
     fs = new_fs()
     store = open_store(fs)

@@ -58,14 +58,26 @@ class WorkerThread:
         cancellation is delivered at the caller's next checkpoint instead (trio's are
         level-triggered), so a batch's outcome always reaches its clients. A shielded
         scope around every call would do the same at 9% of a small write's cost."""
-        self._calls.put(fn)
-        value: T = await self._result_when_returned()
+        self.hand_over(fn)
+        value: T = await self.result()
         return value
+
+    def hand_over(self, fn: Callable[[], Any]) -> None:
+        """Start fn() in the thread; result() waits for it (call() is both)."""
+        self._calls.put(fn)
+
+    async def result(self) -> Any:
+        """The outcome of the call handed over, as call() returns it."""
+        return await self._result_when_returned()
 
     async def call_waiting(self, fn: Callable[[], T], seconds: float) -> tuple[T, bool]:
         """call(fn), first waiting for it with the event loop blocked, in poll(2) (the GIL
         released), for at most `seconds`; True when it was back by then."""
-        self._calls.put(fn)
+        self.hand_over(fn)
+        return await self.result_waiting(seconds)
+
+    async def result_waiting(self, seconds: float) -> tuple[Any, bool]:
+        """result(), waited for as call_waiting() waits."""
         if self._poll.poll(seconds * 1000):
             try:
                 os.eventfd_read(self._done)

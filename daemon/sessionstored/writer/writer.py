@@ -27,6 +27,11 @@
 # hung disk stalls the other connections by that much once: the next batches
 # are waited for through trio until a commit is fast again.
 #
+# With one batch at a time, a batch's replies are sent once the next call is in
+# the thread (the next batch, or an exclusive job), or before the writer waits
+# for jobs: the fan-out of one batch's replies overlaps the next one's commit
+# instead of delaying it. A reply waits at most for that hand-over.
+#
 # Exclusive jobs (verify, compact) run in the thread with no batch in flight.
 # Between batches the writer also keeps the store in shape:
 #   - an index checkpoint when enough changes or log bytes accumulated;
@@ -125,6 +130,8 @@ class Writer:
         self._nursery: trio.Nursery | None = None
         self._last_commit_s = 0.0  # the engine's time for the last batch
         self.waited_on_loop = 0  # batches whose commit the event loop waited for itself
+        # the last batch's jobs and outcomes, committed, their replies not yet sent
+        self._landed_unsent: list[tuple[list[MutationJob], list[Any]]] = []
 
     def submit(self, job: Job) -> bool:
         """Hand a job over without waiting; False when the queue is full (then enqueue)."""
@@ -152,7 +159,20 @@ class Writer:
 
     async def _call(self, fn: Callable[[], T]) -> T:
         assert self._disk_thread is not None
-        return await self._disk_thread.call(fn)
+        return await self._in_thread(self._disk_thread, fn)
+
+    async def _in_thread(self, thread: WorkerThread, fn: Callable[[], T]) -> T:
+        """fn() in the thread; the last batch's replies go out while it runs."""
+        thread.hand_over(fn)
+        self._send_landed()
+        value: T = await thread.result()
+        return value
+
+    def _send_landed(self) -> None:
+        landed, self._landed_unsent = self._landed_unsent, []
+        for jobs, outcomes in landed:
+            for job, outcome in zip(jobs, outcomes, strict=True):
+                job.finish(outcome)
 
     async def run(self, watchdog_interval_s: float | None = None) -> None:
         self._disk_thread = WorkerThread("writer")
@@ -163,6 +183,8 @@ class Writer:
             async with trio.open_nursery() as self._nursery:
                 while True:
                     jobs: list[Job] = []
+                    if not len(self._queue):  # nothing to overlap them with
+                        self._send_landed()
                     if not watchdog_interval_s:  # no watchdog: wait as long as it takes
                         jobs = await self._queue.take(MAX_BATCH_JOBS, MAX_BATCH_BYTES)
                     else:
@@ -179,6 +201,7 @@ class Writer:
                     if self.failed is None:
                         await self._maintain()
         finally:
+            self._send_landed()  # committed: their outcomes reach their clients
             for thread in (self._disk_thread, *self._spare_threads):
                 thread.close()
             self._background.shutdown(wait=False, cancel_futures=True)
@@ -240,6 +263,7 @@ class Writer:
             await self._landed.park()
 
     async def _run_exclusive(self, job: ExclusiveJob) -> None:
+        self._send_landed()  # before a compaction's copy is waited for, say
         if self.failed is not None:
             self._fail([job], self.failed)
             return
@@ -264,6 +288,7 @@ class Writer:
         if not jobs:
             return
         if self.failed is not None:
+            self._send_landed()
             self._fail(jobs, self.failed)
             return
         mutations = [job.mutation for job in jobs]
@@ -278,10 +303,14 @@ class Writer:
 
         try:
             if self._wait_on_loop(jobs):
-                batch, on_loop = await thread.call_waiting(commit, WAIT_ON_LOOP_MAX_S)
+                thread.hand_over(commit)
+                self._send_landed()
+                batch, on_loop = await thread.result_waiting(WAIT_ON_LOOP_MAX_S)
                 self.waited_on_loop += on_loop
-            else:
+            elif self._spare_threads:  # batches in flight: each sends its own replies
                 batch = await thread.call(commit)
+            else:
+                batch = await self._in_thread(thread, commit)
         except FatalStorageError as error:
             self._fatal(str(error), jobs)
             return
@@ -289,10 +318,12 @@ class Writer:
         self.store.publish(batch)
         self.batches += 1
         self._recent.append((timing[0], time.perf_counter() - started, len(jobs)))
-        for job, outcome in zip(jobs, batch.outcomes, strict=True):
+        for outcome in batch.outcomes:
             if outcome.ok and outcome.changed:
                 self.committed_jobs += 1
-            job.finish(outcome)
+        self._landed_unsent.append((jobs, batch.outcomes))
+        if self._spare_threads:
+            self._send_landed()
         if batch.committed and self.on_publish is not None:
             self.on_publish()
         if self.on_batch is not None:
@@ -409,6 +440,7 @@ class Writer:
 
     def _fatal(self, reason: str, jobs: Sequence[Job]) -> None:
         self.failed = f"storage failure, daemon stopping: {reason}"
+        self._send_landed()  # committed before the failure: their outcomes stand
         self.store.fail()
         log.critical("%s", self.failed)
         self._fail(jobs, self.failed)
