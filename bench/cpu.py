@@ -73,6 +73,37 @@ def thread_cpu_s(pid: int) -> tuple[dict[str, float], dict[str, float]]:
     return dict(total), dict(kernel)
 
 
+def process_tree_cpu_s(pid: int) -> float:
+    """CPU seconds so far of a process, of its children that ended (waited for), and of
+    those still running: a PostgreSQL server's, given its postmaster."""
+
+    def fields_of(stat_path: str) -> list[str] | None:
+        try:
+            with open(stat_path) as stat:
+                return stat.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+
+    own = fields_of(f"/proc/{pid}/stat")
+    if own is None:
+        return 0.0
+    ticks = sum(int(field) for field in own[11:15])  # utime, stime, cutime, cstime
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            child = fields_of(f"/proc/{entry}/stat")
+            if child is not None and int(child[1]) == pid:
+                ticks += int(child[11]) + int(child[12])
+    return ticks / TICKS_PER_S
+
+
+def machine_busy_s() -> float:
+    """CPU seconds so far that the machine's cores spent on anything but idle and
+    waiting for I/O (/proc/stat)."""
+    with open("/proc/stat") as stat:
+        ticks = [int(value) for value in stat.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / TICKS_PER_S
+
+
 def _delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     return {name: after[name] - before.get(name, 0.0) for name in after}
 

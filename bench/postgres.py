@@ -4,7 +4,9 @@
 # fresh database of its own; 4 KiB snapshots:
 # - saves/s of 64 clients through one daemon, and through three daemons sharing
 #   the database, with the daemons' batch timings (the counter row's wait and
-#   hold per batch) and the one daemon's CPU by thread;
+#   hold per batch), the one daemon's CPU by thread, the server's CPU per save
+#   (its postmaster and backends, those that ended too) and the machine's busy
+#   cores (of 2 on the reference machine: below that, a run is not CPU-bound);
 # - the anchor: the same clients' work (a snapshot encoded at every save, 8
 #   processes of 8 threads), each save one prepared upsert in autocommit from 64
 #   psycopg connections (synchronous_commit on), and the same from one connection;
@@ -20,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
-import os
 import sys
 import threading
 import time
@@ -31,6 +32,7 @@ from typing import Any
 from sessionstore.wire.canonical import canonical_dumps
 
 from .adapters import PROCESSES, SPAWN_SLACK_S, figures_of, put_for, puts_in_processes
+from .cpu import machine_busy_s, process_tree_cpu_s, thread_cpu_s
 from .load import CLIENTS_PER_PROCESS, run_clients
 from .workload import make_snapshot
 
@@ -79,7 +81,7 @@ def _upsert_per_save(args: tuple[str, list[str], float, float]) -> tuple[list[fl
     return [x for lats, _ in results for x in lats], sum(e for _, e in results)
 
 
-def _anchor(url: str, seconds: float, clients: int) -> dict[str, Any]:
+def _anchor(server: Any, url: str, seconds: float, clients: int) -> dict[str, Any]:
     import psycopg
 
     with psycopg.connect(url) as conn:
@@ -89,11 +91,16 @@ def _anchor(url: str, seconds: float, clients: int) -> dict[str, Any]:
     groups = [ids[i : i + CLIENTS_PER_PROCESS] for i in range(0, clients, CLIENTS_PER_PROCESS)]
     start_at = time.time() + 2.0
     with multiprocessing.get_context("fork").Pool(len(groups)) as pool:
-        results = pool.map(
+        pending = pool.map_async(
             _upsert_per_save, [(url, g, start_at, start_at + seconds) for g in groups]
         )
+        time.sleep(max(0.0, start_at - time.time()))  # the processes wait until then too
+        cpu = _CpuDuring(server)
+        results = pending.get()
     latencies = [x for lats, _ in results for x in lats]
-    return _save_figures(latencies, seconds, sum(e for _, e in results))
+    out = _save_figures(latencies, seconds, sum(e for _, e in results))
+    out.update(cpu.figures(len(latencies)))
+    return out
 
 
 def _save_figures(latencies: list[float], seconds: float, errors: int) -> dict[str, Any]:
@@ -101,22 +108,6 @@ def _save_figures(latencies: list[float], seconds: float, errors: int) -> dict[s
     out["p99_ms"] = (
         round(sorted(latencies)[int(0.99 * len(latencies))] * 1000, 3) if latencies else None
     )
-    return out
-
-
-def _thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds so far of each of a process's threads, by name."""
-    out: dict[str, float] = {}
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/stat") as stat:
-                text = stat.read()
-        except OSError:
-            continue
-        name = text[text.index("(") + 1 : text.rindex(")")]
-        fields = text.rsplit(")", 1)[1].split()
-        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        out[name] = out.get(name, 0.0) + seconds
     return out
 
 
@@ -130,9 +121,34 @@ def _batch_timing(socket_path: str) -> dict[str, Any]:
     return timing
 
 
-def _through(daemons: list[Any], seconds: float) -> dict[str, Any]:
+def _server_pid(server: Any) -> int:
+    with open(server.data_dir / "postmaster.pid") as pid_file:
+        return int(pid_file.readline())
+
+
+class _CpuDuring:
+    """The machine's busy cores, and the PostgreSQL server's CPU, over a run."""
+
+    def __init__(self, server: Any) -> None:
+        self.server_pid = _server_pid(server)
+        self.started = time.monotonic()
+        self.busy = machine_busy_s()
+        self.server = process_tree_cpu_s(self.server_pid)
+
+    def figures(self, saves: int) -> dict[str, Any]:
+        elapsed = time.monotonic() - self.started
+        return {
+            "machine_busy_cores": round((machine_busy_s() - self.busy) / elapsed, 2),
+            "server_cpu_us_per_save": round(
+                (process_tree_cpu_s(self.server_pid) - self.server) / max(saves, 1) * 1e6, 1
+            ),
+        }
+
+
+def _through(daemons: list[Any], seconds: float, server: Any) -> dict[str, Any]:
     """64 clients spread over the daemons, all at once; the first daemon's CPU by thread
-    (cores) and every daemon's batch timings."""
+    (cores), every daemon's batch timings, the server's CPU per save and the machine's
+    busy cores."""
     samples: list[Any] = []
     share = CLIENTS // len(daemons)
 
@@ -140,16 +156,18 @@ def _through(daemons: list[Any], seconds: float) -> dict[str, Any]:
         samples.append(run_clients(socket_path, "save", share, 4 * KIB, seconds, f"pg{index}"))
 
     threads = [threading.Thread(target=run, args=(i, d.socket)) for i, d in enumerate(daemons)]
-    before = _thread_cpu(daemons[0].proc.pid)
+    before = thread_cpu_s(daemons[0].proc.pid)[0]
+    cpu = _CpuDuring(server)
     started = time.monotonic()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     elapsed = time.monotonic() - started
-    after = _thread_cpu(daemons[0].proc.pid)
+    after = thread_cpu_s(daemons[0].proc.pid)[0]
     latencies = [x for sample in samples for x in sample.latencies_s]
     out = _save_figures(latencies, seconds, sum(sample.errors for sample in samples))
+    out.update(cpu.figures(len(latencies)))
     out["batches"] = [_batch_timing(d.socket) for d in daemons]
     out["daemon_cores_by_thread"] = {
         name: round((after[name] - before.get(name, 0.0)) / elapsed, 2)
@@ -175,13 +193,15 @@ def _saves(daemon_factory: Any, workdir: Path, server: Any, seconds: float) -> d
         url = server.url(server.create_database())
         daemons = _start_daemons(daemon_factory, where, url, count)
         try:
-            out[label] = _through(daemons, seconds)
+            out[label] = _through(daemons, seconds, server)
         finally:
             for daemon in daemons:
                 daemon.stop()
     url = server.url(server.create_database())
-    out["one prepared upsert per save, 64 psycopg connections"] = _anchor(url, seconds, CLIENTS)
-    out["one prepared upsert per save, 1 psycopg connection"] = _anchor(url, seconds, 1)
+    out["one prepared upsert per save, 64 psycopg connections"] = _anchor(
+        server, url, seconds, CLIENTS
+    )
+    out["one prepared upsert per save, 1 psycopg connection"] = _anchor(server, url, seconds, 1)
     return out
 
 
