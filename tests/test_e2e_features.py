@@ -47,6 +47,7 @@ def test_hello_reports_capabilities(running: DaemonProcess) -> None:
         "watch": True,
         "keyed_documents": True,
         "txn": True,
+        "txn_keep": True,
         "expiry": True,
         "vector_rank": True,
         "history": True,
