@@ -41,6 +41,7 @@ from .plots import (
     write_item_cost,
     write_part,
     write_pg_statements,
+    write_store,
 )
 from .rows import KIB, RESULTS, Row, format_row, percentile_ms, run_header
 from .saves import anchor_rows, save_rows
@@ -307,6 +308,10 @@ def main() -> None:
             part_file.write_text(json.dumps({**out, "figures": out[key]}))
             for path in write_part(part, part_file):
                 print(f"bench: wrote {path}")
+    store_file = RESULTS / "store.json"
+    store_file.write_text(json.dumps({**out, "figures": out["store"]}))
+    for path in write_store(store_file):
+        print(f"bench: wrote {path}")
     statements_file = RESULTS / "pg_statements.json"
     statements_file.write_text(json.dumps({**out, "figures": out["pg_statements"]}))
     for path in write_pg_statements(statements_file):

@@ -309,6 +309,38 @@ def write_floor_shapes(result_file: Path) -> list[Path]:
     return [_replace_section("floor_shapes", lines)]
 
 
+def write_store(result_file: Path) -> list[Path]:
+    """LangGraph's long-term memory stores, side by side: their section of the page."""
+    result = json.loads(result_file.read_text())
+    figures = result["figures"]
+    lines = [
+        _made_by(result, "1 KiB values; p50 at one caller, and puts a second of 8 processes."),
+        "",
+        "| store | put p50 | get p50 | search p50 | puts a second, 8 processes |",
+        "|---|---|---|---|---|",
+    ]
+    for name, point in figures.items():
+        if not name.endswith(" 1 caller") or not isinstance(point, dict) or "put" not in point:
+            continue
+        store = name.removesuffix(" 1 caller")
+        processes = figures.get(f"{store} put 8 processes", {})
+        lines.append(
+            f"| {store} | {point['put']['p50_ms']:.2f} ms | {point['get']['p50_ms']:.2f} ms"
+            f" | {point['search']['p50_ms']:.2f} ms | {processes.get('ops_per_s', 0):,.0f} |"
+        )
+    semantic = {n: p for n, p in figures.items() if n.endswith("semantic search")}
+    if semantic:
+        lines += ["", "| semantic search | items | p50 |", "|---|---|---|"]
+        for name, point in semantic.items():
+            if "search" in point:
+                lines.append(f"| {name.removesuffix(' semantic search')} | {point['items']:,}"
+                             f" | {point['search']['p50_ms']:.1f} ms |")  # fmt: skip
+            else:
+                why = point.get("skipped", point) if isinstance(point, dict) else point
+                lines.append(f"| {name.removesuffix(' semantic search')} | | {why} |")
+    return [_replace_section("store", lines)]
+
+
 def write_pg_statements(result_file: Path) -> list[Path]:
     """A LangGraph put on PostgreSQL, statement by statement: its section of the page."""
     result = json.loads(result_file.read_text())

@@ -228,6 +228,7 @@ if __name__ == "__main__":
     import argparse
     import functools
 
+    from .plots import write_store
     from .standalone import run_alone
 
     extra = argparse.ArgumentParser(add_help=False)
@@ -235,4 +236,4 @@ if __name__ == "__main__":
     known, rest = extra.parse_known_args()
     sys.argv = [sys.argv[0], *rest]
     part = functools.partial(run, semantic_items=known.semantic_items)
-    run_alone("python -m bench.store", part, 3.0)
+    run_alone("python -m bench.store", part, 3.0, write_store)
