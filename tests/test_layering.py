@@ -307,7 +307,8 @@ def test_the_adapters_are_optional() -> None:
             "-c",
             "import sys, sessionstore, sessionstore.client, sessionstore.trio_client,"
             " sessionstore.asyncio_client, sessionstore.tools.cli;"
-            " print(sorted({'langgraph', 'agents', 'langchain_core'} & set(sys.modules)))",
+            " print(sorted({'langgraph', 'agents', 'langchain_core', 'google.adk', 'strands'}"
+            " & set(sys.modules)))",
         ],
         capture_output=True,
         text=True,
@@ -315,8 +316,8 @@ def test_the_adapters_are_optional() -> None:
     )
     assert loaded.stdout.strip() == "[]"
     for path in (ROOT / "client" / "sessionstore").glob("*.py"):
-        frameworks = _imports(path) & {"langgraph", "agents", "langchain_core"}
-        assert not frameworks or path.stem in {"langgraph", "agents"}, path
+        frameworks = _imports(path) & {"langgraph", "agents", "langchain_core", "google", "strands"}
+        assert not frameworks or path.stem in {"langgraph", "agents", "adk", "strands"}, path
 
 
 def test_each_extra_installs_what_the_readme_examples_import() -> None:
