@@ -28,6 +28,8 @@ ANCHORS = (
     "Sqlite",
     "AsyncSqlite",
     "SQLite",
+    "DatabaseSessionService",
+    "FileSessionManager",
 )
 PERCENTILES = ("p10", "p25", "p50", "p75", "p90", "p99", "p99.9")
 
