@@ -18,6 +18,7 @@ from typing import Any
 
 from . import (
     adapters,
+    agent_frameworks,
     anchors,
     backup,
     cpu,
@@ -220,6 +221,10 @@ def main() -> None:
         frameworks = adapters.main(Daemon, base / "adapters", args.seconds)
         for name, figures in frameworks.items():
             print(f"adapters: {name}: {json.dumps(figures)}", flush=True)
+        (base / "agent_frameworks").mkdir()
+        adk_strands = agent_frameworks.run(Daemon, base / "agent_frameworks", args.seconds)
+        for name, figures in adk_strands.items():
+            print(f"adk and strands: {name}: {json.dumps(figures)}", flush=True)
         (base / "store").mkdir()
         memory_store = store.run(Daemon, base / "store", args.seconds, args.semantic_items)
         for name, figures in memory_store.items():
@@ -276,6 +281,7 @@ def main() -> None:
         "generations": kept,
         "metrics_cost": counting,
         "adapters": frameworks,
+        "agent_frameworks": adk_strands,
         "store": memory_store,
         "postgresql": on_postgres,
         "pg_statements": statements,
@@ -302,7 +308,9 @@ def main() -> None:
     print(f"bench: wrote {RESULTS / 'latest.json'}")
     for path in write_figures(RESULTS / "latest.json"):
         print(f"bench: wrote {path}")
-    for part, key in (("adapters", "adapters"), ("postgres", "postgresql")):
+    parts = (("adapters", "adapters"), ("agent_frameworks", "agent_frameworks"),
+             ("postgres", "postgresql"))  # fmt: skip
+    for part, key in parts:
         if out[key]:  # each part's own picture and section, from this run
             part_file = RESULTS / f"{part}.json"
             part_file.write_text(json.dumps({**out, "figures": out[key]}))

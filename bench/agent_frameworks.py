@@ -158,10 +158,11 @@ def _message(number: int) -> Any:
 
 
 def _repository(where: str) -> Any:
-    if where.startswith("/"):
+    """A FileSessionManager in the directory "file:DIR", else ours on the socket."""
+    if where.startswith("file:"):
         from strands.session.file_session_manager import FileSessionManager
 
-        return FileSessionManager(session_id="bench", storage_dir=where)
+        return FileSessionManager(session_id="bench", storage_dir=where.removeprefix("file:"))
     from sessionstore.strands import SessionStoreSessionRepository
 
     return SessionStoreSessionRepository(where)
@@ -225,7 +226,7 @@ def run(daemon_factory: Any, workdir: Path, seconds: float) -> dict[str, Any]:
         (workdir / "strands").mkdir()
         for name, where in (
             ("SessionStoreSessionRepository", daemon.socket),
-            ("FileSessionManager", str(workdir / "strands")),
+            ("FileSessionManager", f"file:{workdir / 'strands'}"),
         ):
             start = time.time()
             out[f"{name} message stored 1 process"] = _in_processes(

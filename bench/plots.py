@@ -208,9 +208,9 @@ def part_section(part: str, result: dict[str, Any]) -> list[str]:
     ]
     for name, value in figures.items():
         if isinstance(value, dict) and "ops_per_s" in value:
-            lines.append(
-                f"| {name} | {value['ops_per_s']:,.0f} | {value.get('p50_ms', 0):.2f} ms |"
-            )
+            p50 = value.get("p50_ms")
+            at = "" if p50 is None else f"{p50:.2f} ms"  # a throughput alone has none
+            lines.append(f"| {name} | {value['ops_per_s']:,.0f} | {at} |")
     return lines
 
 
