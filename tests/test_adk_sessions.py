@@ -1,7 +1,7 @@
 # Google ADK's session-service contract, as ADK's own tests hold every backend to
-# it (tests/unittests/sessions/test_session_service.py: the tests every backend
-# of its registry runs, and DatabaseSessionService's stale-writer and concurrency
-# tests), ported in our words onto SessionStoreSessionService, through ADK's own
+# it (the session-service tests that every backend of its registry runs, and
+# DatabaseSessionService's stale-writer and concurrency tests, in google/adk-python's
+# unit tests), ported in our words onto SessionStoreSessionService, through ADK's own
 # package, on both engines. Where ours differs, the test says so.
 from __future__ import annotations
 
