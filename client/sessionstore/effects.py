@@ -1,0 +1,311 @@
+# A ledger of a session's tool effects, so that a resumed run does not repeat
+# an effect its crashed predecessor already had, and never repeats one whose
+# outcome it cannot know.
+#
+#     ledger = Ledger("user-42")                  # or AsyncLedger, for asyncio tools
+#
+#     @ledger.once(lambda order: f"refund/{order}")
+#     def refund(order: str) -> dict: ...         # runs once per key, ever
+#
+#     with ledger.once("email/42") as effect:     # the same, around a block
+#         if not effect.done:
+#             effect.record(send_email())
+#     effect.result                               # what the first run recorded
+#
+# Each effect is one `kv` document, EFFECTS + session + "/" + key. Before the
+# tool runs, a txn creates it as "intended" (create-only: of two runs racing on
+# one key, one runs the tool and the other is refused). Once the tool returns,
+# a second txn, conditional on the intent being the one this run wrote, records
+# "done" with its result. A run that finds its key:
+#   - "done": gets the recorded result, and the tool is not called;
+#   - "intended": the tool may or may not have taken effect (a crash, a kill,
+#     an exception between the two txns). It is never run again on its own:
+#     the run gets UnresolvedEffect, and unresolved() lists every such effect,
+#     for whoever knows the remote side to settle it with resolve(key, result)
+#     or retry(key).
+# An exception from the tool leaves its effect "intended", the error recorded:
+# a tool that fails has not said it did nothing. The result must be what CBOR
+# holds (JSON's types, bytes). Effects expire with ttl_s when one is given.
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from . import requests as r
+from .adapters import plans
+from .adapters.keyparts import key_part
+from .adapters.lifetime import digest_of, every_item
+from .adapters.plans import KIND, Plan
+from .asyncio_client import AsyncClient
+from .client import Client
+from .errors import Conflict, SessionStoreError
+
+T = TypeVar("T")
+INTENDED, DONE = "intended", "done"
+Key = str | Callable[..., str]  # an effect's key, or how to make it from the tool's arguments
+
+
+class UnresolvedEffect(SessionStoreError):
+    """An earlier run intended this effect and did not record its outcome: it may or may
+    not have happened. Settle it with resolve(key, result) or retry(key)."""
+
+    code = "unresolved_effect"
+
+    def __init__(self, key: str, record: dict[str, Any]) -> None:
+        error = f" (it raised: {record['error']})" if record.get("error") else ""
+        super().__init__(
+            f"effect {key!r} was intended at {record['at_ms']} ms and its outcome was never"
+            f" recorded{error}: resolve it or retry it",
+            {"key": key, "record": record},
+        )
+        self.key = key
+
+
+@dataclass
+class Effect:
+    """One run's view of an effect: done (with the result recorded, by this run or an
+    earlier one) or to be done by this run."""
+
+    key: str
+    done: bool = False
+    result: Any = None
+    _record: Callable[[Any], None] | None = None
+
+    def record(self, result: Any) -> None:
+        """The block's effect took place, with this result: record it as done."""
+        if self.done:
+            raise RuntimeError(f"effect {self.key!r} is already recorded")
+        assert self._record is not None
+        self._record(result)
+        self.done, self.result = True, result
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    key: str
+    at_ms: int
+    error: str | None
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _LedgerPlans:
+    """The ledger's decisions, as plans (adapters/plans.py) either client runs."""
+
+    def __init__(self, session: str, prefix: str, ttl_s: float | None) -> None:
+        self.session = session
+        self.prefix = f"{prefix}{key_part(session)}/"
+        self.ttl_s = ttl_s
+
+    def document(self, key: str) -> str:
+        return self.prefix + key_part(key)
+
+    def _put(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
+        op = plans.put_op(self.document(key), value)
+        return op if self.ttl_s is None else {**op, "ttl_s": self.ttl_s}
+
+    def begin(self, key: str) -> Plan[tuple[dict[str, Any] | None, dict[str, Any]]]:
+        """(the recorded result's record, None) when done; else (None, the intent this
+        run wrote). UnresolvedEffect when an earlier run left it intended."""
+        intent = {"key": key, "state": INTENDED, "at_ms": _now_ms()}
+        document = self.document(key)
+        try:
+            yield [r.txn([self._put(key, intent)], [{"kind": KIND, "key": document,
+                                                     "exists": False}])]  # fmt: skip
+        except Conflict:
+            (record,) = yield [r.checkpoint_get(KIND, document)]
+            if record is None:  # gone meanwhile (retried, expired): begin afresh
+                return (yield from self.begin(key))
+            if record["state"] == DONE:
+                return record, intent
+            raise UnresolvedEffect(key, record) from None
+        return None, intent
+
+    def finish(self, intent: dict[str, Any], result: Any, error: str | None = None) -> Plan[None]:
+        """Done with its result; or, with an error, still intended, the error recorded."""
+        key = intent["key"]
+        if error is None:
+            value = {**intent, "state": DONE, "result": result, "done_at_ms": _now_ms()}
+        else:
+            value = {**intent, "error": error}
+        requirement = {"kind": KIND, "key": self.document(key), "digest": digest_of(intent)}
+        try:
+            yield [r.txn([self._put(key, value)], [requirement])]
+        except Conflict:  # someone resolved or retried it meanwhile: theirs stands
+            raise UnresolvedEffect(key, intent) from None
+
+    def unresolved(self) -> Plan[list[Unresolved]]:
+        found = yield from every_item(self.prefix)
+        return [
+            Unresolved(item["value"]["key"], item["value"]["at_ms"], item["value"].get("error"))
+            for item in found
+            if item["value"]["state"] == INTENDED
+        ]
+
+    def resolve(self, key: str, result: Any) -> Plan[None]:
+        value = {"key": key, "state": DONE, "at_ms": _now_ms(), "result": result,
+                 "done_at_ms": _now_ms(), "resolved": True}  # fmt: skip
+        yield [r.txn([self._put(key, value)])]
+
+    def retry(self, key: str) -> Plan[None]:
+        yield [r.txn([plans.delete_op(self.document(key))])]
+
+
+def _key_of(key: Key, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    return key(*args, **kwargs) if callable(key) else key
+
+
+class Ledger(plans.OnRunner):
+    """A session's effects, on the blocking client."""
+
+    def __init__(
+        self,
+        session: str,
+        socket_path: str | None = None,
+        *,
+        prefix: str = "effects/",
+        ttl_s: float | None = None,
+        timeout: float | None = 60.0,
+        client: Client | None = None,
+    ) -> None:
+        self._plans = _LedgerPlans(session, prefix, ttl_s)
+        self._start_runner(socket_path, timeout, client)
+
+    def once(self, key: Key) -> _Once:
+        return _Once(self, key)
+
+    @contextmanager
+    def effect(self, key: str) -> Iterator[Effect]:
+        record, intent = self._runner.run(self._plans.begin(key))
+        if record is not None:
+            yield Effect(key, done=True, result=record.get("result"))
+            return
+
+        def finish(result: Any) -> None:
+            self._runner.run(self._plans.finish(intent, result))
+
+        effect = Effect(key, _record=finish)
+        try:
+            yield effect
+        except BaseException as error:
+            if not effect.done:
+                self._runner.run(self._plans.finish(intent, None, repr(error)))
+            raise
+
+    def unresolved(self) -> list[Unresolved]:
+        return self._runner.run(self._plans.unresolved())
+
+    def resolve(self, key: str, result: Any = None) -> None:
+        """Settle an unresolved effect as done, with this result."""
+        self._runner.run(self._plans.resolve(key, result))
+
+    def retry(self, key: str) -> None:
+        """Forget an effect, so that the next run with its key runs the tool again."""
+        self._runner.run(self._plans.retry(key))
+
+
+class AsyncLedger(plans.OnRunner):
+    """A session's effects, on the asyncio client (ADK's and the Agents SDK's tools)."""
+
+    def __init__(
+        self,
+        session: str,
+        socket_path: str | None = None,
+        *,
+        prefix: str = "effects/",
+        ttl_s: float | None = None,
+        timeout: float | None = 60.0,
+        client: AsyncClient | None = None,
+    ) -> None:
+        self._plans = _LedgerPlans(session, prefix, ttl_s)
+        self._start_runner(socket_path, timeout, client)
+
+    def once(self, key: Key) -> _Once:
+        return _Once(self, key)
+
+    @asynccontextmanager
+    async def effect(self, key: str) -> AsyncIterator[Effect]:
+        record, intent = await self._runner.arun(self._plans.begin(key))
+        if record is not None:
+            yield Effect(key, done=True, result=record.get("result"))
+            return
+        recorded: list[Any] = []
+        effect = Effect(key, _record=recorded.append)
+        try:
+            yield effect
+        except BaseException as error:
+            outcome = (recorded[0], None) if recorded else (None, repr(error))
+            await self._runner.arun(self._plans.finish(intent, *outcome))
+            raise
+        if recorded:
+            await self._runner.arun(self._plans.finish(intent, recorded[0]))
+
+    async def unresolved(self) -> list[Unresolved]:
+        return await self._runner.arun(self._plans.unresolved())
+
+    async def resolve(self, key: str, result: Any = None) -> None:
+        await self._runner.arun(self._plans.resolve(key, result))
+
+    async def retry(self, key: str) -> None:
+        await self._runner.arun(self._plans.retry(key))
+
+
+class _Once:
+    """ledger.once(key): a decorator for a tool (sync or async), or a context manager
+    around a block (`with` on a Ledger, `async with` on an AsyncLedger)."""
+
+    def __init__(self, ledger: Ledger | AsyncLedger, key: Key) -> None:
+        self.ledger = ledger
+        self.key = key
+        self._context: Any = None
+
+    def __call__(self, tool: Callable[..., T]) -> Callable[..., T]:
+        ledger = self.ledger
+        if inspect.iscoroutinefunction(tool):
+            assert isinstance(ledger, AsyncLedger), "an async tool takes an AsyncLedger"
+
+            @functools.wraps(tool)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                async with ledger.effect(_key_of(self.key, args, kwargs)) as effect:
+                    if not effect.done:
+                        effect.record(await tool(*args, **kwargs))
+                return effect.result
+
+            return run_async  # type: ignore[return-value]
+        assert isinstance(ledger, Ledger), "a blocking tool takes a Ledger"
+
+        @functools.wraps(tool)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with ledger.effect(_key_of(self.key, args, kwargs)) as effect:
+                if not effect.done:
+                    effect.record(tool(*args, **kwargs))
+            return effect.result
+
+        return run
+
+    def __enter__(self) -> Effect:
+        assert isinstance(self.ledger, Ledger) and isinstance(self.key, str)
+        self._context = self.ledger.effect(self.key)
+        effect: Effect = self._context.__enter__()
+        return effect
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        result: bool | None = self._context.__exit__(*exc)
+        return result
+
+    async def __aenter__(self) -> Effect:
+        assert isinstance(self.ledger, AsyncLedger) and isinstance(self.key, str)
+        self._context = self.ledger.effect(self.key)
+        effect: Effect = await self._context.__aenter__()
+        return effect
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        result: bool | None = await self._context.__aexit__(*exc)
+        return result
