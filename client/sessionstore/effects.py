@@ -43,27 +43,12 @@ from .adapters.lifetime import digest_of, every_item
 from .adapters.plans import KIND, Plan
 from .asyncio_client import AsyncClient
 from .client import Client
-from .errors import Conflict, SessionStoreError
+from .errors import Conflict, UnresolvedEffect
 
 T = TypeVar("T")
+__all__ = ["AsyncLedger", "Effect", "Ledger", "Unresolved", "UnresolvedEffect"]
 INTENDED, DONE = "intended", "done"
 Key = str | Callable[..., str]  # an effect's key, or how to make it from the tool's arguments
-
-
-class UnresolvedEffect(SessionStoreError):
-    """An earlier run intended this effect and did not record its outcome: it may or may
-    not have happened. Settle it with resolve(key, result) or retry(key)."""
-
-    code = "unresolved_effect"
-
-    def __init__(self, key: str, record: dict[str, Any]) -> None:
-        error = f" (it raised: {record['error']})" if record.get("error") else ""
-        super().__init__(
-            f"effect {key!r} was intended at {record['at_ms']} ms and its outcome was never"
-            f" recorded{error}: resolve it or retry it",
-            {"key": key, "record": record},
-        )
-        self.key = key
 
 
 @dataclass

@@ -151,6 +151,34 @@ class InternalError(SessionStoreError):
     code = ErrorCode.INTERNAL
 
 
+# Raised by the client side alone (no wire code of the daemon's):
+
+
+class StaleOwner(SessionStoreError):
+    """An adapter made with owner=: another owner has taken this thread or session over,
+    and this owner's write changed nothing. Stop writing to it, or take it back over
+    (fencing the other)."""
+
+    code = "stale_owner"
+
+
+class UnresolvedEffect(SessionStoreError):
+    """sessionstore.effects: an earlier run intended this effect and never recorded its
+    outcome, so it may or may not have happened; the tool was not run. Settle it with
+    resolve(key, result) or retry(key)."""
+
+    code = "unresolved_effect"
+
+    def __init__(self, key: str, record: dict[str, Any]) -> None:
+        error = f" (it raised: {record['error']})" if record.get("error") else ""
+        super().__init__(
+            f"effect {key!r} was intended at {record['at_ms']} ms and its outcome was never"
+            f" recorded{error}: resolve it or retry it",
+            {"key": key, "record": record},
+        )
+        self.key = key
+
+
 ERROR_CLASSES: dict[str, type[SessionStoreError]] = {
     cls.code: cls
     for cls in (

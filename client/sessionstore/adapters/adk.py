@@ -34,6 +34,10 @@
 # session's length; with after_timestamp, the events at or after it (a full
 # read), then the newest N of those, as DatabaseSessionService filters.
 #
+# With owner=NAME, every write also carries the service's lease on the session
+# (ownership.py): a service whose session another owner took over is refused
+# with StaleOwner, and take_over() fences the previous owner.
+#
 # Where it differs from DatabaseSessionService: events come back in the order
 # they were committed, as InMemorySessionService keeps them, not sorted by
 # timestamp (the same order whenever each event's timestamp is not older than
@@ -62,6 +66,7 @@ from ..errors import Conflict, TooLarge
 from . import plans
 from .keyparts import key_part
 from .lifetime import Items, digest_of, every_item
+from .ownership import LEASE_TTL_S, Owner
 from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan, delete_op, delete_prefix_op, socket_of
 
 try:  # google-adk 2.x
@@ -110,11 +115,16 @@ class SessionStoreSessionService(BaseSessionService):
         prefix: str = "adk/",
         timeout: float | None = 60.0,
         client: AsyncClient | None = None,
+        owner: str | None = None,
+        lease_ttl_s: float = LEASE_TTL_S,
     ) -> None:
         """socket_path None: the default socket, as every client finds it; client: an
         AsyncClient to use instead of the service's own (on its event loop), which the
-        caller closes."""
+        caller closes; owner: this service's name as the owner of the sessions it writes
+        (ownership.py): a session another owner has taken over refuses its writes with
+        StaleOwner."""
         self.prefix = prefix
+        self.owner = None if owner is None else Owner(owner, lease_ttl_s)
         self.socket_path = socket_of(socket_path, client)
         self._clients = ClientPerLoop(self.socket_path, timeout, client)
         self.timeout = self._clients.timeout
@@ -135,6 +145,38 @@ class SessionStoreSessionService(BaseSessionService):
 
     def _own_prefix(self, app: str, user: str, session_id: str) -> str:
         return f"{self.prefix}v/{key_part(app)}/{key_part(user)}/{key_part(session_id)}/"
+
+    def _owner_key(self, app: str, user: str, session_id: str) -> str:
+        return f"{self.prefix}o/{key_part(app)}/{key_part(user)}/{key_part(session_id)}"
+
+    def _fenced(
+        self, scope: str, ops: list[dict[str, Any]], require: list[dict[str, Any]]
+    ) -> Plan[None]:
+        """One txn of ops under require and, with an owner, under its lease on the scope:
+        StaleOwner when another owner has the scope."""
+        if self.owner is None:
+            yield [r.txn(ops, require)]
+            return
+        yield from self.owner.claim(scope)
+        while True:
+            requirement, renewal = self.owner.fence(scope)
+            try:
+                yield [r.txn([*ops, renewal], [*require, requirement])]
+            except Conflict as conflict:
+                if conflict.details.get("failed") != len(require):
+                    raise
+                if (yield from self.owner.refused(scope, conflict)):
+                    continue  # the lease lapsed with nobody taking it: taken again
+            self.owner.written(scope)
+            return
+
+    async def take_over(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """This service's owner takes the session, at the next epoch: its previous owner's
+        next write is refused with StaleOwner."""
+        if self.owner is None:
+            raise TypeError("take_over() needs a service made with owner=")
+        scope = self._owner_key(app_name, user_id, session_id.strip())
+        await self._run(self.owner.take_over(scope))
 
     def _app_prefix(self, app: str) -> str:
         return f"{self.prefix}a/{key_part(app)}/"
@@ -170,8 +212,9 @@ class SessionStoreSessionService(BaseSessionService):
             *self._state_puts(self._app_prefix(app), app_keys),
             *self._state_puts(self._user_prefix(app, user), user_keys),
         ]
+        scope = self._owner_key(app, user, session_id)
         try:
-            yield [r.txn(ops, [{"kind": KIND, "key": key, "exists": False}])]
+            yield from self._fenced(scope, ops, [{"kind": KIND, "key": key, "exists": False}])
         except Conflict:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
         app_items, user_items = yield from self._shared_state(app, user)
@@ -358,8 +401,9 @@ class SessionStoreSessionService(BaseSessionService):
             *self._state_puts(self._app_prefix(app), app_keys),
             *self._state_puts(self._user_prefix(app, user), user_keys),
         ]
+        scope = self._owner_key(app, user, session_id)
         try:
-            yield [r.txn(ops, [{"kind": KIND, "key": key, "digest": seen}])]
+            yield from self._fenced(scope, ops, [{"kind": KIND, "key": key, "digest": seen}])
         except Conflict as conflict:
             if conflict.current is None:
                 raise SessionNotFoundError(f"Session {session_id} not found.") from None

@@ -1,0 +1,94 @@
+# Fenced ownership of a thread or session, for the adapters that take owner=.
+#
+# Each scope (a session, a thread) that an owner writes has an owner document
+# beside it: {"owner": NAME, "epoch": N}, expiring LEASE_TTL_S after the last
+# write that renewed it. An adapter with an owner puts, in every txn it writes
+# to the scope:
+#   - a requirement, after its own ones, that the owner document is the one this
+#     owner holds (absent, for its first write to a scope nobody holds);
+#   - the owner document again, at the end of its ops, which renews its expiry.
+# So a write from an owner that another one has taken the scope from changes
+# nothing: its txn fails on that requirement, and the adapter raises StaleOwner.
+# take_over() moves the scope to this owner at the next epoch, compare-and-swap
+# on the document it read: the previous owner's next write is refused. A scope
+# whose owner stopped writing for LEASE_TTL_S (it died) has no owner document
+# any more, and the next owner to write takes it without an operator.
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import requests as r
+from ..errors import SessionStoreError, StaleOwner
+from .lifetime import digest_of
+from .plans import KIND, Plan, put_op
+
+LEASE_TTL_S = 300.0  # a scope's owner keeps it this long after its last write
+
+
+@dataclass
+class Owner:
+    """One owner's leases, by the key of each scope's owner document."""
+
+    name: str
+    lease_ttl_s: float = LEASE_TTL_S
+    held: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unowned: set[str] = field(default_factory=set)  # held, and to be taken as absent
+
+    def claim(self, document: str) -> Plan[None]:
+        """Before a first write to a scope: take it when nobody holds it (or its owner
+        is this one, by name); StaleOwner when another does."""
+        if document in self.held:
+            return
+        (current,) = yield [r.checkpoint_get(KIND, document)]
+        if current is not None and current.get("owner") != self.name:
+            raise StaleOwner(
+                f"owned by {current.get('owner')!r} (epoch {current.get('epoch')}); take it"
+                " over to write here",
+                {"owner": current.get("owner"), "epoch": current.get("epoch")},
+            )
+        if current is None:
+            current = {"owner": self.name, "epoch": 1}
+            self.unowned.add(document)
+        self.held[document] = current
+
+    def fence(self, document: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The requirement and the renewing op for a write to a claimed scope."""
+        held = self.held[document]
+        if document in self.unowned:
+            requirement = {"kind": KIND, "key": document, "exists": False}
+        else:
+            requirement = {"kind": KIND, "key": document, "digest": digest_of(held)}
+        return requirement, {**put_op(document, held), "ttl_s": self.lease_ttl_s}
+
+    def written(self, document: str) -> None:
+        self.unowned.discard(document)
+
+    def refused(self, document: str, error: SessionStoreError) -> Plan[bool]:
+        """After a write refused on the owner requirement: True when the lease only
+        lapsed (nobody holds the scope: take it again and retry), else StaleOwner."""
+        (current,) = yield [r.checkpoint_get(KIND, document)]
+        if current is None:
+            self.unowned.add(document)
+            return True
+        self.held.pop(document, None)
+        self.unowned.discard(document)
+        raise StaleOwner(
+            f"this owner ({self.name!r}) was fenced: {current.get('owner')!r} took the scope"
+            f" over (epoch {current.get('epoch')})",
+            {**error.details, "owner": current.get("owner"), "epoch": current.get("epoch")},
+        )
+
+    def take_over(self, document: str) -> Plan[None]:
+        """The scope, at the next epoch, whoever held it."""
+        (current,) = yield [r.checkpoint_get(KIND, document)]
+        epoch = 1 if current is None else int(current.get("epoch", 0)) + 1
+        mine = {"owner": self.name, "epoch": epoch}
+        requirement = (
+            {"kind": KIND, "key": document, "exists": False}
+            if current is None
+            else {"kind": KIND, "key": document, "digest": digest_of(current)}
+        )
+        yield [r.txn([{**put_op(document, mine), "ttl_s": self.lease_ttl_s}], [requirement])]
+        self.held[document] = mine
+        self.unowned.discard(document)
