@@ -18,6 +18,7 @@ from strands.storage import Storage
 from strands.types.exceptions import SessionException
 from strands.types.session import Session, SessionAgent, SessionMessage, SessionType
 
+from sessionstore import StaleOwner
 from sessionstore.strands import (
     SessionStoreSessionManager,
     SessionStoreSessionRepository,
@@ -269,3 +270,27 @@ def test_the_storage_protocol_reads_writes_lists_by_prefix_and_deletes(
             await storage.aclose()
 
     asyncio.run(main())
+
+
+def test_two_workers_resume_one_session_and_only_the_owner_writes(
+    running: DaemonProcess,
+) -> None:
+    """Worker a runs the session; worker b resumes it and takes it over; a's next turn
+    is refused with StaleOwner and stores nothing."""
+    first = SessionStoreSessionManager("shared", running.socket_path, owner="worker-a")
+    agent_a = Agent(model=ScriptedModel(["a1", "a2"]), session_manager=first,
+                    callback_handler=None)  # fmt: skip
+    agent_a("one")
+    second = SessionStoreSessionManager("shared", running.socket_path, owner="worker-b")
+    agent_b = Agent(model=ScriptedModel(["b1"]), session_manager=second, callback_handler=None)
+    with pytest.raises(StaleOwner):  # b may not write while a owns the session
+        agent_b("from b, too early")
+    second.take_over()
+    agent_b = Agent(model=ScriptedModel(["b1"]), session_manager=SessionStoreSessionManager(
+        "shared", running.socket_path, owner="worker-b"), callback_handler=None)  # fmt: skip
+    agent_b("two")
+    with pytest.raises(StaleOwner):  # a was fenced
+        agent_a("from a, fenced")
+    stored = second.repository.list_messages("shared", "default")
+    assert _texts([m.to_message() for m in stored]) == ["one", "a1", "two", "b1"]
+    first.close(), second.close()

@@ -66,7 +66,7 @@ from ..errors import Conflict, TooLarge
 from . import plans
 from .keyparts import key_part
 from .lifetime import Items, digest_of, every_item
-from .ownership import LEASE_TTL_S, Owner
+from .ownership import LEASE_TTL_S, Owner, fenced_txn
 from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan, delete_op, delete_prefix_op, socket_of
 
 try:  # google-adk 2.x
@@ -149,27 +149,6 @@ class SessionStoreSessionService(BaseSessionService):
     def _owner_key(self, app: str, user: str, session_id: str) -> str:
         return f"{self.prefix}o/{key_part(app)}/{key_part(user)}/{key_part(session_id)}"
 
-    def _fenced(
-        self, scope: str, ops: list[dict[str, Any]], require: list[dict[str, Any]]
-    ) -> Plan[None]:
-        """One txn of ops under require and, with an owner, under its lease on the scope:
-        StaleOwner when another owner has the scope."""
-        if self.owner is None:
-            yield [r.txn(ops, require)]
-            return
-        yield from self.owner.claim(scope)
-        while True:
-            requirement, renewal = self.owner.fence(scope)
-            try:
-                yield [r.txn([*ops, renewal], [*require, requirement])]
-            except Conflict as conflict:
-                if conflict.details.get("failed") != len(require):
-                    raise
-                if (yield from self.owner.refused(scope, conflict)):
-                    continue  # the lease lapsed with nobody taking it: taken again
-            self.owner.written(scope)
-            return
-
     async def take_over(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """This service's owner takes the session, at the next epoch: its previous owner's
         next write is refused with StaleOwner."""
@@ -214,7 +193,9 @@ class SessionStoreSessionService(BaseSessionService):
         ]
         scope = self._owner_key(app, user, session_id)
         try:
-            yield from self._fenced(scope, ops, [{"kind": KIND, "key": key, "exists": False}])
+            yield from fenced_txn(
+                self.owner, scope, ops, [{"kind": KIND, "key": key, "exists": False}]
+            )
         except Conflict:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
         app_items, user_items = yield from self._shared_state(app, user)
@@ -403,7 +384,9 @@ class SessionStoreSessionService(BaseSessionService):
         ]
         scope = self._owner_key(app, user, session_id)
         try:
-            yield from self._fenced(scope, ops, [{"kind": KIND, "key": key, "digest": seen}])
+            yield from fenced_txn(
+                self.owner, scope, ops, [{"kind": KIND, "key": key, "digest": seen}]
+            )
         except Conflict as conflict:
             if conflict.current is None:
                 raise SessionNotFoundError(f"Session {session_id} not found.") from None

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import requests as r
-from ..errors import SessionStoreError, StaleOwner
+from ..errors import Conflict, SessionStoreError, StaleOwner
 from .lifetime import digest_of
 from .plans import KIND, Plan, put_op
 
@@ -92,3 +92,25 @@ class Owner:
         yield [r.txn([{**put_op(document, mine), "ttl_s": self.lease_ttl_s}], [requirement])]
         self.held[document] = mine
         self.unowned.discard(document)
+
+
+def fenced_txn(
+    owner: Owner | None, scope: str, ops: list[dict[str, Any]], require: list[dict[str, Any]]
+) -> Plan[None]:
+    """One txn of ops under require and, with an owner, under its lease on the scope (the
+    key of the scope's owner document): StaleOwner when another owner has it."""
+    if owner is None:
+        yield [r.txn(ops, require)]
+        return
+    yield from owner.claim(scope)
+    while True:
+        requirement, renewal = owner.fence(scope)
+        try:
+            yield [r.txn([*ops, renewal], [*require, requirement])]
+        except Conflict as conflict:
+            if conflict.details.get("failed") != len(require):
+                raise
+            if (yield from owner.refused(scope, conflict)):
+                continue  # the lease lapsed with nobody taking it: taken again
+        owner.written(scope)
+        return

@@ -36,6 +36,7 @@ from ..errors import Conflict
 from . import plans
 from .keyparts import key_part
 from .lifetime import Items, every_item
+from .ownership import LEASE_TTL_S, Owner, fenced_txn
 from .plans import KIND, SCAN_PAGE, Plan, delete_op, delete_prefix_op, put_op
 
 if TYPE_CHECKING:
@@ -59,10 +60,15 @@ class SessionStoreSessionRepository(plans.OnRunner, SessionRepository):
         prefix: str = "strands/",
         timeout: float | None = 60.0,
         client: Client | None = None,
+        owner: str | None = None,
+        lease_ttl_s: float = LEASE_TTL_S,
     ) -> None:
         """socket_path None: the default socket, as every client finds it; client: a
-        Client to use instead of the repository's own, which the caller closes."""
+        Client to use instead of the repository's own, which the caller closes; owner:
+        this repository's name as the owner of the sessions it writes (ownership.py): a
+        session another owner has taken over refuses its writes with StaleOwner."""
         self.prefix = prefix
+        self.owner = None if owner is None else Owner(owner, lease_ttl_s)
         self._start_runner(socket_path, timeout, client)
 
     # -- keys -----------------------------------------------------------------------
@@ -79,6 +85,16 @@ class SessionStoreSessionRepository(plans.OnRunner, SessionRepository):
     def _message_key(self, session_id: str, agent_id: str, message_id: int) -> str:
         return self._messages_prefix(session_id, agent_id) + f"{message_id:0{ID_DIGITS}d}"
 
+    def _owner_key(self, session_id: str) -> str:
+        return f"{self.prefix}o/{key_part(session_id)}"
+
+    def take_over(self, session_id: str) -> None:
+        """This repository's owner takes the session, at the next epoch: its previous
+        owner's next write is refused with StaleOwner."""
+        if self.owner is None:
+            raise TypeError("take_over() needs a repository made with owner=")
+        self._runner.run(self.owner.take_over(self._owner_key(session_id)))
+
     def _multi_agent_key(self, session_id: str, multi_agent_id: str) -> str:
         return f"{self.prefix}y/{key_part(session_id)}/{key_part(multi_agent_id)}"
 
@@ -88,25 +104,29 @@ class SessionStoreSessionRepository(plans.OnRunner, SessionRepository):
         found: dict[str, Any] | None = self._runner.run(_one(r.checkpoint_get(KIND, key)))
         return found
 
-    def _txn(self, ops: list[dict[str, Any]], require: list[dict[str, Any]]) -> bool:
-        """False when a requirement was not met."""
+    def _txn(
+        self, session_id: str, ops: list[dict[str, Any]], require: list[dict[str, Any]]
+    ) -> bool:
+        """A write to the session (under the owner's lease, if any); False when one of
+        the requirements was not met."""
         try:
-            self._runner.run(_one(r.txn(ops, require)))
+            self._runner.run(fenced_txn(self.owner, self._owner_key(session_id), ops, require))
         except Conflict:
             return False
         return True
 
-    def _update(self, key: str, value: dict[str, Any]) -> bool:
+    def _update(self, session_id: str, key: str, value: dict[str, Any]) -> bool:
         """Replace an existing document, keeping its created_at; False when there is none."""
         put = {**put_op(key, value), "keep": KEPT}
-        return self._txn([put], [{"kind": KIND, "key": key, "exists": True}])
+        return self._txn(session_id, [put], [{"kind": KIND, "key": key, "exists": True}])
 
     # -- sessions -----------------------------------------------------------------------
 
     def create_session(self, session: Session, **kwargs: Any) -> Session:
         key = self._session_key(session.session_id)
         value = {**session.to_dict(), "session_type": str(session.session_type.value)}
-        if not self._txn([put_op(key, value)], [{"kind": KIND, "key": key, "exists": False}]):
+        exists = [{"kind": KIND, "key": key, "exists": False}]
+        if not self._txn(session.session_id, [put_op(key, value)], exists):
             raise SessionException(f"Session {session.session_id} already exists")
         return session
 
@@ -120,14 +140,14 @@ class SessionStoreSessionRepository(plans.OnRunner, SessionRepository):
         ops = [delete_op(key)] + [
             delete_prefix_op(f"{self.prefix}{kind}/{part}/") for kind in ("g", "m", "y")
         ]
-        if not self._txn(ops, [{"kind": KIND, "key": key, "exists": True}]):
+        if not self._txn(session_id, ops, [{"kind": KIND, "key": key, "exists": True}]):
             raise SessionException(f"Session {session_id} does not exist")
 
     # -- agents ---------------------------------------------------------------------------
 
     def create_agent(self, session_id: str, session_agent: SessionAgent, **kwargs: Any) -> None:
         key = self._agent_key(session_id, session_agent.agent_id)
-        self._txn([put_op(key, session_agent.to_dict())], [])
+        self._txn(session_id, [put_op(key, session_agent.to_dict())], [])
 
     def read_agent(self, session_id: str, agent_id: str, **kwargs: Any) -> SessionAgent | None:
         found = self._get(self._agent_key(session_id, agent_id))
@@ -135,7 +155,7 @@ class SessionStoreSessionRepository(plans.OnRunner, SessionRepository):
 
     def update_agent(self, session_id: str, session_agent: SessionAgent, **kwargs: Any) -> None:
         key = self._agent_key(session_id, session_agent.agent_id)
-        if not self._update(key, session_agent.to_dict()):
+        if not self._update(session_id, key, session_agent.to_dict()):
             raise SessionException(
                 f"Agent {session_agent.agent_id} in session {session_id} does not exist"
             )
@@ -147,7 +167,7 @@ class SessionStoreSessionRepository(plans.OnRunner, SessionRepository):
     ) -> None:
         number = _message_id(session_message.message_id)
         key = self._message_key(session_id, agent_id, number)
-        self._txn([put_op(key, session_message.to_dict())], [])
+        self._txn(session_id, [put_op(key, session_message.to_dict())], [])
 
     def read_message(
         self, session_id: str, agent_id: str, message_id: int, **kwargs: Any
@@ -161,7 +181,7 @@ class SessionStoreSessionRepository(plans.OnRunner, SessionRepository):
     ) -> None:
         number = _message_id(session_message.message_id)
         key = self._message_key(session_id, agent_id, number)
-        if not self._update(key, session_message.to_dict()):
+        if not self._update(session_id, key, session_message.to_dict()):
             raise SessionException(f"Message {number} does not exist")
 
     def list_messages(
@@ -183,7 +203,7 @@ class SessionStoreSessionRepository(plans.OnRunner, SessionRepository):
         self, session_id: str, multi_agent: MultiAgentBase, **kwargs: Any
     ) -> None:
         key = self._multi_agent_key(session_id, multi_agent.id)
-        self._txn([put_op(key, multi_agent.serialize_state())], [])
+        self._txn(session_id, [put_op(key, multi_agent.serialize_state())], [])
 
     def read_multi_agent(
         self, session_id: str, multi_agent_id: str, **kwargs: Any
@@ -195,7 +215,8 @@ class SessionStoreSessionRepository(plans.OnRunner, SessionRepository):
     ) -> None:
         key = self._multi_agent_key(session_id, multi_agent.id)
         state = multi_agent.serialize_state()
-        if not self._txn([put_op(key, state)], [{"kind": KIND, "key": key, "exists": True}]):
+        exists = [{"kind": KIND, "key": key, "exists": True}]
+        if not self._txn(session_id, [put_op(key, state)], exists):
             raise SessionException(
                 f"MultiAgent state {multi_agent.id} in session {session_id} does not exist"
             )
@@ -211,10 +232,19 @@ class SessionStoreSessionManager(RepositorySessionManager):
         *,
         prefix: str = "strands/",
         timeout: float | None = 60.0,
+        owner: str | None = None,
+        lease_ttl_s: float = LEASE_TTL_S,
         **kwargs: Any,
     ) -> None:
-        self.repository = SessionStoreSessionRepository(socket_path, prefix=prefix, timeout=timeout)
+        """owner: as the repository takes it; the manager's session is the one it owns."""
+        self.repository = SessionStoreSessionRepository(
+            socket_path, prefix=prefix, timeout=timeout, owner=owner, lease_ttl_s=lease_ttl_s
+        )
         super().__init__(session_id=session_id, session_repository=self.repository, **kwargs)
+
+    def take_over(self) -> None:
+        """The session, from whichever owner held it (owner= needed)."""
+        self.repository.take_over(self.session_id)
 
     def close(self) -> None:
         self.repository.close()
