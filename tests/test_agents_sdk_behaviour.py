@@ -17,6 +17,7 @@ from agents import Agent, Runner
 from agents.memory import SessionSettings
 from agents.testing import ScriptedModel, assistant_message
 
+from sessionstore import StaleOwner
 from sessionstore.agents import SessionStoreSession
 
 from .conftest import DaemonProcess
@@ -65,3 +66,42 @@ def test_an_item_that_cannot_be_serialised_is_a_type_error_and_stores_nothing(
             await session.close()
 
     asyncio.run(main())
+
+
+def test_two_workers_resume_one_session_and_only_the_owner_writes(
+    running: DaemonProcess,
+) -> None:
+    """Worker a runs the session; worker b resumes it and takes it over; a's next turn
+    is refused with StaleOwner and stores nothing."""
+
+    async def turn(session: SessionStoreSession, said: str, answer: str) -> None:
+        model = ScriptedModel([[assistant_message(answer)]])
+        agent = Agent(name="assistant", instructions="Answer.", model=model)
+        await Runner.run(agent, said, session=session)
+
+    async def main() -> list[Any]:
+        first = SessionStoreSession("shared", running.socket_path, owner="worker-a")
+        second = SessionStoreSession("shared", running.socket_path, owner="worker-b")
+        try:
+            await turn(first, "one", "a1")
+            with pytest.raises(StaleOwner):  # b may not write while a owns the session
+                await turn(second, "from b, too early", "no")
+            await second.take_over()
+            await turn(second, "two", "b1")
+            with pytest.raises(StaleOwner):  # a was fenced
+                await turn(first, "from a, fenced", "no")
+            with pytest.raises(StaleOwner):
+                await first.clear_session()
+            return await second.get_items()
+        finally:
+            await first.close()
+            await second.close()
+
+    items = asyncio.run(main())
+    texts = [
+        item["content"] if isinstance(item["content"], str) else item["content"][0]["text"]
+        for item in items
+    ]
+    assert texts == ["one", "a1", "two", "b1"]
+    with pytest.raises(TypeError):
+        SessionStoreSession("s", running.socket_path, owner="x", ttl=60)

@@ -39,6 +39,7 @@ from ..errors import Conflict, TooLarge
 from . import plans
 from .keyparts import key_part
 from .lifetime import Items, Lifetime, every_item, group_gone, untimed
+from .ownership import LEASE_TTL_S, Owner, fenced_txn
 from .plans import KIND, TXN_OPS, Plan, delete_op, delete_prefix_op, socket_of
 
 if TYPE_CHECKING:
@@ -65,9 +66,18 @@ class SessionStoreSession:
         timeout: float | None = 60.0,
         ttl: int | None = None,
         client: AsyncClient | None = None,
+        owner: str | None = None,
+        lease_ttl_s: float = LEASE_TTL_S,
     ) -> None:
         """client: an AsyncClient to use instead of the session's own (on its event
-        loop); the caller closes it."""
+        loop); the caller closes it. owner: this session object's name as the session's
+        owner (ownership.py): once another owner has taken the session over, its writes
+        are refused with StaleOwner."""
+        if owner is not None and ttl is not None:
+            raise TypeError("a session takes owner= or ttl=, not both")
+        self.owner = None if owner is None else Owner(owner, lease_ttl_s)
+        # "%owner" is no percent-encoded session id: it never collides with the items
+        self.owner_key = f"{prefix}%owner/{key_part(session_id)}"
         self.session_id = session_id
         self.session_settings: SessionSettings | None = settings_of(session_settings)
         self.socket_path = socket_of(socket_path, client)
@@ -144,7 +154,7 @@ class SessionStoreSession:
         """A txn of ops; with a ttl it renews the session's lifetime, and the items it
         stores expire with the session."""
         if self.lifetime is None:
-            yield [r.txn(ops, require or [])]
+            yield from fenced_txn(self.owner, self.owner_key, ops, require or [])
         else:
             yield from self.lifetime.commit(self.life_key, ops, require or [], self._members)
 
@@ -202,14 +212,25 @@ class SessionStoreSession:
         # session already gone
         await self._delete_range(self.items_prefix, [delete_op(self.life_key)])
 
+    async def take_over(self) -> None:
+        """This session object's owner takes the session, at the next epoch: its previous
+        owner's next write is refused with StaleOwner (owner= needed)."""
+        if self.owner is None:
+            raise TypeError("take_over() needs a session made with owner=")
+        await plans.arun(self._client(), self.owner.take_over(self.owner_key))
+
+    async def _delete(self, ops: Items) -> None:
+        """Removals, not renewing a lifetime (with ttl) but under the owner's lease."""
+        await plans.arun(self._client(), fenced_txn(self.owner, self.owner_key, ops, []))
+
     async def _delete_range(self, prefix: str, also: Items | None = None) -> None:
         try:
-            await self._client().txn([*(also or []), delete_prefix_op(prefix)])
+            await self._delete([*(also or []), delete_prefix_op(prefix)])
         except TooLarge:
             if len(prefix) >= len(self.items_prefix) + SEQ_DIGITS:
                 raise
             if also:
-                await self._client().txn(also)
+                await self._delete(also)
             for digit in "0123456789":  # the keys' seqs, oldest first
                 await self._delete_range(prefix + digit)
 
