@@ -16,6 +16,7 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 
+from sessionstore import StaleOwner
 from sessionstore.langgraph import DeletedCheckpoint, SessionStoreSaver
 
 from .conftest import DaemonProcess
@@ -159,3 +160,39 @@ def test_a_never_stored_parent_is_taken_and_a_deleted_one_refused(
     saver.delete_thread("n")
     with pytest.raises(DeletedCheckpoint):
         _put(saver, "n", *_ids(1), child)
+
+
+class _Count(TypedDict):
+    count: int
+    by: Annotated[list[str], lambda a, b: a + b]
+
+
+def test_two_workers_resume_one_thread_and_only_the_owner_writes(
+    running: DaemonProcess,
+) -> None:
+    """Worker a runs the thread; worker b resumes it and takes it over; a's next run is
+    refused with StaleOwner at its first checkpoint, and changes nothing."""
+
+    def app(worker: str, saver: SessionStoreSaver) -> Any:
+        graph = StateGraph(_Count)
+        graph.add_node("step", lambda s: {"count": s["count"] + 1, "by": [worker]})
+        graph.add_edge(START, "step")
+        graph.add_edge("step", END)
+        return graph.compile(checkpointer=saver)
+
+    config: Any = {"configurable": {"thread_id": "shared"}}
+    first = SessionStoreSaver(running.socket_path, owner="worker-a")
+    second = SessionStoreSaver(running.socket_path, owner="worker-b")
+    app("a", first).invoke({"count": 0, "by": []}, config)
+    with pytest.raises(StaleOwner):  # b may not write while a owns the thread
+        app("b", second).invoke({"count": 0, "by": []}, config)
+    second.take_over("shared")
+    after_b = app("b", second).invoke({"count": 10, "by": []}, config)
+    assert after_b["by"] == ["a", "b"]
+    with pytest.raises(StaleOwner):  # a was fenced
+        app("a", first).invoke({"count": 100, "by": []}, config)
+    state = app("b", second).get_state(config).values
+    assert state == {"count": 11, "by": ["a", "b"]}  # a's refused run left nothing
+    first.close(), second.close()
+    with pytest.raises(TypeError):
+        SessionStoreSaver(running.socket_path, owner="x", ttl={"default_ttl": 1})

@@ -46,6 +46,10 @@ class SaverKeys:
 
     # tombstones: what was deleted, so that a checkpoint built on it is refused while
     # one whose parent was never stored is taken, as every LangGraph saver takes it
+    def owner(self, thread: str) -> str:
+        """The thread's owner document (ownership.py), with a saver made with owner=."""
+        return f"{self.prefix}o/{key_part(thread)}"
+
     def thread_deleted(self, thread: str) -> str:
         """{"upto": id}: delete_thread removed every checkpoint up to that id."""
         return f"{self.prefix}d/{key_part(thread)}"

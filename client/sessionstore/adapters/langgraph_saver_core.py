@@ -36,6 +36,7 @@ from .lifetime import (
     timed,
     untimed,
 )
+from .ownership import LEASE_TTL_S, Owner, fenced_txn
 from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan, put_op
 
 T = TypeVar("T")
@@ -81,16 +82,37 @@ class SaverCore(plans.OnRunner, BaseCheckpointSaver[int]):
         timeout: float | None = 60.0,
         ttl: Mapping[str, Any] | None = None,
         client: plans.AnyClient | None = None,
+        owner: str | None = None,
+        lease_ttl_s: float = LEASE_TTL_S,
     ) -> None:
         """ttl: {"default_ttl": minutes, "refresh_on_read": bool}, as RedisSaver takes
         it: a thread is gone that long after its last write (and read, with
         refresh_on_read), every document of it at once. client: a Client (for the sync
         methods) or an AsyncClient (for the async ones, on its event loop) to use
-        instead of the saver's own; the caller closes it."""
+        instead of the saver's own; the caller closes it. owner: this saver's name as the
+        owner of the threads it writes (ownership.py): once another owner has taken a
+        thread over, this saver's put and put_writes to it raise StaleOwner and change
+        nothing (not with ttl)."""
         super().__init__(serde=serde)
+        if owner is not None and ttl is not None:
+            raise TypeError("a saver takes owner= or ttl=, not both")
         self.keys = SaverKeys(prefix)
         self.lifetime = _lifetime(ttl)
+        self.owner = None if owner is None else Owner(owner, lease_ttl_s)
         self._start_runner(socket_path, timeout, client)
+
+    def take_over(self, thread_id: str) -> None:
+        """This saver's owner takes the thread, at the next epoch: its previous owner's
+        next write is refused with StaleOwner (owner= needed)."""
+        self._run(self._take_over(thread_id))
+
+    async def atake_over(self, thread_id: str) -> None:
+        await self._arun(self._take_over(thread_id))
+
+    def _take_over(self, thread_id: str) -> Plan[None]:
+        if self.owner is None:
+            raise TypeError("take_over() needs a saver made with owner=")
+        yield from self.owner.take_over(self.keys.owner(thread_id))
 
     # -- running plans ------------------------------------------------------------
 
@@ -219,6 +241,11 @@ class SaverCore(plans.OnRunner, BaseCheckpointSaver[int]):
     def _write(self, thread: str, ops: Items, require: Items | None = None) -> Plan[None]:
         """One thread's ops, in txns under require; with a ttl each renews the thread's
         lifetime, and its documents expire with the thread."""
+        if self.owner is not None:  # each txn under the owner's lease on the thread
+            for start in range(0, len(ops), TXN_OPS - 1):  # one op of each is the lease's
+                chunk = ops[start : start + TXN_OPS - 1]
+                yield from fenced_txn(self.owner, self.keys.owner(thread), chunk, require or [])
+            return
         if self.lifetime is None:
             yield from in_txns(ops, require)
             return
