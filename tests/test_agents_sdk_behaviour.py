@@ -18,7 +18,7 @@ from agents.memory import SessionSettings
 from agents.testing import ScriptedModel, assistant_message
 
 from sessionstore import StaleOwner
-from sessionstore.agents import SessionStoreSession
+from sessionstore.agents import AdvancedSessionStoreSession, SessionStoreSession
 
 from .conftest import DaemonProcess
 
@@ -68,20 +68,27 @@ def test_an_item_that_cannot_be_serialised_is_a_type_error_and_stores_nothing(
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("advanced", [False, True], ids=["SessionStoreSession", "advanced"])
 def test_two_workers_resume_one_session_and_only_the_owner_writes(
-    running: DaemonProcess,
+    running: DaemonProcess, advanced: bool
 ) -> None:
     """Worker a runs the session; worker b resumes it and takes it over; a's next turn
     is refused with StaleOwner and stores nothing."""
 
-    async def turn(session: SessionStoreSession, said: str, answer: str) -> None:
+    def open_session(owner: str) -> Any:
+        if advanced:
+            return AdvancedSessionStoreSession(
+                session_id="shared", socket_path=running.socket_path, owner=owner
+            )
+        return SessionStoreSession("shared", running.socket_path, owner=owner)
+
+    async def turn(session: Any, said: str, answer: str) -> None:
         model = ScriptedModel([[assistant_message(answer)]])
         agent = Agent(name="assistant", instructions="Answer.", model=model)
         await Runner.run(agent, said, session=session)
 
     async def main() -> list[Any]:
-        first = SessionStoreSession("shared", running.socket_path, owner="worker-a")
-        second = SessionStoreSession("shared", running.socket_path, owner="worker-b")
+        first, second = open_session("worker-a"), open_session("worker-b")
         try:
             await turn(first, "one", "a1")
             with pytest.raises(StaleOwner):  # b may not write while a owns the session

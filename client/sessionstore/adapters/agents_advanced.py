@@ -152,7 +152,7 @@ class AdvancedSessionStoreSession(AdvancedSessionCore):
             ]
             self._last_add = None
             try:
-                yield [r.txn(ops, require)]
+                yield from self._txn(ops, require)
             except Conflict:
                 continue  # another writer moved the branch: read it again
             self._last_add = (captured, branch, generation, state)
@@ -194,7 +194,7 @@ class AdvancedSessionStoreSession(AdvancedSessionCore):
                 {"kind": KIND, "key": newest["key"], "digest": newest["digest"]},
             ]
             try:
-                yield [r.txn(ops, require)]
+                yield from self._txn(ops, require)
             except Conflict:
                 continue
             return popped["item"]
@@ -215,7 +215,7 @@ class AdvancedSessionStoreSession(AdvancedSessionCore):
             ops.append(put_op(self._generation_key, {"generation": cleared}))
             require = [required(self._generation_key, generation)]
             try:
-                yield [r.txn(ops, require)]
+                yield from self._txn(ops, require)
             except Conflict:
                 continue
             self._branch_state = (MAIN, cleared)
@@ -304,7 +304,7 @@ class AdvancedSessionStoreSession(AdvancedSessionCore):
                 required(self._head_key(branch), None),
             ]
             try:
-                yield [r.txn(ops, require)]
+                yield from self._txn(ops, require)
             except Conflict as conflict:
                 if conflict.details.get("failed", 0) >= 2 and name is not None:
                     raise ValueError(
@@ -370,7 +370,7 @@ class AdvancedSessionStoreSession(AdvancedSessionCore):
                 put_op(self._reserved_key(branch), {}, if_absent=True),
             ]
             try:
-                yield [r.txn(ops, [required(self._head_key(branch), head)])]
+                yield from self._txn(ops, [required(self._head_key(branch), head)])
             except Conflict:
                 continue
             return int(head["count"])

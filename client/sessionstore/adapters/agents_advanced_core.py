@@ -22,6 +22,7 @@ from . import plans
 from .agents import settings_of
 from .keyparts import key_part
 from .lifetime import Items, digest_of, every_item
+from .ownership import LEASE_TTL_S, Owner, fenced_txn
 from .plans import (
     KIND,
     SCAN_PAGE,
@@ -131,14 +132,18 @@ class AdvancedSessionCore:
         prefix: str = "agents-advanced/",
         timeout: float | None = 60.0,
         client: AsyncClient | None = None,
+        owner: str | None = None,
+        lease_ttl_s: float = LEASE_TTL_S,
     ) -> None:
-        """client: as SessionStoreSession takes it."""
+        """client, owner: as SessionStoreSession takes them."""
         self.session_id = session_id
         self.session_settings: SessionSettings | None = settings_of(session_settings)
         self.socket_path = socket_of(socket_path, client)
         self._logger = logger if logger is not None else log
         self._root = f"{prefix}{key_part(session_id)}/"
         self._generation_key = self._root + "g"
+        self.owner = None if owner is None else Owner(owner, lease_ttl_s)
+        self.owner_key = self._root + "o"  # the session's owner document (ownership.py)
         # (current branch, clear generation); the generation is the session's as this
         # instance first reads it (None until then), as the SDK's reads it when it opens
         self._branch_state: BranchState = (MAIN, None)
@@ -148,6 +153,17 @@ class AdvancedSessionCore:
         # what this instance's last add wrote: the next add from the same branch state
         # sends its txn at once, under those requirements, and reads only when they fail
         self._last_add: tuple[BranchState, str, dict[str, Any] | None, Any] | None = None
+
+    def _txn(self, ops: list[dict[str, Any]], require: list[dict[str, Any]]) -> Plan[None]:
+        """A write to the session, under the owner's lease when it has an owner."""
+        yield from fenced_txn(self.owner, self.owner_key, ops, require)
+
+    async def take_over(self) -> None:
+        """This session object's owner takes the session, at the next epoch: its previous
+        owner's next write is refused with StaleOwner (owner= needed)."""
+        if self.owner is None:
+            raise TypeError("take_over() needs a session made with owner=")
+        await plans.arun(self._clients.current(), self.owner.take_over(self.owner_key))
 
     @property
     def _current_branch_id(self) -> str:
@@ -254,7 +270,7 @@ class AdvancedSessionCore:
         }
         try:  # only while the turn's first item is there: a popped turn records nothing
             first = {"kind": KIND, "key": anchor["key"], "digest": anchor["digest"]}
-            yield [r.txn([put_op(self._usage_key(branch, turn), value)], [first])]
+            yield from self._txn([put_op(self._usage_key(branch, turn), value)], [first])
         except Conflict:
             return
 
