@@ -196,3 +196,47 @@ def test_a_daemon_killed_between_the_intent_and_the_record_repeats_nothing(
     assert lines.read_text() == "refunded\n"
     assert [u.key for u in resumed.unresolved()] == ["refund/9"]
     resumed.close()
+
+
+def test_a_function_tool_of_a_resumed_agents_run_is_not_called_again(
+    running: DaemonProcess,
+) -> None:
+    """The Agents SDK's function tool under the ledger: the run is repeated from the
+    start (as a resumed run is), the model asks for the same refund, and the refund
+    happens once; the second run gets the first one's result."""
+    import os
+
+    os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    from agents import Agent, Runner, function_tool
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    refunds: list[str] = []
+
+    async def main() -> list[str]:
+        ledger = AsyncLedger("agent-run", running.socket_path)
+
+        @function_tool
+        @ledger.once(lambda order: f"refund/{order}")
+        async def refund(order: str) -> str:
+            """Refund an order."""
+            refunds.append(order)
+            return f"refund r-{order}"
+
+        outputs = []
+        try:
+            for attempt in range(2):  # the first run, then the same run resumed
+                model = ScriptedModel([
+                    [function_call("refund", {"order": "1001"}, call_id=f"c{attempt}")],
+                    [assistant_message("done")],
+                ])  # fmt: skip
+                agent = Agent(name="assistant", model=model, tools=[refund])
+                result = await Runner.run(agent, "refund order 1001")
+                outputs += [
+                    item.output for item in result.new_items if item.type == "tool_call_output_item"
+                ]
+            return outputs
+        finally:
+            await ledger.aclose()
+
+    assert asyncio.run(main()) == ["refund r-1001", "refund r-1001"]
+    assert refunds == ["1001"]  # the second run got the recorded result instead
