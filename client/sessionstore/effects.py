@@ -147,8 +147,8 @@ def _key_of(key: Key, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     return key(*args, **kwargs) if callable(key) else key
 
 
-class Ledger(plans.OnRunner):
-    """A session's effects, on the blocking client."""
+class _LedgerOf(plans.OnRunner):
+    """What both ledgers are made of: a session's plans and the client that runs them."""
 
     def __init__(
         self,
@@ -158,13 +158,19 @@ class Ledger(plans.OnRunner):
         prefix: str = "effects/",
         ttl_s: float | None = None,
         timeout: float | None = 60.0,
-        client: Client | None = None,
+        client: Client | AsyncClient | None = None,
     ) -> None:
+        """client: a Client for a Ledger, an AsyncClient for an AsyncLedger."""
         self._plans = _LedgerPlans(session, prefix, ttl_s)
         self._start_runner(socket_path, timeout, client)
 
     def once(self, key: Key) -> _Once:
+        assert isinstance(self, Ledger | AsyncLedger)
         return _Once(self, key)
+
+
+class Ledger(_LedgerOf):
+    """A session's effects, on the blocking client."""
 
     @contextmanager
     def effect(self, key: str) -> Iterator[Effect]:
@@ -196,24 +202,8 @@ class Ledger(plans.OnRunner):
         self._runner.run(self._plans.retry(key))
 
 
-class AsyncLedger(plans.OnRunner):
+class AsyncLedger(_LedgerOf):
     """A session's effects, on the asyncio client (ADK's and the Agents SDK's tools)."""
-
-    def __init__(
-        self,
-        session: str,
-        socket_path: str | None = None,
-        *,
-        prefix: str = "effects/",
-        ttl_s: float | None = None,
-        timeout: float | None = 60.0,
-        client: AsyncClient | None = None,
-    ) -> None:
-        self._plans = _LedgerPlans(session, prefix, ttl_s)
-        self._start_runner(socket_path, timeout, client)
-
-    def once(self, key: Key) -> _Once:
-        return _Once(self, key)
 
     @asynccontextmanager
     async def effect(self, key: str) -> AsyncIterator[Effect]:
