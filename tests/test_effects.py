@@ -240,3 +240,30 @@ def test_a_function_tool_of_a_resumed_agents_run_is_not_called_again(
 
     assert asyncio.run(main()) == ["refund r-1001", "refund r-1001"]
     assert refunds == ["1001"]  # the second run got the recorded result instead
+
+
+def _graph_child(running: DaemonProcess, thread: str, path: Path, kill_at: str) -> tuple[int, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.effects_graph_child", running.socket_path, thread,
+         str(path), kill_at],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return done.returncode, done.stdout.strip()
+
+
+@pytest.mark.parametrize("kill_at", ["before-effect", "after-effect", "after-done"])
+def test_a_langgraph_run_killed_before_its_checkpoint_never_repeats_the_effect(
+    running: DaemonProcess, tmp_path: Path, kill_at: str
+) -> None:
+    """A node's effect, under the ledger, in a graph checkpointed in sessionstore: the run
+    killed with SIGKILL anywhere between the intent and the node's checkpoint, then
+    resumed from its last checkpoint, which runs the node again."""
+    lines = tmp_path / "refunds.txt"
+    lines.touch()
+    code, _ = _graph_child(running, kill_at, lines, kill_at)
+    assert code == -signal.SIGKILL
+    written = lines.read_text().count("refunded")
+    code, said = _graph_child(running, kill_at, lines, "never")  # resumed
+    assert code == 0
+    assert lines.read_text().count("refunded") == written <= 1  # never repeated
+    assert said == ("r-1001" if kill_at == "after-done" else "unresolved")

@@ -1,0 +1,68 @@
+# A LangGraph run whose node has a visible effect (it appends a line to a file)
+# under the effects ledger, checkpointed in sessionstore, killing itself with
+# SIGKILL at the point it is told:
+#   python -m tests.effects_graph_child SOCKET THREAD FILE KILL_AT
+# KILL_AT: before-effect, after-effect, after-done (the node's result recorded,
+# its checkpoint not yet written), or never. Without a kill it runs the thread
+# to its end (resuming it, when a checkpoint holds it) and prints the state's
+# refund, or "unresolved" when the node found its effect left intended.
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+
+from sessionstore.effects import Ledger, UnresolvedEffect
+from sessionstore.langgraph import SessionStoreSaver
+
+
+class State(TypedDict):
+    order: str
+    refund: str
+
+
+def main() -> None:
+    socket_path, thread, path, kill_at = sys.argv[1:5]
+    ledger = Ledger(thread, socket_path)
+
+    def die_at(point: str) -> None:
+        if kill_at == point:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    @ledger.once(lambda order: f"refund/{order}")
+    def refund(order: str) -> str:
+        die_at("before-effect")
+        with open(path, "a") as out:
+            out.write("refunded\n")
+            out.flush()
+            os.fsync(out.fileno())
+        die_at("after-effect")
+        return f"r-{order}"
+
+    def refund_node(state: State) -> dict[str, Any]:
+        result = refund(state["order"])
+        die_at("after-done")  # recorded; the node's checkpoint is written after it returns
+        return {"refund": result}
+
+    graph = StateGraph(State)
+    graph.add_node("take_order", lambda state: {"order": state["order"]})
+    graph.add_node("refund", refund_node)
+    graph.add_edge(START, "take_order")
+    graph.add_edge("take_order", "refund")
+    graph.add_edge("refund", END)
+    app = graph.compile(checkpointer=SessionStoreSaver(socket_path))
+    config: Any = {"configurable": {"thread_id": thread}}
+    started = app.get_state(config).next  # a checkpoint holds an unfinished run: resume it
+    try:
+        state = app.invoke(None if started else {"order": "1001", "refund": ""}, config)
+    except UnresolvedEffect:
+        print("unresolved", flush=True)
+        return
+    print(state["refund"], flush=True)
+
+
+if __name__ == "__main__":
+    main()
