@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 from . import requests as r
 from .adapters import plans
 from .adapters.keyparts import key_part
-from .adapters.lifetime import digest_of, every_item
+from .adapters.lifetime import every_item, required
 from .adapters.plans import KIND, Plan
 from .asyncio_client import AsyncClient
 from .client import Client
@@ -59,14 +59,12 @@ class Effect:
     key: str
     done: bool = False
     result: Any = None
-    _record: Callable[[Any], None] | None = None
 
     def record(self, result: Any) -> None:
-        """The block's effect took place, with this result: record it as done."""
+        """The block's effect took place, with this result: recorded as done when the
+        block ends (even by an exception)."""
         if self.done:
             raise RuntimeError(f"effect {self.key!r} is already recorded")
-        assert self._record is not None
-        self._record(result)
         self.done, self.result = True, result
 
 
@@ -85,7 +83,6 @@ class _LedgerPlans:
     """The ledger's decisions, as plans (adapters/plans.py) either client runs."""
 
     def __init__(self, session: str, prefix: str, ttl_s: float | None) -> None:
-        self.session = session
         self.prefix = f"{prefix}{key_part(session)}/"
         self.ttl_s = ttl_s
 
@@ -93,17 +90,16 @@ class _LedgerPlans:
         return self.prefix + key_part(key)
 
     def _put(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
-        op = plans.put_op(self.document(key), value)
-        return op if self.ttl_s is None else {**op, "ttl_s": self.ttl_s}
+        return plans.put_op(self.document(key), value, ttl_s=self.ttl_s)
 
     def begin(self, key: str) -> Plan[tuple[dict[str, Any] | None, dict[str, Any]]]:
-        """(the recorded result's record, None) when done; else (None, the intent this
-        run wrote). UnresolvedEffect when an earlier run left it intended."""
+        """(the done record, when an earlier run recorded it, else None; the intent this
+        run wrote, or would have). UnresolvedEffect when an earlier run left it
+        intended."""
         intent = {"key": key, "state": INTENDED, "at_ms": _now_ms()}
         document = self.document(key)
         try:
-            yield [r.txn([self._put(key, intent)], [{"kind": KIND, "key": document,
-                                                     "exists": False}])]  # fmt: skip
+            yield [r.txn([self._put(key, intent)], [required(document, None)])]
         except Conflict:
             (record,) = yield [r.checkpoint_get(KIND, document)]
             if record is None:  # gone meanwhile (retried, expired): begin afresh
@@ -113,16 +109,20 @@ class _LedgerPlans:
             raise UnresolvedEffect(key, record) from None
         return None, intent
 
-    def finish(self, intent: dict[str, Any], result: Any, error: str | None = None) -> Plan[None]:
-        """Done with its result; or, with an error, still intended, the error recorded."""
+    def settle(
+        self, intent: dict[str, Any], effect: Effect, error: BaseException | None = None
+    ) -> Plan[None]:
+        """As the block left it: done with its result; or, after an exception, still
+        intended, the error recorded; or, neither, as it was."""
         key = intent["key"]
-        if error is None:
-            value = {**intent, "state": DONE, "result": result, "done_at_ms": _now_ms()}
+        if effect.done:
+            value = {**intent, "state": DONE, "result": effect.result, "done_at_ms": _now_ms()}
+        elif error is not None:
+            value = {**intent, "error": repr(error)}
         else:
-            value = {**intent, "error": error}
-        requirement = {"kind": KIND, "key": self.document(key), "digest": digest_of(intent)}
+            return
         try:
-            yield [r.txn([self._put(key, value)], [requirement])]
+            yield [r.txn([self._put(key, value)], [required(self.document(key), intent)])]
         except Conflict:  # someone resolved or retried it meanwhile: theirs stands
             raise UnresolvedEffect(key, intent) from None
 
@@ -178,17 +178,13 @@ class Ledger(_LedgerOf):
         if record is not None:
             yield Effect(key, done=True, result=record.get("result"))
             return
-
-        def finish(result: Any) -> None:
-            self._runner.run(self._plans.finish(intent, result))
-
-        effect = Effect(key, _record=finish)
+        effect = Effect(key)
         try:
             yield effect
         except BaseException as error:
-            if not effect.done:
-                self._runner.run(self._plans.finish(intent, None, repr(error)))
+            self._runner.run(self._plans.settle(intent, effect, error))
             raise
+        self._runner.run(self._plans.settle(intent, effect))
 
     def unresolved(self) -> list[Unresolved]:
         return self._runner.run(self._plans.unresolved())
@@ -211,16 +207,13 @@ class AsyncLedger(_LedgerOf):
         if record is not None:
             yield Effect(key, done=True, result=record.get("result"))
             return
-        recorded: list[Any] = []
-        effect = Effect(key, _record=recorded.append)
+        effect = Effect(key)
         try:
             yield effect
         except BaseException as error:
-            outcome = (recorded[0], None) if recorded else (None, repr(error))
-            await self._runner.arun(self._plans.finish(intent, *outcome))
+            await self._runner.arun(self._plans.settle(intent, effect, error))
             raise
-        if recorded:
-            await self._runner.arun(self._plans.finish(intent, recorded[0]))
+        await self._runner.arun(self._plans.settle(intent, effect))
 
     async def unresolved(self) -> list[Unresolved]:
         return await self._runner.arun(self._plans.unresolved())

@@ -54,13 +54,12 @@ from .agents_advanced_core import (
     is_user_message,
     message_type,
     now_text,
-    required,
     tool_name,
     tool_usage,
     turn_summary,
     user_entries,
 )
-from .lifetime import Items, every_item
+from .lifetime import Items, every_item, required
 from .plans import (
     KIND,
     SCAN_PAGE,

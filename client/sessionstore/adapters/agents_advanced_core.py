@@ -21,7 +21,7 @@ from ..errors import Conflict
 from . import plans
 from .agents import settings_of
 from .keyparts import key_part
-from .lifetime import Items, digest_of, every_item
+from .lifetime import Items, every_item
 from .ownership import LEASE_TTL_S, Owner, fenced_txn
 from .plans import (
     KIND,
@@ -101,13 +101,6 @@ def content_preview(content: Any, max_length: int | None = None) -> str:
     if max_length is not None and len(text) > max_length:
         return text[:max_length] + "..."
     return text
-
-
-def required(key: str, value: dict[str, Any] | None) -> dict[str, Any]:
-    """The requirement that the document at key is as read: this value, or absent."""
-    if value is None:
-        return {"kind": KIND, "key": key, "exists": False}
-    return {"kind": KIND, "key": key, "digest": digest_of(value)}
 
 
 def generation_of(value: dict[str, Any] | None) -> int:

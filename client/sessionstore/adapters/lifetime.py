@@ -41,7 +41,7 @@ from .. import requests as r
 from ..errors import Conflict, SessionStoreError
 from ..wire.canonical import canonical_dumps, digest_bytes_of_canonical, digest_text
 from ..wire.shared import MAX_TTL_S
-from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan
+from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan, put_op
 
 HORIZON_TTLS = 3  # a renewal sets H to now + 3 x ttl
 RENEW_BEFORE_TTLS = 1.5  # ... when H is less than 1.5 x ttl away
@@ -87,8 +87,10 @@ def in_txns(ops: list[dict[str, Any]], require: list[dict[str, Any]] | None = No
         yield [r.txn(ops[start : start + TXN_OPS], require or [])]
 
 
-def _is(key: str, value: dict[str, Any]) -> dict[str, Any]:
-    """The requirement that the document at key is this value."""
+def required(key: str, value: dict[str, Any] | None) -> dict[str, Any]:
+    """The requirement that the document at key is as read: this value, or absent."""
+    if value is None:
+        return {"kind": KIND, "key": key, "exists": False}
     return {"kind": KIND, "key": key, "digest": digest_of(value)}
 
 
@@ -184,18 +186,16 @@ class Lifetime:
         return [{**op, "ttl_s": ttl_s} if op["op"] in ("put", "append") else op for op in ops]
 
     def _life_put(self, life_key: str, horizon: int) -> dict[str, Any]:
-        value = {"horizon": horizon}
-        return {"op": "put", "kind": KIND, "key": life_key, "value": value,
-                "ttl_s": self.ttl_ms / 1000}  # fmt: skip
+        return put_op(life_key, {"horizon": horizon}, ttl_s=self.ttl_ms / 1000)
 
     def _settle(self, life_key: str, members: Members) -> Plan[tuple[int, dict[str, Any]]]:
         """The horizon to write with, and the requirement on the lifetime that keeps it
         true: the lifetime as stored when its H is far enough, else after a renewal."""
         (life,) = yield [r.checkpoint_get(KIND, life_key)]
         if life is not None and life["horizon"] - now_ms() >= self.renew_before_ms:
-            return life["horizon"], _is(life_key, life)
-        absent = {"kind": KIND, "key": life_key, "exists": False}
-        expected = absent if life is None else _is(life_key, life)
+            return life["horizon"], required(life_key, life)
+        absent = required(life_key, None)
+        expected = required(life_key, life)
         found = yield from members()
         if life is None and timed(found):  # left by an expired lifetime: gone, the rest stays
             leftovers = [i for i in found if "expires_at_ms" in i]
@@ -210,7 +210,7 @@ class Lifetime:
             except Conflict:
                 return (yield from self._settle(life_key, members))  # renewed by another
             yield from self._extend((yield from members()), horizon)  # raced writers' members
-            expected = _is(life_key, {"horizon": horizon})
+            expected = required(life_key, {"horizon": horizon})
         return horizon, expected
 
     def _extend(self, items: Items, horizon: int) -> Plan[None]:

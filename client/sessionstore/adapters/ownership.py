@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import requests as r
 from ..errors import Conflict, SessionStoreError, StaleOwner
-from .lifetime import digest_of
+from .lifetime import required
 from .plans import KIND, Plan, put_op
 
 LEASE_TTL_S = 300.0  # a scope's owner keeps it this long after its last write
@@ -55,11 +55,8 @@ class Owner:
     def fence(self, document: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """The requirement and the renewing op for a write to a claimed scope."""
         held = self.held[document]
-        if document in self.unowned:
-            requirement = {"kind": KIND, "key": document, "exists": False}
-        else:
-            requirement = {"kind": KIND, "key": document, "digest": digest_of(held)}
-        return requirement, {**put_op(document, held), "ttl_s": self.lease_ttl_s}
+        stored = None if document in self.unowned else held
+        return required(document, stored), put_op(document, held, ttl_s=self.lease_ttl_s)
 
     def written(self, document: str) -> None:
         self.unowned.discard(document)
@@ -84,12 +81,8 @@ class Owner:
         (current,) = yield [r.checkpoint_get(KIND, document)]
         epoch = 1 if current is None else int(current.get("epoch", 0)) + 1
         mine = {"owner": self.name, "epoch": epoch}
-        requirement = (
-            {"kind": KIND, "key": document, "exists": False}
-            if current is None
-            else {"kind": KIND, "key": document, "digest": digest_of(current)}
-        )
-        yield [r.txn([{**put_op(document, mine), "ttl_s": self.lease_ttl_s}], [requirement])]
+        renewal = put_op(document, mine, ttl_s=self.lease_ttl_s)
+        yield [r.txn([renewal], [required(document, current)])]
         self.held[document] = mine
         self.unowned.discard(document)
 

@@ -24,10 +24,17 @@ SCAN_PAGE = 1000  # the daemon's largest range read
 TXN_OPS = 10_000  # the daemon's largest txn
 
 
-def put_op(key: str, value: dict[str, Any], *, if_absent: bool = False) -> dict[str, Any]:
-    """A txn's put of a kv document (with if_absent: keeps one already there)."""
-    op = {"op": "put", "kind": KIND, "key": key, "value": value}
-    return {**op, "if_absent": True} if if_absent else op
+def put_op(
+    key: str, value: dict[str, Any], *, if_absent: bool = False, ttl_s: float | None = None
+) -> dict[str, Any]:
+    """A txn's put of a kv document (with if_absent: keeps one already there; with ttl_s:
+    expiring that many seconds after it is committed)."""
+    op: dict[str, Any] = {"op": "put", "kind": KIND, "key": key, "value": value}
+    if if_absent:
+        op["if_absent"] = True
+    if ttl_s is not None:
+        op["ttl_s"] = ttl_s
+    return op
 
 
 def delete_op(key: str) -> dict[str, Any]:
