@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
+from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
@@ -23,11 +24,6 @@ from google.genai import types
 from sessionstore.adk import SessionStoreSessionService
 
 from .conftest import DaemonProcess
-
-try:
-    from google.adk.errors import StaleSessionError
-except ImportError:  # an older ADK
-    StaleSessionError = ValueError  # type: ignore[misc, assignment]
 
 T = TypeVar("T")
 Body = Callable[[SessionStoreSessionService], Awaitable[T]]

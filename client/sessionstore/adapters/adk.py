@@ -48,6 +48,7 @@ import time
 import uuid
 from typing import Any, TypeVar
 
+from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
@@ -67,19 +68,13 @@ from . import plans
 from .keyparts import key_part
 from .lifetime import Items, digest_of, every_item
 from .ownership import LEASE_TTL_S, Owner, fenced_txn
-from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan, delete_op, delete_prefix_op, socket_of
-
-try:  # google-adk 2.x
-    from google.adk.errors import StaleSessionError
-except ImportError:  # an ADK without it refuses a stale writer with a ValueError
-    StaleSessionError = ValueError  # type: ignore[misc, assignment]
+from .plans import KIND, SCAN_PAGE, Plan, delete_op, delete_prefix_op, socket_of
 
 T = TypeVar("T")
 STALE_MESSAGE = (
     "The session has been modified in storage since it was loaded. Please reload the"
     " session before appending more events."
 )  # DatabaseSessionService's words: callers match "modified in storage"
-SCOPED = (State.APP_PREFIX, State.USER_PREFIX, State.TEMP_PREFIX)
 
 
 def _json_safe(value: Any) -> Any:
@@ -339,7 +334,7 @@ class SessionStoreSessionService(BaseSessionService):
             yield [r.txn(ops)]
             while True:
                 (page,) = yield [
-                    r.checkpoint_scan(KIND, events_prefix, limit=TXN_OPS, values=False)
+                    r.checkpoint_scan(KIND, events_prefix, limit=SCAN_PAGE, values=False)
                 ]
                 if not page["items"]:
                     return

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import builtins
+import copy
 from typing import TYPE_CHECKING, Any
 
 from strands.session.repository_session_manager import RepositorySessionManager
@@ -300,12 +301,8 @@ class SessionStoreStorage(Storage):
 
     def namespace(self, prefix: str) -> SessionStoreStorage:
         """A view of the keys under prefix + "/", sharing this storage's clients."""
-        view = SessionStoreStorage(prefix=f"{self.prefix}{prefix.strip('/')}/")
-        view.socket_path, view._clients, view.timeout = (
-            self.socket_path,
-            self._clients,
-            self.timeout,
-        )
+        view = copy.copy(self)
+        view.prefix = f"{self.prefix}{prefix.strip('/')}/"
         return view
 
     async def aclose(self) -> None:
