@@ -287,8 +287,7 @@ class Writer:
     async def _commit(self, jobs: list[MutationJob], thread: WorkerThread) -> None:
         if not jobs:
             return
-        if self.failed is not None:
-            self._send_landed()
+        if self.failed is not None:  # _fatal sent what had landed; nothing lands since
             self._fail(jobs, self.failed)
             return
         mutations = [job.mutation for job in jobs]
