@@ -8,8 +8,6 @@
 # refund, or "unresolved" when the node found its effect left intended.
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from typing import Any, TypedDict
 
@@ -17,6 +15,8 @@ from langgraph.graph import END, START, StateGraph
 
 from sessionstore.effects import Ledger, UnresolvedEffect
 from sessionstore.langgraph import SessionStoreSaver
+
+from .effects_child import die_at, killable_refund
 
 
 class State(TypedDict):
@@ -27,24 +27,11 @@ class State(TypedDict):
 def main() -> None:
     socket_path, thread, path, kill_at = sys.argv[1:5]
     ledger = Ledger(thread, socket_path)
-
-    def die_at(point: str) -> None:
-        if kill_at == point:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    @ledger.once(lambda order: f"refund/{order}")
-    def refund(order: str) -> str:
-        die_at("before-effect")
-        with open(path, "a") as out:
-            out.write("refunded\n")
-            out.flush()
-            os.fsync(out.fileno())
-        die_at("after-effect")
-        return f"r-{order}"
+    refund = killable_refund(ledger, lambda order: f"refund/{order}", path, kill_at)
 
     def refund_node(state: State) -> dict[str, Any]:
         result = refund(state["order"])
-        die_at("after-done")  # recorded; the node's checkpoint is written after it returns
+        die_at(kill_at, "after-done")  # recorded; the node's checkpoint comes after it returns
         return {"refund": result}
 
     graph = StateGraph(State)

@@ -144,33 +144,51 @@ def test_an_async_tool_runs_once_per_key(running: DaemonProcess) -> None:
     assert calls == ["1"]
 
 
-def _child(running: DaemonProcess, key: str, path: Path, kill_at: str) -> tuple[int, str]:
+def _child(
+    module: str, running: DaemonProcess, scope: str, path: Path, kill_at: str
+) -> tuple[int, str]:
+    """tests/effects_child.py (scope: the effect's key) or tests/effects_graph_child.py
+    (scope: the thread), run to its end or to its kill: exit code, and what it printed."""
     done = subprocess.run(
-        [sys.executable, "-m", "tests.effects_child", running.socket_path, "s", key, str(path),
+        [sys.executable, "-m", f"tests.{module}", running.socket_path, scope, str(path),
          kill_at],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     return done.returncode, done.stdout.strip()
 
 
+# each child, the result its resumed run prints once the effect is recorded, and the
+# (session, key) of the effect a kill before that leaves intended
+CHILDREN = {
+    "effects_child": ("r-1", lambda kill_at: ("s", kill_at)),
+    "effects_graph_child": ("r-1001", lambda kill_at: (kill_at, "refund/1001")),
+}
+
+
 @pytest.mark.parametrize("kill_at", ["before-effect", "after-effect", "after-done"])
+@pytest.mark.parametrize("child", list(CHILDREN), ids=["a tool", "a langgraph node's tool"])
 def test_a_run_killed_anywhere_never_repeats_the_effect(
-    running: DaemonProcess, tmp_path: Path, kill_at: str
+    running: DaemonProcess, tmp_path: Path, child: str, kill_at: str
 ) -> None:
+    """The run killed with SIGKILL between the intent and the record (for the graph, before
+    the node's checkpoint too), then resumed: for the graph, from its last checkpoint,
+    which runs the node again."""
+    done_result, left_intended = CHILDREN[child]
     lines = tmp_path / "refunds.txt"
     lines.touch()
-    code, _ = _child(running, kill_at, lines, kill_at)
+    code, _ = _child(child, running, kill_at, lines, kill_at)
     assert code == -signal.SIGKILL
     written = lines.read_text().count("refunded")
-    code, said = _child(running, kill_at, lines, "never")  # the run, resumed
+    code, said = _child(child, running, kill_at, lines, "never")  # resumed
     assert code == 0
     assert lines.read_text().count("refunded") == written <= 1  # never repeated
     if kill_at == "after-done":  # recorded: the resumed run gets the result
-        assert said == "r-1"
+        assert said == done_result
     else:  # intended, outcome unknown: reported, for someone to settle
         assert said == "unresolved"
-        ledger = Ledger("s", running.socket_path)
-        assert [u.key for u in ledger.unresolved()] == [kill_at]
+        session, key = left_intended(kill_at)
+        ledger = Ledger(session, running.socket_path)
+        assert [u.key for u in ledger.unresolved()] == [key]
         ledger.close()
 
 
@@ -240,30 +258,3 @@ def test_a_function_tool_of_a_resumed_agents_run_is_not_called_again(
 
     assert asyncio.run(main()) == ["refund r-1001", "refund r-1001"]
     assert refunds == ["1001"]  # the second run got the recorded result instead
-
-
-def _graph_child(running: DaemonProcess, thread: str, path: Path, kill_at: str) -> tuple[int, str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.effects_graph_child", running.socket_path, thread,
-         str(path), kill_at],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    return done.returncode, done.stdout.strip()
-
-
-@pytest.mark.parametrize("kill_at", ["before-effect", "after-effect", "after-done"])
-def test_a_langgraph_run_killed_before_its_checkpoint_never_repeats_the_effect(
-    running: DaemonProcess, tmp_path: Path, kill_at: str
-) -> None:
-    """A node's effect, under the ledger, in a graph checkpointed in sessionstore: the run
-    killed with SIGKILL anywhere between the intent and the node's checkpoint, then
-    resumed from its last checkpoint, which runs the node again."""
-    lines = tmp_path / "refunds.txt"
-    lines.touch()
-    code, _ = _graph_child(running, kill_at, lines, kill_at)
-    assert code == -signal.SIGKILL
-    written = lines.read_text().count("refunded")
-    code, said = _graph_child(running, kill_at, lines, "never")  # resumed
-    assert code == 0
-    assert lines.read_text().count("refunded") == written <= 1  # never repeated
-    assert said == ("r-1001" if kill_at == "after-done" else "unresolved")

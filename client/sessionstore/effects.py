@@ -46,7 +46,7 @@ from .client import Client
 from .errors import Conflict, UnresolvedEffect
 
 T = TypeVar("T")
-__all__ = ["AsyncLedger", "Effect", "Ledger", "Unresolved", "UnresolvedEffect"]
+__all__ = ["AsyncLedger", "Effect", "Key", "Ledger", "Unresolved", "UnresolvedEffect"]
 INTENDED, DONE = "intended", "done"
 Key = str | Callable[..., str]  # an effect's key, or how to make it from the tool's arguments
 
