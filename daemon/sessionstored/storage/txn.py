@@ -122,15 +122,13 @@ class TxnReader(RangeReader, Protocol):
 def with_kept_fields(put: TxnPut, stored: bytes | None, limit: int) -> tuple[bytes, bytes]:
     """The put's body and digest once it takes its `keep` fields from the stored map
     (unchanged when none is stored, or it has none of them). Refusal: too_large."""
-    before = None if stored is None else cbor2.loads(stored)
-    if not isinstance(before, dict):
+    if stored is None:
         return put.body, put.digest
+    before = cbor2.loads(stored)  # every document, stored or put, is a map (document_body)
     kept = {name: before[name] for name in put.keep if name in before}
     if not kept:
         return put.body, put.digest
     value = cbor2.loads(put.body)
-    if not isinstance(value, dict):
-        return put.body, put.digest
     value.update(kept)
     body = canonical_dumps(value)
     if len(body) > limit:
