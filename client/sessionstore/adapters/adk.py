@@ -67,7 +67,7 @@ from ..errors import Conflict, TooLarge
 from . import plans
 from .keyparts import key_part
 from .lifetime import Items, digest_of, every_item
-from .ownership import LEASE_TTL_S, Owner, fenced_txn
+from .ownership import LEASE_TTL_S, Owner, fenced_txn, take_over
 from .plans import KIND, SCAN_PAGE, Plan, delete_op, delete_prefix_op, socket_of
 
 T = TypeVar("T")
@@ -147,10 +147,8 @@ class SessionStoreSessionService(BaseSessionService):
     async def take_over(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """This service's owner takes the session, at the next epoch: its previous owner's
         next write is refused with StaleOwner."""
-        if self.owner is None:
-            raise TypeError("take_over() needs a service made with owner=")
         scope = self._owner_key(app_name, user_id, session_id.strip())
-        await self._run(self.owner.take_over(scope))
+        await self._run(take_over(self.owner, scope))
 
     def _app_prefix(self, app: str) -> str:
         return f"{self.prefix}a/{key_part(app)}/"

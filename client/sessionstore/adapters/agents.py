@@ -39,7 +39,7 @@ from ..errors import Conflict, TooLarge
 from . import plans
 from .keyparts import key_part
 from .lifetime import Items, Lifetime, every_item, group_gone, untimed
-from .ownership import LEASE_TTL_S, Owner, fenced_txn
+from .ownership import LEASE_TTL_S, Owner, fenced_txn, take_over
 from .plans import KIND, TXN_OPS, Plan, delete_op, delete_prefix_op, socket_of
 
 if TYPE_CHECKING:
@@ -215,9 +215,7 @@ class SessionStoreSession:
     async def take_over(self) -> None:
         """This session object's owner takes the session, at the next epoch: its previous
         owner's next write is refused with StaleOwner (owner= needed)."""
-        if self.owner is None:
-            raise TypeError("take_over() needs a session made with owner=")
-        await plans.arun(self._client(), self.owner.take_over(self.owner_key))
+        await plans.arun(self._client(), take_over(self.owner, self.owner_key))
 
     async def _delete(self, ops: Items) -> None:
         """Removals, not renewing a lifetime (with ttl) but under the owner's lease."""

@@ -22,7 +22,7 @@ from . import plans
 from .agents import settings_of
 from .keyparts import key_part
 from .lifetime import Items, every_item
-from .ownership import LEASE_TTL_S, Owner, fenced_txn
+from .ownership import LEASE_TTL_S, Owner, fenced_txn, take_over
 from .plans import (
     KIND,
     SCAN_PAGE,
@@ -154,9 +154,7 @@ class AdvancedSessionCore:
     async def take_over(self) -> None:
         """This session object's owner takes the session, at the next epoch: its previous
         owner's next write is refused with StaleOwner (owner= needed)."""
-        if self.owner is None:
-            raise TypeError("take_over() needs a session made with owner=")
-        await plans.arun(self._clients.current(), self.owner.take_over(self.owner_key))
+        await plans.arun(self._clients.current(), take_over(self.owner, self.owner_key))
 
     @property
     def _current_branch_id(self) -> str:

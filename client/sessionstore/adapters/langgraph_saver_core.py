@@ -36,7 +36,7 @@ from .lifetime import (
     timed,
     untimed,
 )
-from .ownership import LEASE_TTL_S, Owner, fenced_txn
+from .ownership import LEASE_TTL_S, Owner, fenced_txn, take_over
 from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan, put_op
 
 T = TypeVar("T")
@@ -104,15 +104,10 @@ class SaverCore(plans.OnRunner, BaseCheckpointSaver[int]):
     def take_over(self, thread_id: str) -> None:
         """This saver's owner takes the thread, at the next epoch: its previous owner's
         next write is refused with StaleOwner (owner= needed)."""
-        self._run(self._take_over(thread_id))
+        self._run(take_over(self.owner, self.keys.owner(thread_id)))
 
     async def atake_over(self, thread_id: str) -> None:
-        await self._arun(self._take_over(thread_id))
-
-    def _take_over(self, thread_id: str) -> Plan[None]:
-        if self.owner is None:
-            raise TypeError("take_over() needs a saver made with owner=")
-        yield from self.owner.take_over(self.keys.owner(thread_id))
+        await self._arun(take_over(self.owner, self.keys.owner(thread_id)))
 
     # -- running plans ------------------------------------------------------------
 

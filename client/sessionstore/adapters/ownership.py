@@ -87,6 +87,14 @@ class Owner:
         self.unowned.discard(document)
 
 
+def take_over(owner: Owner | None, document: str) -> Plan[None]:
+    """The adapter's owner takes the scope (Owner.take_over); TypeError for an adapter
+    made without owner=."""
+    if owner is None:
+        raise TypeError("take_over() needs an adapter made with owner=")
+    yield from owner.take_over(document)
+
+
 def fenced_txn(
     owner: Owner | None, scope: str, ops: list[dict[str, Any]], require: list[dict[str, Any]]
 ) -> Plan[None]:

@@ -37,7 +37,7 @@ from ..errors import Conflict
 from . import plans
 from .keyparts import key_part
 from .lifetime import Items, every_item
-from .ownership import LEASE_TTL_S, Owner, fenced_txn
+from .ownership import LEASE_TTL_S, Owner, fenced_txn, take_over
 from .plans import KIND, SCAN_PAGE, Plan, delete_op, delete_prefix_op, put_op
 
 if TYPE_CHECKING:
@@ -92,9 +92,7 @@ class SessionStoreSessionRepository(plans.OnRunner, SessionRepository):
     def take_over(self, session_id: str) -> None:
         """This repository's owner takes the session, at the next epoch: its previous
         owner's next write is refused with StaleOwner."""
-        if self.owner is None:
-            raise TypeError("take_over() needs a repository made with owner=")
-        self._runner.run(self.owner.take_over(self._owner_key(session_id)))
+        self._runner.run(take_over(self.owner, self._owner_key(session_id)))
 
     def _multi_agent_key(self, session_id: str, multi_agent_id: str) -> str:
         return f"{self.prefix}y/{key_part(session_id)}/{key_part(multi_agent_id)}"
