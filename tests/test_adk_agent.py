@@ -144,6 +144,8 @@ def test_two_workers_resume_one_session_and_only_the_owner_writes(
             await turn(runner_b, "two")
             with pytest.raises(StaleOwner):  # a was fenced
                 await turn(runner_a, "from a, fenced")
+            with pytest.raises(StaleOwner):  # from deleting it too
+                await first.delete_session(app_name=APP, user_id=USER, session_id="s")
             return await second.get_session(app_name=APP, user_id=USER, session_id="s")
         finally:
             for runner in (runner_a, runner_b):

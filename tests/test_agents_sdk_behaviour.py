@@ -110,5 +110,31 @@ def test_two_workers_resume_one_session_and_only_the_owner_writes(
         for item in items
     ]
     assert texts == ["one", "a1", "two", "b1"]
-    with pytest.raises(TypeError):
-        SessionStoreSession("s", running.socket_path, owner="x", ttl=60)
+
+
+def test_an_owned_session_with_a_ttl_is_fenced_and_its_items_expire_with_it(
+    running: DaemonProcess,
+) -> None:
+    async def main() -> list[Any]:
+        first = SessionStoreSession("timed", running.socket_path, owner="worker-a", ttl=60)
+        second = SessionStoreSession("timed", running.socket_path, owner="worker-b", ttl=60)
+        try:
+            await first.add_items([{"role": "user", "content": "a"}])
+            with pytest.raises(StaleOwner):
+                await second.add_items([{"role": "user", "content": "b, too early"}])
+            await second.take_over()
+            await second.add_items([{"role": "user", "content": "b"}])
+            with pytest.raises(StaleOwner):
+                await first.pop_item()
+            return await first.get_items()
+        finally:
+            await first.close()
+            await second.close()
+
+    assert asyncio.run(main()) == [
+        {"role": "user", "content": "a"},
+        {"role": "user", "content": "b"},
+    ]
+    with running.client() as client:
+        stored = client.checkpoint_scan("kv", "agents/timed/")["items"]
+    assert len(stored) == 2 and all("expires_at_ms" in item for item in stored)

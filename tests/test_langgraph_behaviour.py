@@ -191,8 +191,46 @@ def test_two_workers_resume_one_thread_and_only_the_owner_writes(
     assert after_b["by"] == ["a", "b"]
     with pytest.raises(StaleOwner):  # a was fenced
         app("a", first).invoke({"count": 100, "by": []}, config)
-    state = app("b", second).get_state(config).values
-    assert state == {"count": 11, "by": ["a", "b"]}  # a's refused run left nothing
+    app("a", first).invoke({"count": 0, "by": []}, {"configurable": {"thread_id": "a's"}})
+    with pytest.raises(StaleOwner):  # removing and copying into the thread: fenced too
+        first.delete_thread("shared")
+    with pytest.raises(StaleOwner):
+        first.prune(["shared"], strategy="keep_latest")
+    with pytest.raises(StaleOwner):
+        first.copy_thread("a's", "shared")
+    state = app("b", second).get_state(config)
+    assert state.values == {"count": 11, "by": ["a", "b"]}  # a's refused writes left nothing
+    assert len(list(second.list(config))) == 6  # each run: input, step, end
+    second.prune(["shared"], strategy="keep_latest")  # the owner's own are not refused
+    assert len(list(second.list(config))) == 1
     first.close(), second.close()
-    with pytest.raises(TypeError):
-        SessionStoreSaver(running.socket_path, owner="x", ttl={"default_ttl": 1})
+
+
+def test_an_owned_thread_with_a_ttl_is_fenced_and_still_expires_whole(
+    running: DaemonProcess,
+) -> None:
+    config: Any = {"configurable": {"thread_id": "timed"}}
+    ttl = {"default_ttl": 1}  # minutes
+
+    def saver(owner: str) -> SessionStoreSaver:
+        return SessionStoreSaver(running.socket_path, owner=owner, ttl=ttl)
+
+    def run(on: SessionStoreSaver, count: int) -> Any:
+        graph = StateGraph(_Count)
+        graph.add_node("step", lambda s: {"count": s["count"] + 1})
+        graph.add_edge(START, "step")
+        graph.add_edge("step", END)
+        return graph.compile(checkpointer=on).invoke({"count": count, "by": []}, config)
+
+    first, second = saver("worker-a"), saver("worker-b")
+    run(first, 0)
+    with pytest.raises(StaleOwner):
+        run(second, 10)
+    second.take_over("timed")
+    assert run(second, 10)["count"] == 11
+    with pytest.raises(StaleOwner):
+        run(first, 100)
+    with running.client() as client:
+        stored = client.checkpoint_scan("kv", "langgraph/c/timed/")["items"]
+    assert stored and all("expires_at_ms" in item for item in stored)  # in its lifetime
+    first.close(), second.close()

@@ -326,17 +326,19 @@ class SessionStoreSessionService(BaseSessionService):
             delete_op(self._session_key(app, user, session_id)),
             delete_prefix_op(self._own_prefix(app, user, session_id)),
         ]
+        scope = self._owner_key(app, user, session_id)
         try:
-            yield [r.txn([*ops, delete_prefix_op(events_prefix)])]
+            yield from fenced_txn(self.owner, scope, [*ops, delete_prefix_op(events_prefix)], [])
         except TooLarge:  # over the daemon's 100,000 keys a txn: the session goes first
-            yield [r.txn(ops)]
+            yield from fenced_txn(self.owner, scope, ops, [])
             while True:
                 (page,) = yield [
                     r.checkpoint_scan(KIND, events_prefix, limit=SCAN_PAGE, values=False)
                 ]
                 if not page["items"]:
                     return
-                yield [r.txn([delete_op(item["key"]) for item in page["items"]])]
+                removals = [delete_op(item["key"]) for item in page["items"]]
+                yield from fenced_txn(self.owner, scope, removals, [])
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         return await self._run(self._user_state(app_name, user_id))

@@ -24,6 +24,7 @@
 # without a ttl after it expired are read at once, the expired ones never.
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import cbor2
@@ -39,7 +40,7 @@ from ..errors import Conflict, TooLarge
 from . import plans
 from .keyparts import key_part
 from .lifetime import Items, Lifetime, every_item, group_gone, untimed
-from .ownership import LEASE_TTL_S, Owner, fenced_txn, take_over
+from .ownership import LEASE_TTL_S, Commit, Owner, fenced_txn, one_txn, take_over
 from .plans import KIND, TXN_OPS, Plan, delete_op, delete_prefix_op, socket_of
 
 if TYPE_CHECKING:
@@ -73,8 +74,6 @@ class SessionStoreSession:
         loop); the caller closes it. owner: this session object's name as the session's
         owner (ownership.py): once another owner has taken the session over, its writes
         are refused with StaleOwner."""
-        if owner is not None and ttl is not None:
-            raise TypeError("a session takes owner= or ttl=, not both")
         self.owner = None if owner is None else Owner(owner, lease_ttl_s)
         # "%owner" is no percent-encoded session id: it never collides with the items
         self.owner_key = f"{prefix}%owner/{key_part(session_id)}"
@@ -153,10 +152,10 @@ class SessionStoreSession:
     def _write(self, ops: list[dict[str, Any]], require: Items | None = None) -> Plan[None]:
         """A txn of ops; with a ttl it renews the session's lifetime, and the items it
         stores expire with the session."""
-        if self.lifetime is None:
-            yield from fenced_txn(self.owner, self.owner_key, ops, require or [])
-        else:
-            yield from self.lifetime.commit(self.life_key, ops, require or [], self._members)
+        commit: Commit = one_txn
+        if self.lifetime is not None:
+            commit = functools.partial(self.lifetime.commit, self.life_key, members=self._members)
+        yield from fenced_txn(self.owner, self.owner_key, ops, require or [], commit)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         if not items:
@@ -168,7 +167,8 @@ class SessionStoreSession:
         except (cbor2.CBOREncodeError, TypeError, ValueError) as error:
             # a TypeError, as json.dumps raises for the SDK's own backends
             raise TypeError(f"an item cannot be stored: {error}") from error
-        per_txn = TXN_OPS - (self.lifetime is not None)  # with a ttl, one op is the lifetime's
+        # with a ttl one op of each txn is the lifetime's, with an owner one is the lease's
+        per_txn = TXN_OPS - (self.lifetime is not None) - (self.owner is not None)
         for start in range(0, len(ops), per_txn):
             await plans.arun(self._client(), self._write(ops[start : start + per_txn]))
 

@@ -70,7 +70,6 @@ from .langgraph_saver_core import (
 from .lifetime import (
     Items,
     every_item,
-    in_txns,
     untimed,
 )
 from .plans import Plan, delete_op, delete_prefix_op, put_op
@@ -222,38 +221,41 @@ class SessionStoreSaver(SaverCore):
         if not threads:
             return
         runs = yield from self._runs_of(threads)
-        ops = []
+        removals: dict[str, list[dict[str, Any]]] = {}
         upto = str(uuid6())  # later than every checkpoint id made so far
         for thread in threads:
-            ops.append(put_op(self.keys.thread_deleted(thread), {"upto": upto}))
-            ops.append(delete_op(self.keys.lifetime(thread)))
-            ops.append(delete_prefix_op(self.keys.thread_checkpoints(thread)))
-            ops.append(delete_prefix_op(self.keys.thread_writes(thread)))
-            ops.append(delete_prefix_op(self.keys.thread_runs(thread)))
-            for encoded_run in runs[thread]:
-                ops.append(
+            removals[self.keys.owner(thread)] = [
+                put_op(self.keys.thread_deleted(thread), {"upto": upto}),
+                delete_op(self.keys.lifetime(thread)),
+                delete_prefix_op(self.keys.thread_checkpoints(thread)),
+                delete_prefix_op(self.keys.thread_writes(thread)),
+                delete_prefix_op(self.keys.thread_runs(thread)),
+                *(
                     delete_prefix_op(f"{self.keys.prefix}r/{encoded_run}/{key_part(thread)}/")
-                )
-        yield from in_txns(ops)
+                    for encoded_run in runs[thread]
+                ),
+            ]
+        yield from self._remove(removals)
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
-        if not run_ids:
-            return
-        ops: list[dict[str, Any]] = []
+        removals: dict[str, list[dict[str, Any]]] = {}
         for run_id in run_ids:
             prefix = self.keys.run_checkpoints(run_id)
             threads: set[str] = set()
             for item in (yield from every_item(prefix, values=False)):
                 thread, ns, checkpoint = item["key"][len(prefix) :].split("/")
-                ops.append(put_op(f"{self.keys.prefix}x/{thread}/{ns}/{checkpoint}", {}))
-                ops.append(delete_op(f"{self.keys.prefix}c/{thread}/{ns}/{checkpoint}"))
-                ops.append(delete_prefix_op(f"{self.keys.prefix}w/{thread}/{ns}/{checkpoint}/"))
+                removals.setdefault(self.keys.owner_of_part(thread), []).extend([
+                    put_op(f"{self.keys.prefix}x/{thread}/{ns}/{checkpoint}", {}),
+                    delete_op(f"{self.keys.prefix}c/{thread}/{ns}/{checkpoint}"),
+                    delete_prefix_op(f"{self.keys.prefix}w/{thread}/{ns}/{checkpoint}/"),
+                ])  # fmt: skip
                 threads.add(thread)
-            ops.append(delete_prefix_op(prefix))
-            ops += [
-                delete_op(f"{self.keys.prefix}t/{t}/{key_part(run_id)}") for t in sorted(threads)
-            ]
-        yield from in_txns(ops)
+            for thread in sorted(threads):  # the run's markers, and the thread's of the run
+                removals[self.keys.owner_of_part(thread)] += [
+                    delete_prefix_op(f"{prefix}{thread}/"),
+                    delete_op(f"{self.keys.prefix}t/{thread}/{key_part(run_id)}"),
+                ]
+        yield from self._remove(removals)
 
     def _copy_thread(self, source: str, target: str) -> Plan[None]:
         checkpoints = yield from every_item(self.keys.thread_checkpoints(source))
@@ -305,8 +307,9 @@ class SessionStoreSaver(SaverCore):
                     f"prune keep_latest of thread {thread!r}: it uses a DeltaChannel, whose "
                     "latest value is rebuilt from older checkpoints; nothing was pruned"
                 )
-        ops: list[dict[str, Any]] = []
+        removals: dict[str, list[dict[str, Any]]] = {}
         for thread, checkpoints in stored.items():
+            ops = removals[self.keys.owner(thread)] = []
             newest: dict[str, dict[str, Any]] = {}
             for item in checkpoints:  # key order: per namespace, oldest first
                 newest[item["value"]["checkpoint_ns"]] = item
@@ -341,7 +344,7 @@ class SessionStoreSaver(SaverCore):
                 # (durability="async" sends writes first: uuid6 ids sort by time), stays
                 if head is not None and checkpoint_part < head:
                     ops.append(delete_op(write["key"]))
-        yield from in_txns(ops)  # each thread's checkpoints before their writes
+        yield from self._remove(removals)  # each thread's checkpoints before their writes
 
 
 class _Listing:

@@ -48,7 +48,11 @@ class SaverKeys:
     # one whose parent was never stored is taken, as every LangGraph saver takes it
     def owner(self, thread: str) -> str:
         """The thread's owner document (ownership.py), with a saver made with owner=."""
-        return f"{self.prefix}o/{key_part(thread)}"
+        return self.owner_of_part(key_part(thread))
+
+    def owner_of_part(self, thread_part: str) -> str:
+        """owner(), of the thread as its keys hold it (key_part)."""
+        return f"{self.prefix}o/{thread_part}"
 
     def thread_deleted(self, thread: str) -> str:
         """{"upto": id}: delete_thread removed every checkpoint up to that id."""

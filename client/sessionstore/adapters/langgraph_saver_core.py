@@ -3,6 +3,7 @@
 # writes of checkpoints and their writes, and reading stored values back.
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -36,7 +37,7 @@ from .lifetime import (
     timed,
     untimed,
 )
-from .ownership import LEASE_TTL_S, Owner, fenced_txn, take_over
+from .ownership import LEASE_TTL_S, Commit, Owner, fenced_txn, one_txn, take_over
 from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan, put_op
 
 T = TypeVar("T")
@@ -91,11 +92,8 @@ class SaverCore(plans.OnRunner, BaseCheckpointSaver[int]):
         methods) or an AsyncClient (for the async ones, on its event loop) to use
         instead of the saver's own; the caller closes it. owner: this saver's name as the
         owner of the threads it writes (ownership.py): once another owner has taken a
-        thread over, this saver's put and put_writes to it raise StaleOwner and change
-        nothing (not with ttl)."""
+        thread over, this saver's writes to it raise StaleOwner and change nothing."""
         super().__init__(serde=serde)
-        if owner is not None and ttl is not None:
-            raise TypeError("a saver takes owner= or ttl=, not both")
         self.keys = SaverKeys(prefix)
         self.lifetime = _lifetime(ttl)
         self.owner = None if owner is None else Owner(owner, lease_ttl_s)
@@ -234,20 +232,33 @@ class SaverCore(plans.OnRunner, BaseCheckpointSaver[int]):
         return members
 
     def _write(self, thread: str, ops: Items, require: Items | None = None) -> Plan[None]:
-        """One thread's ops, in txns under require; with a ttl each renews the thread's
-        lifetime, and its documents expire with the thread."""
-        if self.owner is not None:  # each txn under the owner's lease on the thread
-            for start in range(0, len(ops), TXN_OPS - 1):  # one op of each is the lease's
-                chunk = ops[start : start + TXN_OPS - 1]
-                yield from fenced_txn(self.owner, self.keys.owner(thread), chunk, require or [])
-            return
+        """One thread's ops, in txns under require, each under the owner's lease on the
+        thread (with owner=); with a ttl each renews the thread's lifetime, and its
+        documents expire with the thread."""
+        scope = self.keys.owner(thread)
         if self.lifetime is None:
-            yield from in_txns(ops, require)
+            yield from self._fenced(scope, ops, require or [], one_txn, TXN_OPS)
             return
         life_key, members = self.keys.lifetime(thread), self._members(thread)
-        for start in range(0, len(ops), TXN_OPS - 1):  # one op of each is the lifetime's
-            chunk = ops[start : start + TXN_OPS - 1]
-            yield from self.lifetime.commit(life_key, chunk, require or [], members)
+        renewing = functools.partial(self.lifetime.commit, life_key, members=members)
+        yield from self._fenced(scope, ops, require or [], renewing, TXN_OPS - 1)
+
+    def _remove(self, removals: dict[str, Items]) -> Plan[None]:
+        """Removals from threads, by the key of each one's owner document: not renewing a
+        lifetime, and with owner= each thread's in txns under the owner's lease on it."""
+        if self.owner is None:  # as few txns as the removals fill
+            yield from in_txns([op for ops in removals.values() for op in ops])
+            return
+        for scope, ops in removals.items():
+            yield from self._fenced(scope, ops, [], one_txn, TXN_OPS)
+
+    def _fenced(
+        self, scope: str, ops: Items, require: Items, commit: Commit, per_txn: int
+    ) -> Plan[None]:
+        per_txn -= self.owner is not None  # one op of each is the lease's
+        for start in range(0, len(ops), per_txn):
+            chunk = ops[start : start + per_txn]
+            yield from fenced_txn(self.owner, scope, chunk, require, commit)
 
     def put_op(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata

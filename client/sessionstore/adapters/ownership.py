@@ -15,6 +15,7 @@
 # any more, and the next owner to write takes it without an operator.
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,13 @@ from .lifetime import required
 from .plans import KIND, Plan, put_op
 
 LEASE_TTL_S = 300.0  # a scope's owner keeps it this long after its last write
+# how a txn of (ops, require) is committed: one txn, or lifetime.Lifetime's commit,
+# which renews the scope's lifetime with it and raises a conflict on require as it came
+Commit = Callable[[list[dict[str, Any]], list[dict[str, Any]]], Plan[Any]]
+
+
+def one_txn(ops: list[dict[str, Any]], require: list[dict[str, Any]]) -> Plan[None]:
+    yield [r.txn(ops, require)]
 
 
 @dataclass
@@ -96,18 +104,23 @@ def take_over(owner: Owner | None, document: str) -> Plan[None]:
 
 
 def fenced_txn(
-    owner: Owner | None, scope: str, ops: list[dict[str, Any]], require: list[dict[str, Any]]
+    owner: Owner | None,
+    scope: str,
+    ops: list[dict[str, Any]],
+    require: list[dict[str, Any]],
+    commit: Commit = one_txn,
 ) -> Plan[None]:
-    """One txn of ops under require and, with an owner, under its lease on the scope (the
-    key of the scope's owner document): StaleOwner when another owner has it."""
+    """One txn of ops under require (committed by commit) and, with an owner, under its
+    lease on the scope (the key of the scope's owner document): StaleOwner when another
+    owner has it. With an owner the txn has one op more than ops."""
     if owner is None:
-        yield [r.txn(ops, require)]
+        yield from commit(ops, require)
         return
     yield from owner.claim(scope)
     while True:
         requirement, renewal = owner.fence(scope)
         try:
-            yield [r.txn([*ops, renewal], [*require, requirement])]
+            yield from commit([*ops, renewal], [*require, requirement])
         except Conflict as conflict:
             if conflict.details.get("failed") != len(require):
                 raise
