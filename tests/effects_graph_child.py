@@ -1,6 +1,6 @@
 # A LangGraph run whose node has a visible effect (it appends a line to a file)
-# under the effects ledger, checkpointed in sessionstore, killing itself with
-# SIGKILL at the point it is told:
+# under the thread's effects ledger (saver.effects), checkpointed in sessionstore,
+# killing itself with SIGKILL at the point it is told:
 #   python -m tests.effects_graph_child SOCKET THREAD FILE KILL_AT
 # KILL_AT: before-effect, after-effect, after-done (the node's result recorded,
 # its checkpoint not yet written), or never. Without a kill it runs the thread
@@ -13,7 +13,7 @@ from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
-from sessionstore.effects import Ledger, UnresolvedEffect
+from sessionstore.effects import UnresolvedEffect
 from sessionstore.langgraph import SessionStoreSaver
 
 from .effects_child import die_at, killable_refund
@@ -26,8 +26,8 @@ class State(TypedDict):
 
 def main() -> None:
     socket_path, thread, path, kill_at = sys.argv[1:5]
-    ledger = Ledger(thread, socket_path)
-    refund = killable_refund(ledger, lambda order: f"refund/{order}", path, kill_at)
+    saver = SessionStoreSaver(socket_path)
+    refund = killable_refund(saver.effects(thread), lambda order: f"refund/{order}", path, kill_at)
 
     def refund_node(state: State) -> dict[str, Any]:
         result = refund(state["order"])
@@ -40,7 +40,7 @@ def main() -> None:
     graph.add_edge(START, "take_order")
     graph.add_edge("take_order", "refund")
     graph.add_edge("refund", END)
-    app = graph.compile(checkpointer=SessionStoreSaver(socket_path))
+    app = graph.compile(checkpointer=saver)
     config: Any = {"configurable": {"thread_id": thread}}
     started = app.get_state(config).next  # a checkpoint holds an unfinished run: resume it
     try:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,8 @@ def test_a_tool_runs_once_per_key_and_a_later_run_gets_its_result(
     assert calls == ["1", "2"]
     other = Ledger("user-43", running.socket_path)  # keys are per session
     assert other.once("refund/1")(lambda: "ran")() == "ran"
-    ledger.close(), resumed.close(), other.close()
+    for each in (ledger, resumed, other):
+        each.close()
 
 
 def test_a_block_records_its_effect_once(running: DaemonProcess) -> None:
@@ -157,11 +159,34 @@ def _child(
     return done.returncode, done.stdout.strip()
 
 
-# each child, the result its resumed run prints once the effect is recorded, and the
-# (session, key) of the effect a kill before that leaves intended
-CHILDREN = {
-    "effects_child": ("r-1", lambda kill_at: ("s", kill_at)),
-    "effects_graph_child": ("r-1001", lambda kill_at: (kill_at, "refund/1001")),
+def _unresolved_of_session(socket_path: str, session: str) -> list[str]:
+    ledger = Ledger(session, socket_path)
+    try:
+        return [u.key for u in ledger.unresolved()]
+    finally:
+        ledger.close()
+
+
+def _unresolved_of_thread(socket_path: str, thread: str) -> list[str]:
+    from sessionstore.langgraph import SessionStoreSaver
+
+    saver = SessionStoreSaver(socket_path)
+    try:
+        return [u.key for u in saver.effects(thread).unresolved()]
+    finally:
+        saver.close()
+
+
+# each child: the result its resumed run prints once the effect is recorded; the
+# unresolved effects of where it kept its effect (the scope the test gave it, kill_at);
+# and the key of the effect that a kill before the record leaves there
+def _unresolved_of_s(socket_path: str, _scope: str) -> list[str]:
+    return _unresolved_of_session(socket_path, "s")
+
+
+CHILDREN: dict[str, tuple[str, Callable[[str, str], list[str]], str | None]] = {
+    "effects_child": ("r-1", _unresolved_of_s, None),
+    "effects_graph_child": ("r-1001", _unresolved_of_thread, "refund/1001"),
 }
 
 
@@ -173,7 +198,7 @@ def test_a_run_killed_anywhere_never_repeats_the_effect(
     """The run killed with SIGKILL between the intent and the record (for the graph, before
     the node's checkpoint too), then resumed: for the graph, from its last checkpoint,
     which runs the node again."""
-    done_result, left_intended = CHILDREN[child]
+    done_result, unresolved, key = CHILDREN[child]
     lines = tmp_path / "refunds.txt"
     lines.touch()
     code, _ = _child(child, running, kill_at, lines, kill_at)
@@ -186,10 +211,7 @@ def test_a_run_killed_anywhere_never_repeats_the_effect(
         assert said == done_result
     else:  # intended, outcome unknown: reported, for someone to settle
         assert said == "unresolved"
-        session, key = left_intended(kill_at)
-        ledger = Ledger(session, running.socket_path)
-        assert [u.key for u in ledger.unresolved()] == [key]
-        ledger.close()
+        assert unresolved(running.socket_path, kill_at) == [key or kill_at]
 
 
 def test_a_daemon_killed_between_the_intent_and_the_record_repeats_nothing(
@@ -219,8 +241,8 @@ def test_a_daemon_killed_between_the_intent_and_the_record_repeats_nothing(
 def test_a_function_tool_of_a_resumed_agents_run_is_not_called_again(
     running: DaemonProcess,
 ) -> None:
-    """The Agents SDK's function tool under the ledger: the run is repeated from the
-    start (as a resumed run is), the model asks for the same refund, and the refund
+    """The Agents SDK's function tool under its session's ledger: the run is repeated from
+    the start (as a resumed run is), the model asks for the same refund, and the refund
     happens once; the second run gets the first one's result."""
     import os
 
@@ -228,10 +250,13 @@ def test_a_function_tool_of_a_resumed_agents_run_is_not_called_again(
     from agents import Agent, Runner, function_tool
     from agents.testing import ScriptedModel, assistant_message, function_call
 
+    from sessionstore.agents import SessionStoreSession
+
     refunds: list[str] = []
 
     async def main() -> list[str]:
-        ledger = AsyncLedger("agent-run", running.socket_path)
+        tools_session = SessionStoreSession("agent-run", running.socket_path)
+        ledger = tools_session.effects()
 
         @function_tool
         @ledger.once(lambda order: f"refund/{order}")
@@ -248,13 +273,15 @@ def test_a_function_tool_of_a_resumed_agents_run_is_not_called_again(
                     [assistant_message("done")],
                 ])  # fmt: skip
                 agent = Agent(name="assistant", model=model, tools=[refund])
-                result = await Runner.run(agent, "refund order 1001")
+                session = SessionStoreSession("agent-run", running.socket_path)
+                result = await Runner.run(agent, "refund order 1001", session=session)
+                await session.close()
                 outputs += [
                     item.output for item in result.new_items if item.type == "tool_call_output_item"
                 ]
             return outputs
         finally:
-            await ledger.aclose()
+            await tools_session.close()
 
     assert asyncio.run(main()) == ["refund r-1001", "refund r-1001"]
     assert refunds == ["1001"]  # the second run got the recorded result instead

@@ -26,6 +26,13 @@
 # An exception from the tool leaves its effect "intended", the error recorded:
 # a tool that fails has not said it did nothing. The result must be what CBOR
 # holds (JSON's types, bytes). Effects expire with ttl_s when one is given.
+#
+# An adapter's ledger (saver.effects(thread), session.effects(), ...) keeps the
+# effects among the session's own documents, in a Scope the adapter gives: they
+# are removed with the session (and copied with a LangGraph thread), and each of
+# the ledger's txns is the adapter's write to the session: under its owner's
+# lease (a superseded owner's run is refused with StaleOwner before its tool is
+# called) and renewing its lifetime (the effects expire with the session).
 from __future__ import annotations
 
 import functools
@@ -34,19 +41,20 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from . import requests as r
 from .adapters import plans
 from .adapters.keyparts import key_part
 from .adapters.lifetime import every_item, required
+from .adapters.ownership import Commit, one_txn
 from .adapters.plans import KIND, Plan
 from .asyncio_client import AsyncClient
 from .client import Client
 from .errors import Conflict, UnresolvedEffect
 
 T = TypeVar("T")
-__all__ = ["AsyncLedger", "Effect", "Key", "Ledger", "Unresolved", "UnresolvedEffect"]
+__all__ = ["AsyncLedger", "Effect", "Key", "Ledger", "Scope", "Unresolved", "UnresolvedEffect"]
 INTENDED, DONE = "intended", "done"
 Key = str | Callable[..., str]  # an effect's key, or how to make it from the tool's arguments
 
@@ -79,11 +87,28 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _never() -> Plan[bool]:
+    return False
+    yield []  # a plan that sends nothing
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a session's effects are kept, and how they are written: by a stand-alone
+    ledger, one txn each; by an adapter's, as the adapter writes to the session."""
+
+    prefix: str
+    write: Commit = one_txn  # (ops, require): a conflict on require raised as it came
+    # whether the session's lifetime has expired, leaving its effects as leftovers
+    expired: Callable[[], Plan[bool]] = _never
+
+
 class _LedgerPlans:
     """The ledger's decisions, as plans (adapters/plans.py) either client runs."""
 
-    def __init__(self, session: str, prefix: str, ttl_s: float | None) -> None:
-        self.prefix = f"{prefix}{key_part(session)}/"
+    def __init__(self, scope: Scope, ttl_s: float | None = None) -> None:
+        self.scope = scope
+        self.prefix = scope.prefix
         self.ttl_s = ttl_s
 
     def document(self, key: str) -> str:
@@ -92,6 +117,11 @@ class _LedgerPlans:
     def _put(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
         return plans.put_op(self.document(key), value, ttl_s=self.ttl_s)
 
+    def _write(
+        self, ops: list[dict[str, Any]], require: list[dict[str, Any]] | None = None
+    ) -> Plan[None]:
+        yield from self.scope.write(ops, require or [])
+
     def begin(self, key: str) -> Plan[tuple[dict[str, Any] | None, dict[str, Any]]]:
         """(the done record, when an earlier run recorded it, else None; the intent this
         run wrote, or would have). UnresolvedEffect when an earlier run left it
@@ -99,9 +129,15 @@ class _LedgerPlans:
         intent = {"key": key, "state": INTENDED, "at_ms": _now_ms()}
         document = self.document(key)
         try:
-            yield [r.txn([self._put(key, intent)], [required(document, None)])]
+            yield from self._write([self._put(key, intent)], [required(document, None)])
         except Conflict:
             (record,) = yield [r.checkpoint_get(KIND, document)]
+            if record is not None and (yield from self.scope.expired()):
+                try:  # left by the session's expired lifetime: removed, as the sweep will
+                    yield [r.txn([plans.delete_op(document)], [required(document, record)])]
+                except Conflict:
+                    pass  # removed meanwhile
+                record = None
             if record is None:  # gone meanwhile (retried, expired): begin afresh
                 return (yield from self.begin(key))
             if record["state"] == DONE:
@@ -122,12 +158,14 @@ class _LedgerPlans:
         else:
             return
         try:
-            yield [r.txn([self._put(key, value)], [required(self.document(key), intent)])]
+            yield from self._write([self._put(key, value)], [required(self.document(key), intent)])
         except Conflict:  # someone resolved or retried it meanwhile: theirs stands
             raise UnresolvedEffect(key, intent) from None
 
     def unresolved(self) -> Plan[list[Unresolved]]:
         found = yield from every_item(self.prefix)
+        if found and (yield from self.scope.expired()):
+            return []
         return [
             Unresolved(item["value"]["key"], item["value"]["at_ms"], item["value"].get("error"))
             for item in found
@@ -137,10 +175,10 @@ class _LedgerPlans:
     def resolve(self, key: str, result: Any) -> Plan[None]:
         value = {"key": key, "state": DONE, "at_ms": _now_ms(), "result": result,
                  "done_at_ms": _now_ms(), "resolved": True}  # fmt: skip
-        yield [r.txn([self._put(key, value)])]
+        yield from self._write([self._put(key, value)])
 
     def retry(self, key: str) -> Plan[None]:
-        yield [r.txn([plans.delete_op(self.document(key))])]
+        yield from self._write([plans.delete_op(self.document(key))])
 
 
 def _key_of(key: Key, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
@@ -161,8 +199,27 @@ class _LedgerOf(plans.OnRunner):
         client: Client | AsyncClient | None = None,
     ) -> None:
         """client: a Client for a Ledger, an AsyncClient for an AsyncLedger."""
-        self._plans = _LedgerPlans(session, prefix, ttl_s)
+        self._plans = _LedgerPlans(Scope(f"{prefix}{key_part(session)}/"), ttl_s)
         self._start_runner(socket_path, timeout, client)
+        self._owns_runner = True
+
+    @classmethod
+    def of_adapter(cls, scope: Scope, runner: plans.Runner) -> Self:
+        """An adapter's ledger of one session (what its effects() gives): on the
+        adapter's clients, which closing the adapter closes, not the ledger."""
+        ledger = cls.__new__(cls)
+        ledger._plans = _LedgerPlans(scope)
+        ledger._runner, ledger._owns_runner = runner, False
+        ledger.socket_path, ledger.timeout = runner.socket_path, runner.timeout
+        return ledger
+
+    def close(self) -> None:
+        if self._owns_runner:
+            super().close()
+
+    async def aclose(self) -> None:
+        if self._owns_runner:
+            await super().aclose()
 
     def once(self, key: Key) -> _Once:
         assert isinstance(self, Ledger | AsyncLedger)

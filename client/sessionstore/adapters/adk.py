@@ -44,6 +44,7 @@
 # the one before, as the Runner makes them).
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from typing import Any, TypeVar
@@ -63,6 +64,7 @@ from pydantic_core import to_jsonable_python
 
 from .. import requests as r
 from ..asyncio_client import AsyncClient, ClientPerLoop
+from ..effects import AsyncLedger, Scope
 from ..errors import Conflict, TooLarge
 from . import plans
 from .keyparts import key_part
@@ -141,8 +143,22 @@ class SessionStoreSessionService(BaseSessionService):
     def _own_prefix(self, app: str, user: str, session_id: str) -> str:
         return f"{self.prefix}v/{key_part(app)}/{key_part(user)}/{key_part(session_id)}/"
 
+    def _effects_prefix(self, app: str, user: str, session_id: str) -> str:
+        return f"{self.prefix}f/{key_part(app)}/{key_part(user)}/{key_part(session_id)}/"
+
     def _owner_key(self, app: str, user: str, session_id: str) -> str:
         return f"{self.prefix}o/{key_part(app)}/{key_part(user)}/{key_part(session_id)}"
+
+    def effects(self, *, app_name: str, user_id: str, session_id: str) -> AsyncLedger:
+        """The session's tool-effect ledger (sessionstore.effects), for its async tools:
+        its records are writes to the session, under this service's owner, and
+        delete_session removes them."""
+        session_id = session_id.strip()
+        scope = self._owner_key(app_name, user_id, session_id)
+        prefix = self._effects_prefix(app_name, user_id, session_id)
+        write = functools.partial(fenced_txn, self.owner, scope)
+        runner = plans.Runner(self.socket_path, self.timeout, async_clients=self._clients)
+        return AsyncLedger.of_adapter(Scope(prefix, write), runner)
 
     async def take_over(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """This service's owner takes the session, at the next epoch: its previous owner's
@@ -325,6 +341,7 @@ class SessionStoreSessionService(BaseSessionService):
         ops = [
             delete_op(self._session_key(app, user, session_id)),
             delete_prefix_op(self._own_prefix(app, user, session_id)),
+            delete_prefix_op(self._effects_prefix(app, user, session_id)),
         ]
         scope = self._owner_key(app, user, session_id)
         try:

@@ -36,10 +36,11 @@ from agents.memory.session_settings import (
 
 from .. import requests as r
 from ..asyncio_client import AsyncClient, ClientPerLoop
+from ..effects import AsyncLedger, Scope
 from ..errors import Conflict, TooLarge
 from . import plans
 from .keyparts import key_part
-from .lifetime import Items, Lifetime, every_item, group_gone, untimed
+from .lifetime import Items, Lifetime, every_item, group_gone, lapsed, untimed
 from .ownership import LEASE_TTL_S, Commit, Owner, fenced_txn, one_txn, take_over
 from .plans import KIND, TXN_OPS, Plan, delete_op, delete_prefix_op, socket_of
 
@@ -75,8 +76,9 @@ class SessionStoreSession:
         owner (ownership.py): once another owner has taken the session over, its writes
         are refused with StaleOwner."""
         self.owner = None if owner is None else Owner(owner, lease_ttl_s)
-        # "%owner" is no percent-encoded session id: it never collides with the items
+        # "%owner", "%effects": no percent-encoded session id; never among the items
         self.owner_key = f"{prefix}%owner/{key_part(session_id)}"
+        self.effects_prefix = f"{prefix}%effects/{key_part(session_id)}/"
         self.session_id = session_id
         self.session_settings: SessionSettings | None = settings_of(session_settings)
         self.socket_path = socket_of(socket_path, client)
@@ -147,7 +149,8 @@ class SessionStoreSession:
         return False
 
     def _members(self) -> Plan[Items]:
-        return (yield from every_item(self.items_prefix, values=False))
+        items = yield from every_item(self.items_prefix, values=False)
+        return items + (yield from every_item(self.effects_prefix, values=False))
 
     def _write(self, ops: list[dict[str, Any]], require: Items | None = None) -> Plan[None]:
         """A txn of ops; with a ttl it renews the session's lifetime, and the items it
@@ -210,7 +213,17 @@ class SessionStoreSession:
     async def clear_session(self) -> None:
         # the lifetime with the first range: a clear cut short leaves an expiring
         # session already gone
-        await self._delete_range(self.items_prefix, [delete_op(self.life_key)])
+        await self._delete_range(
+            self.items_prefix, [delete_op(self.life_key), delete_prefix_op(self.effects_prefix)]
+        )
+
+    def effects(self) -> AsyncLedger:
+        """The session's tool-effect ledger (sessionstore.effects): its records are writes
+        to the session (under its owner, expiring with it), and clear_session removes
+        them."""
+        expired = functools.partial(lapsed, self.lifetime, self.life_key)
+        runner = plans.Runner(self.socket_path, self.timeout, async_clients=self._clients)
+        return AsyncLedger.of_adapter(Scope(self.effects_prefix, self._write, expired), runner)
 
     async def take_over(self) -> None:
         """This session object's owner takes the session, at the next epoch: its previous

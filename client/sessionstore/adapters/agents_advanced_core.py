@@ -17,6 +17,7 @@ from agents.memory.session_settings import (
 
 from .. import requests as r
 from ..asyncio_client import AsyncClient, ClientPerLoop
+from ..effects import AsyncLedger, Scope
 from ..errors import Conflict
 from . import plans
 from .agents import settings_of
@@ -150,6 +151,12 @@ class AdvancedSessionCore:
     def _txn(self, ops: list[dict[str, Any]], require: list[dict[str, Any]]) -> Plan[None]:
         """A write to the session, under the owner's lease when it has an owner."""
         yield from fenced_txn(self.owner, self.owner_key, ops, require)
+
+    def effects(self) -> AsyncLedger:
+        """The session's tool-effect ledger (sessionstore.effects): its records are writes
+        to the session, under its owner, and clear_session removes them."""
+        runner = plans.Runner(self.socket_path, self.timeout, async_clients=self._clients)
+        return AsyncLedger.of_adapter(Scope(self._root + "f/", self._txn), runner)
 
     async def take_over(self) -> None:
         """This session object's owner takes the session, at the next epoch: its previous

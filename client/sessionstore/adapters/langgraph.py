@@ -230,6 +230,7 @@ class SessionStoreSaver(SaverCore):
                 delete_prefix_op(self.keys.thread_checkpoints(thread)),
                 delete_prefix_op(self.keys.thread_writes(thread)),
                 delete_prefix_op(self.keys.thread_runs(thread)),
+                delete_prefix_op(self.keys.effects(thread)),
                 *(
                     delete_prefix_op(f"{self.keys.prefix}r/{encoded_run}/{key_part(thread)}/")
                     for encoded_run in runs[thread]
@@ -260,11 +261,17 @@ class SessionStoreSaver(SaverCore):
     def _copy_thread(self, source: str, target: str) -> Plan[None]:
         checkpoints = yield from every_item(self.keys.thread_checkpoints(source))
         writes = yield from every_item(self.keys.thread_writes(source))
-        if (yield from self._expired_threads({source: checkpoints + writes})):
-            checkpoints, writes = untimed(checkpoints), untimed(writes)
+        effects = yield from every_item(self.keys.effects(source))
+        if (yield from self._expired_threads({source: checkpoints + writes + effects})):
+            checkpoints, writes, effects = untimed(checkpoints), untimed(writes), untimed(effects)
         if not checkpoints:
             return
-        ops = []  # the writes first: a checkpoint is never seen without its writes
+        source_effects = self.keys.effects(source)
+        ops = [  # the effects its checkpoints' runs had, then the writes: a checkpoint is
+            # never seen without its writes
+            put_op(self.keys.effects(target) + item["key"][len(source_effects) :], item["value"])
+            for item in effects
+        ]
         source_writes = self.keys.thread_writes(source)
         for item in writes:
             ops.append(

@@ -40,6 +40,10 @@ class SaverKeys:
     def thread_run(self, thread: str, run_id: str) -> str:
         return f"{self.thread_runs(thread)}{key_part(run_id)}"
 
+    def effects(self, thread: str) -> str:
+        """The thread's tool effects (sessionstore.effects), by key."""
+        return f"{self.prefix}e/{key_part(thread)}/"
+
     def lifetime(self, thread: str) -> str:
         """{"horizon": ms}: with a ttl, the thread lives while this does (lifetime.py)."""
         return f"{self.prefix}l/{key_part(thread)}"

@@ -20,6 +20,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import requests as r
+from ..effects import AsyncLedger, Ledger, Scope
 from ..errors import Conflict, SessionStoreError
 from ..requests import Call
 from . import plans
@@ -33,6 +34,7 @@ from .lifetime import (
     every_item,
     group_gone,
     in_txns,
+    lapsed,
     now_ms,
     timed,
     untimed,
@@ -106,6 +108,21 @@ class SaverCore(plans.OnRunner, BaseCheckpointSaver[int]):
 
     async def atake_over(self, thread_id: str) -> None:
         await self._arun(take_over(self.owner, self.keys.owner(thread_id)))
+
+    def effects(self, thread_id: str) -> Ledger:
+        """The thread's tool-effect ledger (sessionstore.effects), for blocking nodes and
+        tools: its records are writes to the thread (under this saver's owner, expiring
+        with the thread), removed with it and copied with it."""
+        return Ledger.of_adapter(self._effects_scope(thread_id), self._runner)
+
+    def aeffects(self, thread_id: str) -> AsyncLedger:
+        """effects(), for async nodes and tools."""
+        return AsyncLedger.of_adapter(self._effects_scope(thread_id), self._runner)
+
+    def _effects_scope(self, thread: str) -> Scope:
+        write = functools.partial(self._write, thread)
+        expired = functools.partial(lapsed, self.lifetime, self.keys.lifetime(thread))
+        return Scope(self.keys.effects(thread), write, expired)
 
     # -- running plans ------------------------------------------------------------
 
@@ -222,6 +239,7 @@ class SaverCore(plans.OnRunner, BaseCheckpointSaver[int]):
                 self.keys.thread_checkpoints(thread),
                 self.keys.thread_writes(thread),
                 self.keys.thread_runs(thread),
+                self.keys.effects(thread),
                 *(f"{self.keys.prefix}r/{run}/{key_part(thread)}/" for run in runs),
             ]
             found: Items = []

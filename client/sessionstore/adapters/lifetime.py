@@ -103,6 +103,15 @@ def group_gone(life_key: str, items: Items) -> Plan[bool]:
     return life is None
 
 
+def lapsed(lifetime: Lifetime | None, life_key: str) -> Plan[bool]:
+    """Whether a group with this lifetime (None: it has none) has expired: its timed
+    documents that remain are leftovers."""
+    if lifetime is None:
+        return False
+    (life,) = yield [lifetime.guard(life_key)]
+    return life is None
+
+
 class Lifetime:
     def __init__(self, ttl_s: float, refresh_on_read: bool = False) -> None:
         longest = MAX_TTL_S / HORIZON_TTLS  # the members' expiry is at most the daemon's

@@ -79,8 +79,13 @@ class Runner:
     methods of its kind, which the Runner never closes."""
 
     def __init__(
-        self, socket_path: str | None, timeout: float | None, given: AnyClient | None = None
+        self,
+        socket_path: str | None,
+        timeout: float | None,
+        given: AnyClient | None = None,
+        async_clients: ClientPerLoop | None = None,
     ) -> None:
+        """async_clients: an adapter's own, to run async plans on."""
         if given is not None:
             socket_path, timeout = given.socket_path, given.timeout
         self.socket_path = socket_path
@@ -89,7 +94,7 @@ class Runner:
         self._owns_client = self._client is None
         self._lock = threading.Lock()
         asyncio_client = given if isinstance(given, AsyncClient) else None
-        self._async_clients = ClientPerLoop(socket_path, timeout, asyncio_client)
+        self._async_clients = async_clients or ClientPerLoop(socket_path, timeout, asyncio_client)
 
     def run(self, plan: Plan[T]) -> T:
         with self._lock:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import functools
 from typing import TYPE_CHECKING, Any
 
 from strands.session.repository_session_manager import RepositorySessionManager
@@ -33,6 +34,7 @@ from strands.types.session import Session, SessionAgent, SessionMessage
 from .. import requests as r
 from ..asyncio_client import AsyncClient, ClientPerLoop
 from ..client import Client
+from ..effects import AsyncLedger, Ledger, Scope
 from ..errors import Conflict
 from . import plans
 from .keyparts import key_part
@@ -89,6 +91,23 @@ class SessionStoreSessionRepository(plans.OnRunner, SessionRepository):
     def _owner_key(self, session_id: str) -> str:
         return f"{self.prefix}o/{key_part(session_id)}"
 
+    def _effects_prefix(self, session_id: str) -> str:
+        return f"{self.prefix}f/{key_part(session_id)}/"
+
+    def effects(self, session_id: str) -> Ledger:
+        """The session's tool-effect ledger (sessionstore.effects), for blocking tools: its
+        records are writes to the session, under this repository's owner, and
+        delete_session removes them."""
+        return Ledger.of_adapter(self._effects_scope(session_id), self._runner)
+
+    def aeffects(self, session_id: str) -> AsyncLedger:
+        """effects(), for async tools."""
+        return AsyncLedger.of_adapter(self._effects_scope(session_id), self._runner)
+
+    def _effects_scope(self, session_id: str) -> Scope:
+        write = functools.partial(fenced_txn, self.owner, self._owner_key(session_id))
+        return Scope(self._effects_prefix(session_id), write)
+
     def take_over(self, session_id: str) -> None:
         """This repository's owner takes the session, at the next epoch: its previous
         owner's next write is refused with StaleOwner."""
@@ -137,7 +156,7 @@ class SessionStoreSessionRepository(plans.OnRunner, SessionRepository):
         key = self._session_key(session_id)
         part = key_part(session_id)
         ops = [delete_op(key)] + [
-            delete_prefix_op(f"{self.prefix}{kind}/{part}/") for kind in ("g", "m", "y")
+            delete_prefix_op(f"{self.prefix}{kind}/{part}/") for kind in ("g", "m", "y", "f")
         ]
         if not self._txn(session_id, ops, [{"kind": KIND, "key": key, "exists": True}]):
             raise SessionException(f"Session {session_id} does not exist")
@@ -240,6 +259,13 @@ class SessionStoreSessionManager(RepositorySessionManager):
             socket_path, prefix=prefix, timeout=timeout, owner=owner, lease_ttl_s=lease_ttl_s
         )
         super().__init__(session_id=session_id, session_repository=self.repository, **kwargs)
+
+    def effects(self) -> Ledger:
+        """The session's tool-effect ledger, as the repository's effects() gives it."""
+        return self.repository.effects(self.session_id)
+
+    def aeffects(self) -> AsyncLedger:
+        return self.repository.aeffects(self.session_id)
 
     def take_over(self) -> None:
         """The session, from whichever owner held it (owner= needed)."""
