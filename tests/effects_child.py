@@ -4,7 +4,8 @@
 # KILL_AT: before-effect (intended, the line not written), after-effect (written,
 # not recorded), after-done (recorded), or never. Prints the tool's result, or
 # "unresolved" when an earlier run left the effect intended.
-# tests/effects_graph_child.py runs the same tool in a LangGraph node.
+# tests/effects_graph_child.py runs the same tool in a LangGraph node,
+# tests/effects_agent_child.py as an Agents SDK or ADK agent's tool.
 from __future__ import annotations
 
 import os
@@ -20,19 +21,24 @@ def die_at(kill_at: str, point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def killable_refund(ledger: Ledger, key: Key, path: str, kill_at: str) -> Callable[[str], str]:
-    """refund(order), once per key: a line appended to path, the process killed at
+def refund_line(path: str, kill_at: str, order: str) -> str:
+    """The refund's visible effect: a line appended to path, the process killed at
     kill_at if that is before-effect or after-effect."""
+    die_at(kill_at, "before-effect")
+    with open(path, "a") as out:
+        out.write("refunded\n")
+        out.flush()
+        os.fsync(out.fileno())
+    die_at(kill_at, "after-effect")
+    return f"r-{order}"
+
+
+def killable_refund(ledger: Ledger, key: Key, path: str, kill_at: str) -> Callable[[str], str]:
+    """refund(order), once per key: refund_line."""
 
     @ledger.once(key)
     def refund(order: str) -> str:
-        die_at(kill_at, "before-effect")
-        with open(path, "a") as out:
-            out.write("refunded\n")
-            out.flush()
-            os.fsync(out.fileno())
-        die_at(kill_at, "after-effect")
-        return f"r-{order}"
+        return refund_line(path, kill_at, order)
 
     return refund
 

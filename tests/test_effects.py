@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -146,21 +147,20 @@ def test_an_async_tool_runs_once_per_key(running: DaemonProcess) -> None:
     assert calls == ["1"]
 
 
-def _child(
-    module: str, running: DaemonProcess, scope: str, path: Path, kill_at: str
-) -> tuple[int, str]:
-    """tests/effects_child.py (scope: the effect's key) or tests/effects_graph_child.py
-    (scope: the thread), run to its end or to its kill: exit code, and what it printed."""
+def _child(child: Child, running: DaemonProcess, scope: str, path: Path, kill_at: str
+           ) -> tuple[int, str]:  # fmt: skip
+    """The child run to its end or to its kill: exit code, and what it printed."""
     done = subprocess.run(
-        [sys.executable, "-m", f"tests.{module}", running.socket_path, scope, str(path),
-         kill_at],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", f"tests.{child.module}", running.socket_path, scope, str(path),
+         kill_at, *child.arguments],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
+    assert not done.returncode or done.returncode == -signal.SIGKILL, done.stderr
     return done.returncode, done.stdout.strip()
 
 
-def _unresolved_of_session(socket_path: str, session: str) -> list[str]:
-    ledger = Ledger(session, socket_path)
+def _unresolved_of_s(socket_path: str, _scope: str) -> list[str]:
+    ledger = Ledger("s", socket_path)
     try:
         return [u.key for u in ledger.unresolved()]
     finally:
@@ -177,41 +177,84 @@ def _unresolved_of_thread(socket_path: str, thread: str) -> list[str]:
         saver.close()
 
 
-# each child: the result its resumed run prints once the effect is recorded; the
-# unresolved effects of where it kept its effect (the scope the test gave it, kill_at);
-# and the key of the effect that a kill before the record leaves there
-def _unresolved_of_s(socket_path: str, _scope: str) -> list[str]:
-    return _unresolved_of_session(socket_path, "s")
+def _unresolved_of_agents_session(socket_path: str, session_id: str) -> list[str]:
+    from sessionstore.agents import SessionStoreSession
+
+    async def unresolved() -> list[str]:
+        session = SessionStoreSession(session_id, socket_path)
+        try:
+            return [u.key for u in await session.effects().unresolved()]
+        finally:
+            await session.close()
+
+    return asyncio.run(unresolved())
 
 
-CHILDREN: dict[str, tuple[str, Callable[[str, str], list[str]], str | None]] = {
-    "effects_child": ("r-1", _unresolved_of_s, None),
-    "effects_graph_child": ("r-1001", _unresolved_of_thread, "refund/1001"),
+def _unresolved_of_adk_session(socket_path: str, session_id: str) -> list[str]:
+    from sessionstore.adk import SessionStoreSessionService
+
+    async def unresolved() -> list[str]:
+        service = SessionStoreSessionService(socket_path)
+        try:
+            ledger = service.effects(app_name="shop", user_id="u", session_id=session_id)
+            return [u.key for u in await ledger.unresolved()]
+        finally:
+            await service.close()
+
+    return asyncio.run(unresolved())
+
+
+@dataclass(frozen=True)
+class Child:
+    """A child run (tests/MODULE.py, given the scope to keep its effect in, its file and
+    kill_at, and its arguments after those): the result its resumed run prints once the
+    effect is recorded, the unresolved effects of a scope, and the key of the effect
+    that a kill before the record leaves there (None: the key is the scope)."""
+
+    module: str
+    arguments: tuple[str, ...]
+    done_result: str
+    unresolved: Callable[[str, str], list[str]]
+    key: str | None = None
+
+
+CHILDREN = {
+    "a tool": Child("effects_child", (), "r-1", _unresolved_of_s),
+    "a langgraph node's tool": Child(
+        "effects_graph_child", (), "r-1001", _unresolved_of_thread, "refund/1001"
+    ),
+    "an agents sdk function tool": Child(
+        "effects_agent_child", ("agents",), "r-1001", _unresolved_of_agents_session, "refund/1001"
+    ),
+    "an adk tool": Child(
+        "effects_agent_child", ("adk",), "r-1001", _unresolved_of_adk_session, "refund/1001"
+    ),
 }
 
 
 @pytest.mark.parametrize("kill_at", ["before-effect", "after-effect", "after-done"])
-@pytest.mark.parametrize("child", list(CHILDREN), ids=["a tool", "a langgraph node's tool"])
+@pytest.mark.parametrize("child", list(CHILDREN))
 def test_a_run_killed_anywhere_never_repeats_the_effect(
     running: DaemonProcess, tmp_path: Path, child: str, kill_at: str
 ) -> None:
-    """The run killed with SIGKILL between the intent and the record (for the graph, before
-    the node's checkpoint too), then resumed: for the graph, from its last checkpoint,
-    which runs the node again."""
-    done_result, unresolved, key = CHILDREN[child]
+    """The run killed with SIGKILL between the intent and the record, or after the record
+    before its framework was told (for the graph, before the node's checkpoint), then
+    resumed: for the graph from its last checkpoint, which runs the node again; for an
+    agent, the same turn again."""
+    run = CHILDREN[child]
     lines = tmp_path / "refunds.txt"
     lines.touch()
-    code, _ = _child(child, running, kill_at, lines, kill_at)
+    code, _ = _child(run, running, kill_at, lines, kill_at)
     assert code == -signal.SIGKILL
     written = lines.read_text().count("refunded")
-    code, said = _child(child, running, kill_at, lines, "never")  # resumed
+    code, said = _child(run, running, kill_at, lines, "never")  # resumed
     assert code == 0
     assert lines.read_text().count("refunded") == written <= 1  # never repeated
     if kill_at == "after-done":  # recorded: the resumed run gets the result
-        assert said == done_result
+        assert said == run.done_result
     else:  # intended, outcome unknown: reported, for someone to settle
         assert said == "unresolved"
-        assert unresolved(running.socket_path, kill_at) == [key or kill_at]
+        assert run.unresolved(running.socket_path, kill_at) == [run.key or kill_at]
 
 
 def test_a_daemon_killed_between_the_intent_and_the_record_repeats_nothing(
