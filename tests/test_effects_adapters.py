@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -37,10 +38,13 @@ def _blocking(call: Callable[[], Any]) -> Callable[[], Awaitable[None]]:
     return run
 
 
-def _saver(socket_path: str, owner: str) -> Worker:
+def _saver(socket_path: str, owner: str, asynchronous: bool = False) -> Worker:
     from sessionstore.langgraph import SessionStoreSaver
 
     saver = SessionStoreSaver(socket_path, owner=owner)
+    if asynchronous:
+        return Worker(saver.aeffects("s"), lambda: saver.atake_over("s"),
+                      lambda: saver.adelete_thread("s"), saver.aclose)  # fmt: skip
     return Worker(saver.effects("s"), _blocking(lambda: saver.take_over("s")),
                   _blocking(lambda: saver.delete_thread("s")), _blocking(saver.close))  # fmt: skip
 
@@ -68,7 +72,7 @@ def _adk_service(socket_path: str, owner: str) -> Worker:
                   lambda: service.delete_session(**where), service.close)  # fmt: skip
 
 
-def _strands_manager(socket_path: str, owner: str) -> Worker:
+def _strands_repository(socket_path: str, owner: str, asynchronous: bool = False) -> Worker:
     from strands.types.session import Session, SessionType
 
     from sessionstore.strands import SessionStoreSessionRepository
@@ -76,17 +80,20 @@ def _strands_manager(socket_path: str, owner: str) -> Worker:
     repository = SessionStoreSessionRepository(socket_path, owner=owner)
     if repository.read_session("s") is None:
         repository.create_session(Session(session_id="s", session_type=SessionType.AGENT))
-    return Worker(repository.effects("s"), _blocking(lambda: repository.take_over("s")),
+    ledger = repository.aeffects("s") if asynchronous else repository.effects("s")
+    return Worker(ledger, _blocking(lambda: repository.take_over("s")),
                   _blocking(lambda: repository.delete_session("s")),
                   _blocking(repository.close))  # fmt: skip
 
 
-ADAPTERS = {
+ADAPTERS: dict[str, Callable[[str, str], Worker]] = {
     "langgraph saver": _saver,
+    "langgraph saver, async": functools.partial(_saver, asynchronous=True),
     "agents session": _agents_session,
     "agents advanced session": _advanced_session,
     "adk service": _adk_service,
-    "strands repository": _strands_manager,
+    "strands repository": _strands_repository,
+    "strands repository, async": functools.partial(_strands_repository, asynchronous=True),
 }
 
 
