@@ -388,6 +388,8 @@ def test_a_read_may_refresh_the_expiry_of_what_it_finds(running: DaemonProcess) 
         )
         through_methods = client.load_with_meta("r", refresh_ttl_s=60)
         assert through_methods["expires_at_ms"] < loaded["expires_at_ms"]
+        assert client.load("r", refresh_ttl_s=7200) == _snapshot("r")  # the snapshot alone
+        assert client.call("head", session_id="r")["expires_at_ms"] > loaded["expires_at_ms"]
         assert client.checkpoint_get("kv", "a", refresh_ttl_s=60) == {"v": 1}
         assert client.checkpoint_scan("kv", refresh_ttl_s=60)["items"][0]["key"] == "a"
         for bad in (0, -5, math.nan, "1"):

@@ -54,10 +54,12 @@ class OpMethods:
         """ttl_s: the new generation expires that many seconds from now."""
         return self._run(r.save(snapshot, expect, lease, ttl_s))
 
-    def load(self, session_id: str, *, at: Any = UNSET) -> dict[str, Any] | None:
-        """The snapshot, or None; at: the generation that was current at that seq
-        (Compacted when it is no longer kept)."""
-        return self._run(r.load(session_id, at))
+    def load(
+        self, session_id: str, *, refresh_ttl_s: Any = UNSET, at: Any = UNSET
+    ) -> dict[str, Any] | None:
+        """The snapshot, or None; refresh_ttl_s: as load_with_meta's; at: the generation
+        that was current at that seq (Compacted when it is no longer kept)."""
+        return self._run(r.load(session_id, at, refresh_ttl_s))
 
     def load_with_meta(
         self, session_id: str, *, refresh_ttl_s: Any = UNSET, at: Any = UNSET

@@ -81,12 +81,15 @@ def save(
     return make("save", snapshot=snapshot, expect=expect, lease=lease_arg(lease), ttl_s=ttl_s)
 
 
-def load(session_id: str, at: Any = UNSET) -> Call[dict[str, Any] | None]:
+def load(
+    session_id: str, at: Any = UNSET, refresh_ttl_s: Any = UNSET
+) -> Call[dict[str, Any] | None]:
     return make(
         "load",
         lambda r: r["snapshot"] if isinstance(r["snapshot"], dict) else None,
         session_id=session_id,
         at=at,
+        refresh_ttl_s=refresh_ttl_s,
     )
 
 
