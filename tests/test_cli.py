@@ -9,6 +9,7 @@ import json
 import os
 import pty
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -401,8 +402,15 @@ def test_completion_and_man_pages_come_from_the_parser(tmp_path: Path) -> None:
     )
     pages = {p.name for p in written if p.suffix == ".1"}
     assert {"sessionstore.1", *(f"sessionstore-{name}.1" for name in commands)} <= pages
-    ls_page = (tmp_path / "share/man/man1/sessionstore-ls.1").read_text()
-    assert ls_page.startswith(".TH") and "\\-\\-kind" in ls_page
+    ls_path = tmp_path / "share/man/man1/sessionstore-ls.1"
+    ls_page = ls_path.read_text()
+    assert ls_page.startswith(".TH SESSIONSTORE\\-LS \"1\"") and "\\-\\-kind" in ls_page
+    if shutil.which("lexgrog"):  # what whatis and apropos read of each page
+        for page in pages:
+            name = page.removesuffix(".1")
+            found = subprocess.run(["lexgrog", str(tmp_path / "share/man/man1" / page)],
+                                   capture_output=True, text=True, check=True).stdout  # fmt: skip
+            assert f'"{name} - ' in found, found
     printed = cli("completion", "bash")
     assert printed.returncode == 0 and printed.stdout.strip() == bash.strip()
 

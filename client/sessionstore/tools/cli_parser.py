@@ -317,10 +317,18 @@ def manual_pages() -> dict[str, str]:
     (argparse-manpage): name -> text. `make install` writes them."""
     from argparse_manpage.manpage import Manpage
 
+    def page(parser: argparse.ArgumentParser, name: str, summary: str) -> str:
+        manpage = Manpage(parser)
+        # the title and NAME line man, whatis and apropos read: "sessionstore-ls - ..."
+        manpage.prog, manpage.description = name, summary
+        manpage.source, manpage.manual = f"sessionstore {__version__}", "sessionstore manual"
+        return str(manpage)
+
     parser = build_parser()
-    pages = {"sessionstore": str(Manpage(parser))}
+    pages = {"sessionstore": page(parser, "sessionstore", "the sessionstore daemon's client")}
     [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    summaries = {action.dest: action.help or "" for action in commands._choices_actions}
     for name, sub in commands.choices.items():
-        sub.prog = f"sessionstore {name}"
-        pages[f"sessionstore-{name}"] = str(Manpage(sub))
+        sub.prog = f"sessionstore {name}"  # as the synopsis shows it
+        pages[f"sessionstore-{name}"] = page(sub, f"sessionstore-{name}", summaries[name])
     return pages
