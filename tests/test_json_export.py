@@ -81,10 +81,16 @@ def test_export_then_import_into_an_empty_store_keeps_every_digest(
         assert {
             (d["kind"], d["id"]): d["digest"] for d in map(json.loads, again.stdout.splitlines())
         } == digests
+        with target.client() as client:
+            errors_before = {op: r["errors"] for op, r in client.stats()["requests"].items()}
         rerun = _cli(target, "--json", "import", str(exported))  # create-only: nothing moves
+        assert rerun.returncode == 0
         assert json.loads(rerun.stdout) == {
             "imported": 0, "unchanged": 6, "expired": 0, "problems": [], "stopped": None
         }  # fmt: skip
+        with target.client() as client:  # no refused write: the skipped are no errors
+            errors_after = {op: r["errors"] for op, r in client.stats()["requests"].items()}
+            assert errors_after == {op: errors_before.get(op, 0) for op in errors_after}
         with target.client() as client:
             stored = client.load("s/2")
             assert stored["session"]["blob"] == bytes(range(2, 42))
@@ -125,8 +131,12 @@ def test_an_import_reports_each_problem_by_its_line(running: DaemonProcess) -> N
         assert f"line {line}:" in result.stderr
     with running.client() as client:
         assert client.load("there")["session"]["v"] == 1  # create-only left it alone
+    collision = _cli(running, "import", stdin=lines[4] + "\n")
+    assert collision.returncode == 5 and "left alone" in collision.stderr  # as put --create-only
+    not_json = _cli(running, "import", stdin=lines[1] + "\n" + lines[2] + "\n")
+    assert not_json.returncode == 2  # the lines' own problems: as input that is not JSON
     forced = _cli(running, "--json", "import", "--overwrite", stdin=lines[4] + "\n")
-    assert forced.returncode == 1 and "was written at" in forced.stderr  # digest "x" again
+    assert forced.returncode == 2 and "was written at" in forced.stderr  # digest "x" again
     with running.client() as client:
         assert client.load("there")["session"]["v"] == 2
 
@@ -174,7 +184,7 @@ def test_hostile_lines_are_refused_one_line_each_and_the_rest_imports(
     source = tmp_path / "hostile.jsonl"
     source.write_bytes(b"\n".join(lines) + b"\n")
     result = _cli(running, "--json", "import", str(source), max_address_space=2 << 30)
-    assert result.returncode == 1
+    assert result.returncode == 2  # every problem is a line's own
     assert "Traceback" not in result.stderr
     summary = json.loads(result.stdout)
     problems = {p["line"]: p["problem"] for p in summary["problems"]}
@@ -211,7 +221,7 @@ def test_an_endless_or_too_long_line_stops_the_import_in_one_line(
         )
         args = ["import", "--max-line-mib", "1", str(path)]
     result = _cli(running, "--json", *args, max_address_space=2 << 30)
-    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr  # the input's fault
     [said] = result.stderr.splitlines()
     line = 1 if source == "/dev/zero" else 2
     assert f"line {line} is longer than" in said and "stopped there" in said

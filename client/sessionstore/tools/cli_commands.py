@@ -25,6 +25,7 @@ from .cli_common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_PROBLEMS,
+    EXIT_USAGE,
     Output,
     UsageError,
     expect,
@@ -334,9 +335,9 @@ def cmd_import(client: Client, args: argparse.Namespace, out: Output) -> int:
         try:
             json_export.import_documents(client, lines, overwrite=args.overwrite, report=report)
         except json_export.LineTooLong as error:
-            report.stopped = str(error)
+            report.stop(str(error), EXIT_USAGE)
         except OSError as error:  # a read error part way
-            report.stopped = f"{args.file}: {error.strerror}"
+            report.stop(f"{args.file}: {error.strerror}", EXIT_ERROR)
     for line, problem in report.problems:
         print(f"sessionstore: import: line {line}: {problem}", file=sys.stderr)
     if report.stopped is not None:
@@ -349,7 +350,7 @@ def cmd_import(client: Client, args: argparse.Namespace, out: Output) -> int:
         )
 
     out.emit(report.as_dict(), human)
-    return EXIT_OK if not report.problems and report.stopped is None else EXIT_ERROR
+    return report.exit_code()
 
 
 def cmd_encode(args: argparse.Namespace) -> int:

@@ -170,6 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
     import_ = command(
         "import", cmd_import, "documents from JSON lines (`export`'s), create-only by default"
     )
+    import_.epilog = (
+        "exit status: 0 when every line was imported or found unchanged; 2 when each "
+        "problem was a line's own (not JSON, not a document, a digest that is not its "
+        "value's, a line too long); 5 when each was a document there at another digest "
+        "(create-only); 1 for problems of several kinds or a read error; else as the daemon's "
+        "error makes any command exit"
+    )
     import_.add_argument("file", nargs="?", default="-", help="JSON lines, or - for stdin")
     import_.add_argument(
         "--overwrite",

@@ -33,6 +33,7 @@ from ..wire import jsonform
 from ..wire.canonical import snapshot_digest
 from ..wire.jsonform import containers_deep, from_json_value, to_json_value
 from ..wire.shared import MAX_NESTING_DEPTH
+from .cli_common import EXIT_CONFLICT, EXIT_ERROR, EXIT_OF_CODE, EXIT_OK, EXIT_USAGE
 
 CHECKPOINT_KINDS = ("loop", "workflow", "kv")
 KINDS = ("session", *CHECKPOINT_KINDS)
@@ -88,6 +89,24 @@ class ImportReport:
     expired: int = 0  # expired since the export: skipped
     problems: list[tuple[int, str]] = field(default_factory=list)  # (line number, what)
     stopped: str | None = None  # why the import ended before the file did
+    # the CLI exit code each problem (and the stop) calls for, as `put` and `get` exit
+    exits: set[int] = field(default_factory=set)
+
+    def problem(self, line: int, what: str, exit_code: int) -> None:
+        self.problems.append((line, what))
+        self.exits.add(exit_code)
+
+    def stop(self, why: str, exit_code: int) -> None:
+        self.stopped = why
+        self.exits.add(exit_code)
+
+    def exit_code(self) -> int:
+        """0 for a clean import; for problems of one class, that class's code (2 for
+        input, 5 for a document there at another digest, ...); 1 for several."""
+        if not self.exits:
+            return EXIT_OK
+        (one,) = self.exits if len(self.exits) == 1 else (EXIT_ERROR,)
+        return one
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -140,26 +159,38 @@ def import_documents(
                 if ttl_s <= 0:
                     report.expired += 1
                     continue
-            written = _write(client, kind, doc_id, value, overwrite=overwrite, ttl_s=ttl_s)
+            # create-only: what is there is read first, so that a document already there
+            # costs no refused write (which the daemon's stats would count as an error)
+            current = None if overwrite else _stored_digest(client, kind, doc_id)
+            if current is None:
+                written = _write(client, kind, doc_id, value, overwrite=overwrite, ttl_s=ttl_s)
         except _Problem as problem:
-            report.problems.append((number, str(problem)))
+            report.problem(number, str(problem), EXIT_USAGE)
             continue
-        except Conflict as conflict:
+        except Conflict as conflict:  # written meanwhile by another client
             current = conflict.details.get("current")
-            if current == digest:
-                report.unchanged += 1
-            else:
-                what = f"{kind} {doc_id!r} is there at another digest ({current}); left alone"
-                report.problems.append((number, what))
-            continue
         except SessionStoreError as error:
-            report.problems.append((number, f"{kind} {doc_id!r}: {error.code}: {error}"))
+            exit_code = EXIT_OF_CODE.get(error.code, EXIT_ERROR)
+            report.problem(number, f"{kind} {doc_id!r}: {error.code}: {error}", exit_code)
             continue
-        if written != digest:
-            report.problems.append((number, f"{kind} {doc_id!r} was written at {written}, "
-                                            f"not the line's {digest}"))  # fmt: skip
-        report.imported += 1
+        if current == digest:
+            report.unchanged += 1
+        elif current is not None:
+            what = f"{kind} {doc_id!r} is there at another digest ({current}); left alone"
+            report.problem(number, what, EXIT_CONFLICT)
+        else:
+            if written != digest:
+                what = f"{kind} {doc_id!r} was written at {written}, not the line's {digest}"
+                report.problem(number, what, EXIT_USAGE)
+            report.imported += 1
     return report
+
+
+def _stored_digest(client: Client, kind: str, doc_id: str) -> str | None:
+    if kind == "session":
+        return client.head(doc_id)["digest"]
+    page = client.checkpoint_scan(kind, doc_id, limit=1, values=False)["items"]
+    return str(page[0]["digest"]) if page and page[0]["key"] == doc_id else None
 
 
 class _Problem(ValueError):
