@@ -29,7 +29,8 @@ def generation_at(generations: Sequence[Entry], at: int, doc_id: str) -> Entry |
     oldest = generations[-1].seq
     raise Refusal(
         ErrorCode.COMPACTED,
-        f"session {doc_id!r} at seq {at}: its generations before seq {oldest} are not "
-        "retained (see --keep-generations)",
+        f"session {doc_id!r} at seq {at}: no generation at or before that seq is kept (the "
+        f"oldest kept is seq {oldest}): the session did not exist yet, or that generation "
+        "is older than --keep-generations keeps",
         oldest_seq=oldest,
     )
