@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.options import existing_dir
+
 from . import (
     adapters,
     agent_frameworks,
@@ -96,7 +98,9 @@ def _cpu_costs(what: str, measure: Callable[[int], dict[str, float]]) -> dict[st
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--quick", action="store_true", help="short run: 4 KiB, 1 and 64 clients")
-    parser.add_argument("--dir", default=None, help="where to put the stores (a real disk)")
+    parser.add_argument(
+        "--dir", default=None, type=existing_dir, help="where to put the stores (a real disk)"
+    )
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--soak", type=float, default=0, help="also run the 64-client RSS soak")

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.options import existing_dir
 from sessionstore.client import Client
 
 from .loop_stall import summary_of
@@ -92,7 +93,9 @@ def main() -> None:
     from .daemon import Daemon
 
     parser = argparse.ArgumentParser(prog="python -m bench.backup")
-    parser.add_argument("--dir", default=None, help="where to put the stores (a real disk)")
+    parser.add_argument(
+        "--dir", default=None, type=existing_dir, help="where to put the stores (a real disk)"
+    )
     parser.add_argument("--documents", type=int, default=20_000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="backup-", dir=args.dir) as workdir:

@@ -25,6 +25,7 @@ from typing import Any
 
 import cbor2
 
+from bench.options import existing_dir
 from sessionstore.wire.protocol import RawCBOR
 
 from .load import Sample, run_fixed
@@ -210,7 +211,9 @@ def main() -> None:
     from .daemon import Daemon
 
     parser = argparse.ArgumentParser(prog="python -m bench.cpu")
-    parser.add_argument("--dir", default=None, help="where to put the stores (a real disk)")
+    parser.add_argument(
+        "--dir", default=None, type=existing_dir, help="where to put the stores (a real disk)"
+    )
     parser.add_argument("--seconds", type=float, default=3.0)
     options = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="ssbench-", dir=options.dir))

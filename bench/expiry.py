@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.options import existing_dir
 from sessionstore.client import Client
 
 from .loop_stall import summary_of
@@ -113,7 +114,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(prog="python -m bench.expiry")
     parser.add_argument("--documents", type=int, default=1_000_000)
-    parser.add_argument("--dir", default=None, help="where to put the store (a real disk)")
+    parser.add_argument(
+        "--dir", default=None, type=existing_dir, help="where to put the store (a real disk)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="expiry-", dir=args.dir) as workdir:
         print(json.dumps(run(Daemon, Path(workdir), args.documents)))

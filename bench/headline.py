@@ -14,6 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.options import existing_dir
+
 from . import anchors, redis_anchor
 from .plots import write_figures
 from .rows import KIB, RESULTS, Row, percentile_ms, run_header
@@ -23,7 +25,9 @@ from .workload import snapshot_bytes
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.headline")
-    parser.add_argument("--dir", default=None, help="where to put the stores (a real disk)")
+    parser.add_argument(
+        "--dir", default=None, type=existing_dir, help="where to put the stores (a real disk)"
+    )
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()

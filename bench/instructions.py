@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.options import existing_dir
 from sessionstore.client import Client
 from sessionstore.errors import ConnectionLost
 from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
@@ -85,7 +86,7 @@ def per_request(base: Path, server: str, name: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions")
-    parser.add_argument("--dir", default=None, help="where to put the stores")
+    parser.add_argument("--dir", default=None, type=existing_dir, help="where to put the stores")
     options = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("bench.instructions: valgrind is needed (apt install valgrind)")

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.options import existing_dir
 from sessionstore.client import Client
 from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonical
 from sessionstored.storage.log.fs import RealFileSystem
@@ -149,7 +150,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=100_000)
     parser.add_argument("--commits", type=int, default=1_000_000)
     parser.add_argument("--saves", type=int, default=1000, help="saves timed per store")
-    parser.add_argument("--dir", default=None)
+    parser.add_argument("--dir", default=None, type=existing_dir)
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="ssscale-", dir=args.dir))
     try:

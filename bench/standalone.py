@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.options import existing_dir
+
 Part = Callable[[Any, Path, float], dict[str, Any]]  # (daemon factory, workdir, seconds)
 Draw = Callable[[Path], list[Path]]  # result file -> what it wrote
 
@@ -21,7 +23,9 @@ def run_alone(prog: str, part: Part, default_seconds: float, draw: Draw | None =
     from .daemon import Daemon
 
     parser = argparse.ArgumentParser(prog=prog)
-    parser.add_argument("--dir", default=None, help="where to put the stores (a real disk)")
+    parser.add_argument(
+        "--dir", default=None, type=existing_dir, help="where to put the stores (a real disk)"
+    )
     parser.add_argument("--seconds", type=float, default=default_seconds)
     options = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="ssbench-", dir=options.dir))
