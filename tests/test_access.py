@@ -1,7 +1,7 @@
 # The peer access policy (SO_PEERCRED): who may write, who may only read.
 from __future__ import annotations
 
-from sessionstored.front.access import Access, AccessPolicy, Peer
+from sessionstored.access import Access, AccessPolicy, Peer
 
 
 def test_access_policy() -> None:

@@ -13,11 +13,11 @@ import trio
 
 from sessionstore.wire.canonical import snapshot_digest
 from sessionstore.wire.protocol import RawCBOR, Request, parse_request
-from sessionstored.front.access import Access
+from sessionstored.access import Access
 from sessionstored.front.connection import raw_bytes
-from sessionstored.front.watch import Broadcaster
 from sessionstored.ops import ARGUMENTS, REGISTRY, Ops
 from sessionstored.ops.steps import Exclusive, Read, Reply, Write
+from sessionstored.ops.watch import Broadcaster
 from sessionstored.storage.log.cache import DocumentCache
 from sessionstored.writer.writer import Writer
 

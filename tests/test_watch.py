@@ -12,7 +12,8 @@ import trio
 import trio.testing
 
 from sessionstore.wire.protocol import NEED_DATA, Connection, Mode, encode
-from sessionstored.front.watch import Broadcaster, SocketSink
+from sessionstored.front.watch_sink import SocketSink
+from sessionstored.ops.watch import Broadcaster
 from sessionstored.storage.log.store import Store
 
 from .storage_helpers import new_fs, open_store, put

@@ -35,6 +35,7 @@
 # called) and renewing its lifetime (the effects expire with the session).
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import time
@@ -133,10 +134,10 @@ class _LedgerPlans:
         except Conflict:
             (record,) = yield [r.checkpoint_get(KIND, document)]
             if record is not None and (yield from self.scope.expired()):
-                try:  # left by the session's expired lifetime: removed, as the sweep will
+                # left by the session's expired lifetime: removed, as the sweep will (or
+                # removed meanwhile)
+                with contextlib.suppress(Conflict):
                     yield [r.txn([plans.delete_op(document)], [required(document, record)])]
-                except Conflict:
-                    pass  # removed meanwhile
                 record = None
             if record is None:  # gone meanwhile (retried, expired): begin afresh
                 return (yield from self.begin(key))

@@ -20,14 +20,13 @@ from sessionstore.version import __version__
 from sessionstore.wire import cbor_bytes
 from sessionstore.wire.protocol import DEFAULT_MAX_REQUEST_BYTES
 
+from .access import AccessPolicy
 from .failpoints import FailpointSpec, parse_failpoints
-from .front.access import AccessPolicy
-from .front.metrics import parse_listen
-from .front.watch import WATCH_SEND_TIMEOUT_S
 from .storage.generations import DEFAULT_KEEP_GENERATIONS, MAX_KEEP_GENERATIONS
 
 SYSTEMD_FIRST_FD = 3
 LOG_LEVELS = ("debug", "info", "warning", "error")
+WATCH_SEND_TIMEOUT_S = 30.0  # a watcher that takes nothing this long is dropped
 
 
 class ConfigError(Exception):
@@ -366,3 +365,15 @@ def _where_to_listen(
         return explicit_socket, False, inherited
     chosen = default_socket(env, uid)
     return chosen.path, chosen.reason == FALLBACK, None
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """--metrics-listen: ADDR:PORT, [ADDR]:PORT or :PORT / PORT (loopback); ValueError says
+    what is wrong."""
+    host, colon, port = text.rpartition(":")
+    if not colon:
+        host, port = "", text
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r}: expected ADDR:PORT (a port from 1 to 65535)")
+    return host, int(port)

@@ -47,6 +47,7 @@ from sessionstore.wire.protocol import (
     parse_request,
 )
 
+from ..access import Access, peer_of
 from ..config import Config
 from ..ops import ARGUMENTS, DOCUMENTS, PREPARERS, Ops
 from ..ops.prepare import prepare_large
@@ -59,12 +60,11 @@ from ..workers.offload import (
 )
 from ..writer.jobs import Job
 from ..writer.writer import Writer
-from .access import Access, peer_of
 from .metrics import NOT_A_REQUEST, Metrics
 from .outbox import Outbox
 from .readiness import Readiness
 from .socket_io import SocketIO
-from .watch import SocketSink
+from .watch_sink import SocketSink
 
 log = logging.getLogger("sessionstored.server")
 

@@ -295,17 +295,6 @@ def _postgresql(stats: dict[str, Any]) -> Iterator[Metric]:
         )
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """ADDR:PORT, [ADDR]:PORT or :PORT / PORT (loopback); ValueError says what is wrong."""
-    host, colon, port = text.rpartition(":")
-    if not colon:
-        host, port = "", text
-    host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{text!r}: expected ADDR:PORT (a port from 1 to 65535)")
-    return host, int(port)
-
-
 Render = Callable[[], Awaitable[bytes]]
 
 

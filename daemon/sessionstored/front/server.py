@@ -26,13 +26,13 @@ from ..exit_codes import ExitCode
 from ..notify import notify, watchdog_interval_s
 from ..ops import REGISTRY, Ops
 from ..ops.admin import stats_snapshot
+from ..ops.watch import Broadcaster
 from ..storage.engine import Engine, Follower, StartReport
 from ..storage.errors import FatalStorageError
 from ..writer.sweeper import Sweeper
 from ..writer.writer import Writer
 from .connection import ConnectionLoop
 from .metrics import Metrics, serve_metrics
-from .watch import Broadcaster
 
 log = logging.getLogger("sessionstored.server")
 

@@ -11,7 +11,6 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import PROTOCOL_VERSION, Request, error_response, ok_response
 from sessionstore.wire.shared import Refusal
 
-from ..front.watch import Sink
 from ..storage.errors import InjectedFault, NoSpace
 from ..writer.jobs import ExclusiveJob
 from .context import OpContext
@@ -19,6 +18,7 @@ from .registry import Op
 from .snapshot import is_int
 from .steps import Exclusive, Read, Reply, Response, Step, Stream
 from .vectors import numpy_installed_and_not_refused
+from .watch import Sink
 
 
 def ping(_ops: OpContext, request: Request) -> Step:

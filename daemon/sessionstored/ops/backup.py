@@ -18,7 +18,6 @@ import trio
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, error_response, ok_response
 
-from ..front.watch import Sink
 from ..storage.documents import Document
 from ..storage.errors import CorruptRecord
 from ..storage.sealing import Sealer
@@ -26,6 +25,7 @@ from . import backup_payload
 from .context import OpContext
 from .registry import Op
 from .steps import Step, Stream
+from .watch import Sink
 
 BACKUP_ID_BYTES = 16
 MESSAGE_BYTES = 1 << 20  # payload bytes per stream message, about

@@ -14,7 +14,6 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, error_response
 from sessionstore.wire.shared import Refusal
 
-from ..front.watch import Broadcaster
 from ..storage.documents import Document, Entry
 from ..storage.engine import Engine
 from ..storage.errors import CorruptRecord
@@ -24,6 +23,7 @@ from ..workers.offload import OFFLOAD_ABOVE_BYTES, Offload
 from ..writer.jobs import MutationJob
 from ..writer.writer import Writer
 from .steps import Reply, Response, Step, Write
+from .watch import Broadcaster
 
 log = logging.getLogger("sessionstored.ops")
 T = TypeVar("T")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, error_response
 
-from ..front.access import Access
+from ..access import Access
 from . import admin, backup, checkpoints, leases, rank, sessions
 from .context import OpContext
 from .registry import Op

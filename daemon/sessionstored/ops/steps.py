@@ -13,9 +13,9 @@ from typing import Any
 
 from sessionstore.wire.protocol import Request, error_response
 
-from ..front.watch import Sink
 from ..storage.mutations import Outcome
 from ..writer.jobs import ExclusiveJob, MutationJob
+from .watch import Sink
 
 Response = dict[str, Any]
 

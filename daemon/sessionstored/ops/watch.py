@@ -18,11 +18,7 @@
 # is not lagging.
 from __future__ import annotations
 
-import fcntl
 import logging
-import select
-import struct
-import termios
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -31,6 +27,7 @@ import trio
 
 from sessionstore.wire.canonical import digest_text
 
+from ..config import WATCH_SEND_TIMEOUT_S
 from ..storage.engine import Engine
 from ..storage.mutations import (
     KV_DOCUMENT,
@@ -45,7 +42,6 @@ log = logging.getLogger("sessionstored.watch")
 
 WATCH_BATCH_EVENTS = 256  # at ~150 bytes each, well inside the room a writable socket has
 DEFAULT_MAX_LAG_CHANGES = 10_000
-WATCH_SEND_TIMEOUT_S = 30.0
 CHECKPOINT_KIND_NAMES = {
     LOOP_CHECKPOINT: "loop",
     WORKFLOW_CHECKPOINT: "workflow",
@@ -80,6 +76,8 @@ def event_of(change: Committed) -> dict[str, Any]:
 
 
 class Sink(Protocol):
+    """Where a stream goes: a watcher's connection (front/watch_sink.py), or a test's."""
+
     sent_bytes: int
 
     async def send(self, message: dict[str, Any]) -> None: ...
@@ -89,37 +87,6 @@ class Sink(Protocol):
     def writable(self) -> bool: ...
 
     async def wait_writable(self) -> None: ...
-
-
-class SocketSink:
-    """A watcher's connection: encoded messages out, and how much of them is unread."""
-
-    def __init__(
-        self, stream: trio.SocketStream, encode: Callable[[dict[str, Any]], bytes]
-    ) -> None:
-        self.stream = stream
-        self.encode = encode
-        self.sent_bytes = 0
-        self._fd = stream.socket.fileno()
-
-    async def send(self, message: dict[str, Any]) -> None:
-        data = self.encode(message)
-        await self.stream.send_all(data)
-        self.sent_bytes += len(data)
-
-    def unread_bytes(self) -> int:
-        """Bytes sent that the peer has not read yet (Linux: SIOCOUTQ, as TIOCOUTQ)."""
-        raw = fcntl.ioctl(self._fd, termios.TIOCOUTQ, b"\0" * 4)
-        unread: int = struct.unpack("i", raw)[0]
-        return unread
-
-    def writable(self) -> bool:
-        poller = select.poll()
-        poller.register(self._fd, select.POLLOUT)
-        return bool(poller.poll(0))
-
-    async def wait_writable(self) -> None:
-        await trio.lowlevel.wait_writable(self.stream.socket)
 
 
 class Broadcaster:
