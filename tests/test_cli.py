@@ -404,7 +404,7 @@ def test_completion_and_man_pages_come_from_the_parser(tmp_path: Path) -> None:
     assert {"sessionstore.1", *(f"sessionstore-{name}.1" for name in commands)} <= pages
     ls_path = tmp_path / "share/man/man1/sessionstore-ls.1"
     ls_page = ls_path.read_text()
-    assert ls_page.startswith(".TH SESSIONSTORE\\-LS \"1\"") and "\\-\\-kind" in ls_page
+    assert ls_page.startswith('.TH SESSIONSTORE\\-LS "1"') and "\\-\\-kind" in ls_page
     if shutil.which("lexgrog"):  # what whatis and apropos read of each page
         for page in pages:
             name = page.removesuffix(".1")
