@@ -25,6 +25,7 @@ from sessionstore.errors import SessionStoreError
 from .acked_writes import acked_state, acked_writes, exported_digests
 from .conftest import DaemonProcess
 from .postgres_server import PostgresServer
+from .waiting import until
 
 CLI = [sys.executable, "-m", "sessionstore.tools.cli"]
 DAEMON = [sys.executable, "-m", "sessionstored"]
@@ -72,13 +73,14 @@ def test_a_backup_under_16_writers_and_a_compaction_is_the_state_at_its_seq(
         return f"w{number}/{n % 7}"
 
     with acked_writes([running], 16, session_id, _snapshot, delete_every=5) as acks:
-        time.sleep(1.0)
+        until(lambda: len(acks) >= 500, "writes before the backup")
         with running.client() as client:
             client.compact()
         result = _backup(running, scratch / "live.bak")
         with running.client() as client:
             client.compact()
-        time.sleep(0.5)
+        after = len(acks)
+        until(lambda: len(acks) >= after + 200, "writes after the backup")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     seq = summary["seq"]

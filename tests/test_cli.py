@@ -16,8 +16,8 @@ import struct
 import subprocess
 import sys
 import termios
-import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -258,10 +258,11 @@ def test_watch_says_where_it_starts_and_stops_cleanly_on_ctrl_c(running: DaemonP
         # Ctrl-C reaches the watch as it would in a terminal only with it restored
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+    assert watcher.stdout is not None and watcher.stderr is not None
     try:
-        time.sleep(1.5)
+        started = _line_of(watcher.stderr)  # once it says so, the watch is open
         cli("put", "-", socket_path=sock, stdin=json.dumps(snapshot("w2")))
-        time.sleep(1.0)
+        event = _line_of(watcher.stdout)
         watcher.send_signal(signal.SIGINT)
         out, err = watcher.communicate(timeout=30)
     finally:  # never left behind, whatever failed above
@@ -269,8 +270,15 @@ def test_watch_says_where_it_starts_and_stops_cleanly_on_ctrl_c(running: DaemonP
             watcher.kill()
             watcher.communicate()
     assert watcher.returncode == 130
-    assert "watching changes after seq 1" in err and "Traceback" not in err
-    assert [json.loads(line)["session_id"] for line in out.splitlines()] == ["w2"]
+    assert "watching changes after seq 1" in started and "Traceback" not in err
+    assert [json.loads(line)["session_id"] for line in [event, *out.splitlines()]] == ["w2"]
+
+
+def _line_of(stream: IO[str], timeout_s: float = 30.0) -> str:
+    """The next line a child writes to this pipe, as soon as it is written."""
+    ready, _, _ = select.select([stream], [], [], timeout_s)
+    assert ready, f"no line within {timeout_s} s"
+    return stream.readline()
 
 
 def test_json_lines_mode_tolerates_leading_whitespace(running: DaemonProcess) -> None:

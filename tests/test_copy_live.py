@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import DaemonProcess
+from .waiting import until
 
 COPIES = 5
 
@@ -55,9 +56,14 @@ def test_a_copy_of_a_live_state_directory_recovers_or_refuses_in_one_line(
     threads.append(threading.Thread(target=compactor))
     for thread in threads:
         thread.start()
+
+    def saves() -> int:
+        with lock:
+            return sum(map(len, acked.values()))
+
     copies = []
     try:
-        time.sleep(0.5)
+        until(lambda: saves() >= 200, "saves before the first copy")
         for _ in range(COPIES):
             copy = Path(tempfile.mkdtemp(prefix="ss-copy-", dir="/tmp"))
             for _attempt in range(5):  # cp gives up on a file the daemon unlinks mid-copy
@@ -69,7 +75,8 @@ def test_a_copy_of_a_live_state_directory_recovers_or_refuses_in_one_line(
                 shutil.rmtree(copy / "state", ignore_errors=True)
             assert copied.returncode == 0, copied.stderr
             copies.append(copy)
-            time.sleep(0.1)
+            copied_at = saves()
+            until(lambda: saves() >= copied_at + 50, "saves between two copies")  # noqa: B023
     finally:
         stop.set()
         for thread in threads:

@@ -23,6 +23,7 @@ from sessionstore.wire.canonical import canonical_dumps
 from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
 
 from .conftest import DaemonProcess, alive, descendants, snapshot
+from .waiting import until
 
 pytestmark = pytest.mark.log_only  # the log's failpoints and kill -9 recovery
 
@@ -316,14 +317,6 @@ def test_recovery_twice_equals_once(daemon: DaemonProcess) -> None:
     assert once == twice
 
 
-def _until(done: Callable[[], bool], what: str, limit_s: float = 30) -> None:
-    """Wait for a condition the test itself cannot cause sooner (a daemon's progress)."""
-    deadline = time.monotonic() + limit_s
-    while not done():
-        assert time.monotonic() < deadline, f"gave up waiting: {what}"
-        time.sleep(0.01)
-
-
 def test_kill9_during_compaction_under_load_loses_nothing(daemon: DaemonProcess) -> None:
     # the compacted segment's temp file is written and synced, and its rename (the first
     # rewrite of this store) hangs: the compaction is certainly half done when killed
@@ -331,7 +324,7 @@ def test_kill9_during_compaction_under_load_loses_nothing(daemon: DaemonProcess)
     with daemon.client() as client:
         kept = _compactable(client)
     acked, inflight, stop, threads = _start_writers(daemon, 8)
-    _until(lambda: len(acked) == 8 and min(acked.values()) >= 3, "every writer saving")
+    until(lambda: len(acked) == 8 and min(acked.values()) >= 3, "every writer saving")
     compacting = daemon.client(timeout=30)
 
     def compact() -> None:
@@ -340,7 +333,7 @@ def test_kill9_during_compaction_under_load_loses_nothing(daemon: DaemonProcess)
 
     compactor = threading.Thread(target=compact)
     compactor.start()
-    _until(lambda: any(".seg" in n for n in _temp_files(daemon)), "compaction's rename")
+    until(lambda: any(".seg" in n for n in _temp_files(daemon)), "compaction's rename")
     daemon.kill9()
     stop.set()
     for thread in [*threads, compactor]:
@@ -441,9 +434,9 @@ def test_kill9_under_mixed_writers_keeps_every_listed_generation_readable(
             thread.start()
         with daemon.client() as watcher:
             compactions = 1 + moment.randrange(3)
-            _until(_stat_reaches(watcher, "compactions", compactions), "compactions")
+            until(_stat_reaches(watcher, "compactions", compactions), "compactions")
             seq = watcher.stats()["seq"] + moment.randrange(200)  # the random moment
-            _until(_stat_reaches(watcher, "seq", seq), "saves after the compactions")
+            until(_stat_reaches(watcher, "seq", seq), "saves after the compactions")
         daemon.kill9()
         stop.set()
         for thread in threads:

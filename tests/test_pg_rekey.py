@@ -26,6 +26,7 @@ from .acked_writes import acked_state, acked_writes, exported_digests
 from .conftest import DaemonProcess
 from .postgres_server import PostgresServer
 from .storage_helpers import put
+from .waiting import until
 
 CLI = [sys.executable, "-m", "sessionstore.tools.cli"]
 DAEMON = [sys.executable, "-m", "sessionstored"]
@@ -159,9 +160,10 @@ def test_a_rekey_under_load_leaves_every_document_under_the_new_key_only(
         return f"s/{(number * 37 + n) % 240}"
 
     with acked_writes(hosts, 8, session_id, _snapshot, delete_every=6) as acks:
-        time.sleep(0.5)
+        until(lambda: len(acks) >= 200, "writes before the rotation")
         code, said = _finish(_rekey(url, old, new, "--rows-per-transaction", "16"))
-        time.sleep(0.5)  # writes go on after the rotation's end too
+        after = len(acks)  # writes go on after the rotation's end too
+        until(lambda: len(acks) >= after + 200, "writes after the rotation")
     assert code == 0, said
     assert "resealed" in said
     with hosts[0].client() as client:
