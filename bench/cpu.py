@@ -26,6 +26,7 @@ from typing import Any
 import cbor2
 
 from bench.options import existing_dir
+from sessionstore.client import Client
 from sessionstore.wire.protocol import RawCBOR
 
 from .load import Sample, run_fixed
@@ -178,12 +179,29 @@ def append_fdatasync_cpu(directory: str, body: bytes, count: int = FLOOR_COUNT) 
     return {"cpu_us": round(cpu / count * 1e6, 1), "wall_us": round(wall / count * 1e6, 1)}
 
 
+def _batches(socket_path: str) -> tuple[int, int]:
+    """The daemon's batches so far, and how many of them the event loop waited for
+    itself (a lone save's commit, short enough not to hand to trio)."""
+    with Client(socket_path) as client:
+        stats = client.stats()
+    return stats["batches"], stats["batches_waited_on_loop"]
+
+
 def _measure_all(
     label: str, pid: int, socket_path: str, seconds: float, results: dict[str, Any]
 ) -> None:
+    daemon = label == "sessionstored"
     for name in REQUESTS:
         for clients in CLIENT_COUNTS:
+            before = _batches(socket_path) if daemon else (0, 0)
             figures = measure(pid, socket_path, name, clients, seconds)
+            if daemon:
+                (batches_after, on_loop_after), (batches_before, on_loop_before) = (
+                    _batches(socket_path),
+                    before,
+                )
+                batches, on_loop = batches_after - batches_before, on_loop_after - on_loop_before
+                figures["batches_waited_on_loop_share"] = round(on_loop / max(1, batches), 3)
             floor = results.get(f"floor server: {name}, {clients} clients")
             if floor is not None:
                 figures["x_floor_server"] = round(figures["cpu_us"] / floor["cpu_us"], 2)

@@ -231,9 +231,12 @@ class _HeldCommits:
         return self.store.commit_durably(mutations)
 
 
-async def test_lone_saves_are_waited_for_on_the_loop_until_a_commit_is_slow(
+async def test_a_slow_commit_of_a_lone_save_does_not_hold_the_loop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A lone save's commit is waited for on the loop while it is short (how often:
+    bench/cpu.py's batches_waited_on_loop_share); one that is slow hands over to trio,
+    and the loop goes on meanwhile: the commit is released from the loop itself."""
     monkeypatch.setattr(writer_module, "WAIT_ON_LOOP_MAX_S", 30.0)
     store = _HeldCommits(open_store(new_fs()))
     writer = Writer(store, on_fatal=lambda reason: None)  # type: ignore[arg-type]
@@ -242,7 +245,6 @@ async def test_lone_saves_are_waited_for_on_the_loop_until_a_commit_is_slow(
         nursery.start_soon(writer.run)
         for n in range(3):
             await _submit(writer, MutationJob(put(f"lone{n}", n)), results)
-        assert writer.waited_on_loop == 3
         monkeypatch.setattr(writer_module, "WAIT_ON_LOOP_MAX_S", 0.01)
         store.hold = True
 
@@ -254,9 +256,7 @@ async def test_lone_saves_are_waited_for_on_the_loop_until_a_commit_is_slow(
         await _submit(writer, MutationJob(put("slow", 0)), results)
         store.hold = False
         await _submit(writer, MutationJob(put("after", 0)), results)  # through trio
-        assert writer.waited_on_loop == 3
         monkeypatch.setattr(writer_module, "WAIT_ON_LOOP_MAX_S", 30.0)
         await _submit(writer, MutationJob(put("fast again", 0)), results)
-        assert writer.waited_on_loop == 4
         writer.close()
     assert [o.seq for o in results] == [1, 2, 3, 4, 5, 6]
