@@ -26,11 +26,31 @@ def test_every_error_class_is_exported_and_says_when_it_is_raised() -> None:
         for name, member in vars(errors).items()
         if inspect.isclass(member) and issubclass(member, errors.SessionStoreError)
     }
-    assert len(classes) == 21
+    assert len(classes) == 25
     assert classes <= set(sessionstore.__all__)
     for name in classes:
         assert getattr(sessionstore, name).__doc__, name
     assert set(errors.ERROR_CLASSES) == {code.value for code in errors.ErrorCode}
+
+
+TIERS = {
+    errors.InputError: {"bad_request", "unknown_op", "invalid_snapshot", "too_large"},
+    errors.PreconditionFailed: {"not_found", "conflict", "fenced", "compacted"},
+    errors.RetryLater: {"overloaded", "shutting_down", "no_space", "io_error"},
+}
+
+
+def test_each_wire_error_is_of_the_tier_that_says_what_to_do_with_it() -> None:
+    for tier, codes in TIERS.items():
+        assert {c for c, cls in errors.ERROR_CLASSES.items() if issubclass(cls, tier)} == codes
+    untiered = {c for c, cls in errors.ERROR_CLASSES.items() if not issubclass(cls, tuple(TIERS))}
+    assert untiered == {"unauthorized", "read_only", "internal"}
+    fenced = errors.error_from_wire(
+        {"code": "fenced", "message": "m", "holder": "worker-a", "epoch": 7}
+    )
+    assert isinstance(fenced, errors.Fenced) and (fenced.holder, fenced.epoch) == ("worker-a", 7)
+    compacted = errors.error_from_wire({"code": "compacted", "message": "m", "oldest_seq": 40})
+    assert isinstance(compacted, errors.Compacted) and compacted.oldest_seq == 40
 
 
 def test_the_clients_have_one_name_each() -> None:

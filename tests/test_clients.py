@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 import trio
 
 from sessionstore import AsyncClient, Client, Conflict, TrioClient
-from sessionstore.errors import ConnectionLost, Fenced, NoDaemon
+from sessionstore.errors import ConnectionLost, Fenced, NoDaemon, Timeout
 
 from .conftest import DaemonProcess, snapshot
 
@@ -108,6 +109,35 @@ def test_with_no_daemon_every_client_and_adapter_names_the_socket_and_how_to_sta
     with pytest.raises(NoDaemon) as caught:
         SessionStoreSaver(nowhere).get_tuple(config)  # type: ignore[arg-type]
     check(caught.value)
+
+
+def test_a_reply_that_never_comes_is_a_timeout_in_every_client(short_tmp: Path) -> None:
+    """A peer that takes the connection and never answers: each client gives up after
+    its timeout with Timeout, a ConnectionLost (whether a write landed is unknown)."""
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    path = str(short_tmp / "silent.sock")
+    silent.bind(path)
+    silent.listen()
+    try:
+        with pytest.raises(Timeout) as caught:
+            Client(path, timeout=0.2).ping()
+        assert isinstance(caught.value, ConnectionLost) and "0.2 s" in str(caught.value)
+
+        async def on_asyncio() -> None:
+            async with AsyncClient(path, timeout=0.2) as client:
+                await client.ping()
+
+        with pytest.raises(Timeout):
+            asyncio.run(on_asyncio())
+
+        async def on_trio() -> None:
+            async with TrioClient(path, timeout=0.2) as client:
+                await client.ping()
+
+        with pytest.raises(Timeout):
+            trio.run(on_trio)
+    finally:
+        silent.close()
 
 
 def test_each_client_streams_a_backup(running: DaemonProcess) -> None:

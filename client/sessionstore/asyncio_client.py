@@ -9,7 +9,7 @@ import contextlib
 from typing import Any
 
 from .async_core import AsyncCore
-from .errors import ConnectionLost, NoDaemon
+from .errors import ConnectionLost, NoDaemon, Timeout
 from .paths import checked_socket
 from .replies import (
     DEFAULT_TIMEOUT_S,
@@ -96,7 +96,7 @@ class AsyncClient(AsyncCore):
                 replies = await asyncio.wait_for(self._exchange(requests), self.timeout)
             except TimeoutError as error:
                 self._abandon()
-                raise ConnectionLost(f"no reply within {self.timeout} s") from error
+                raise Timeout(f"no reply within {self.timeout} s") from error
             except (OSError, Refusal, ConnectionLost) as error:
                 await self.aclose()
                 raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .errors import ConnectionLost, NoDaemon, SessionStoreError
+from .errors import ConnectionLost, NoDaemon, SessionStoreError, Timeout
 from .op_methods import OpMethods
 from .paths import checked_socket, client_socket
 from .replies import (
@@ -94,6 +94,8 @@ class Client(OpMethods):
                     self.close()
                     return replies + [replies[-1]] * (len(requests) - len(replies))
             return replies
+        except TimeoutError as error:  # the socket's timeout
+            raise Timeout(f"no reply within {self.timeout} s") from error
         except (OSError, Refusal) as error:
             raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error
 
@@ -141,6 +143,8 @@ class Client(OpMethods):
                 yield message
                 if ended:
                     return
+        except TimeoutError as error:  # the socket's timeout
+            raise Timeout(f"no reply within {self.timeout} s") from error
         except (OSError, Refusal) as error:
             raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error
         finally:

@@ -18,12 +18,41 @@ class SessionStoreError(Exception):
         self.details = details or {}
 
 
+# Three tiers under SessionStoreError, for a caller that handles errors by kind
+# (each error below names its tier in its bases):
+#   InputError: the request itself is wrong; sent again unchanged, it fails again.
+#   PreconditionFailed: the store is not as the request required (a digest moved, a
+#     lease is held, a document is missing or no longer kept); read, decide, retry.
+#   RetryLater: the daemon could not do it now (overloaded, stopping, disk full, a
+#     damaged read); nothing was written, and the same request may succeed later.
+# ConnectionLost (and Timeout) stand apart: whether a write was applied is unknown.
+
+
+class InputError(SessionStoreError):
+    """The request is wrong in itself: fix it before sending it again."""
+
+
+class PreconditionFailed(SessionStoreError):
+    """The store is not in the state the request required; nothing was written."""
+
+
+class RetryLater(SessionStoreError):
+    """The daemon could not serve the request now; nothing was written."""
+
+
 class ConnectionLost(SessionStoreError):
-    """The socket failed, the daemon closed the connection, or no reply came within
-    the client's timeout. Whether a write sent just before was applied is unknown:
-    read it back (or retry it under `expect`)."""
+    """The socket failed, or the daemon closed the connection. Whether a write sent just
+    before was applied is unknown: read it back (or retry it under `expect`)."""
 
     code = "connection_lost"
+
+
+class Timeout(ConnectionLost):
+    """No reply came within the client's timeout. The client closes the connection (a
+    late reply would answer the next request), so, as for any ConnectionLost, whether
+    a write was applied is unknown."""
+
+    code = "timeout"
 
 
 class NoDaemon(ConnectionLost):
@@ -43,26 +72,26 @@ class UnsafeSocketDirectory(ConnectionLost):
     socket of their own there."""
 
 
-class BadRequest(SessionStoreError):
+class BadRequest(InputError):
     """The request is malformed: not a map, no op, a required argument missing or of
     the wrong type. Retrying it unchanged fails the same way."""
 
     code = ErrorCode.BAD_REQUEST
 
 
-class UnknownOp(SessionStoreError):
+class UnknownOp(InputError):
     """The daemon has no op of that name (an older daemon: see `hello`)."""
 
     code = ErrorCode.UNKNOWN_OP
 
 
-class NotFound(SessionStoreError):
+class NotFound(PreconditionFailed):
     """`update` or `revert` of a missing session, or `fork` of a missing source."""
 
     code = ErrorCode.NOT_FOUND
 
 
-class Conflict(SessionStoreError):
+class Conflict(PreconditionFailed):
     """A compare-and-swap failed: an `expect` not met, a create-only save of an
     existing session, a `fork` onto an existing id, a `txn` requirement not met.
     `current` is the digest that stands now."""
@@ -75,43 +104,61 @@ class Conflict(SessionStoreError):
         return value if isinstance(value, str) else None
 
 
-class Fenced(SessionStoreError):
+class Fenced(PreconditionFailed):
     """A write without the current lease while one is held; `details` carry the
     holder and epoch that hold it."""
 
     code = ErrorCode.FENCED
 
+    @property
+    def holder(self) -> str | None:
+        """Who holds the lease now."""
+        value = self.details.get("holder")
+        return value if isinstance(value, str) else None
 
-class InvalidSnapshot(SessionStoreError):
+    @property
+    def epoch(self) -> int | None:
+        """The epoch of the lease that holds."""
+        value = self.details.get("epoch")
+        return value if isinstance(value, int) else None
+
+
+class InvalidSnapshot(InputError):
     """The snapshot breaks the document rules (docs/protocol.md, "The snapshot
     document"): nothing was written."""
 
     code = ErrorCode.INVALID_SNAPSHOT
 
 
-class TooLarge(SessionStoreError):
+class TooLarge(InputError):
     """A request, snapshot or value over the daemon's limit (`hello`'s `limits`), or
     a range delete or txn over its count limit."""
 
     code = ErrorCode.TOO_LARGE
 
 
-class Compacted(SessionStoreError):
+class Compacted(PreconditionFailed):
     """What was asked for is no longer kept: a `watch` since a seq older than the
     retained history, or a `load`/`revert`/`fork` at a generation older than the
     oldest kept; `details["oldest_seq"]` says where history starts."""
 
     code = ErrorCode.COMPACTED
 
+    @property
+    def oldest_seq(self) -> int | None:
+        """Where the kept history starts: the oldest seq that can still be asked for."""
+        value = self.details.get("oldest_seq")
+        return value if isinstance(value, int) else None
 
-class NoSpace(SessionStoreError):
+
+class NoSpace(RetryLater):
     """The daemon's disk is full: writes are refused until space is freed; deletes
     still work."""
 
     code = ErrorCode.NO_SPACE
 
 
-class IOFailure(SessionStoreError):
+class IOFailure(RetryLater):
     """A read found a damaged record (the message names the file and offset), or an
     injected fault failed the request."""
 
@@ -132,14 +179,14 @@ class Unauthorized(SessionStoreError):
     code = ErrorCode.UNAUTHORIZED
 
 
-class Overloaded(SessionStoreError):
+class Overloaded(RetryLater):
     """The daemon has as many connections as it takes (`--max-connections`): try
     again later."""
 
     code = ErrorCode.OVERLOADED
 
 
-class ShuttingDown(SessionStoreError):
+class ShuttingDown(RetryLater):
     """The daemon is stopping; a write refused this way was not applied."""
 
     code = ErrorCode.SHUTTING_DOWN

@@ -10,7 +10,7 @@ from typing import Any
 import trio
 
 from .async_core import AsyncCore
-from .errors import ConnectionLost, NoDaemon
+from .errors import ConnectionLost, NoDaemon, Timeout
 from .paths import checked_socket
 from .replies import DEFAULT_TIMEOUT_S, RECEIVE_BYTES, answers_after_broken_send
 from .wire.protocol import Refusal
@@ -77,7 +77,7 @@ class TrioClient(AsyncCore):
                     return await self._exchange(requests)
             except trio.TooSlowError as error:
                 await self._close_shielded()
-                raise ConnectionLost(f"no reply within {self.timeout} s") from error
+                raise Timeout(f"no reply within {self.timeout} s") from error
             except (*_LOST, ConnectionLost) as error:
                 await self._close_shielded()
                 raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error

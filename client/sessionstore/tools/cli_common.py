@@ -39,7 +39,7 @@ EXIT_CODES = (
     (EXIT_PROBLEMS, "verify found problems"),
     (EXIT_CONFLICT, "conflict: --expect or --create-only not met, fork onto an existing id"),
     (EXIT_FENCED, "fenced: a lease is held and --lease was missing or stale"),
-    (EXIT_UNAVAILABLE, "unavailable: no daemon on the socket, connection lost, overloaded, "
+    (EXIT_UNAVAILABLE, "unavailable: no daemon on the socket, connection lost, timeout, overloaded, "
      "shutting down"),
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
 )  # fmt: skip
@@ -56,6 +56,7 @@ EXIT_OF_CODE = {
     ErrorCode.OVERLOADED: EXIT_UNAVAILABLE,
     ErrorCode.SHUTTING_DOWN: EXIT_UNAVAILABLE,
     "connection_lost": EXIT_UNAVAILABLE,
+    "timeout": EXIT_UNAVAILABLE,
 }
 
 PROGRESS_REFRESH_S = 0.2
