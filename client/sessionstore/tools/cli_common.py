@@ -39,8 +39,8 @@ EXIT_CODES = (
     (EXIT_PROBLEMS, "verify found problems"),
     (EXIT_CONFLICT, "conflict: --expect or --create-only not met, fork onto an existing id"),
     (EXIT_FENCED, "fenced: a lease is held and --lease was missing or stale"),
-    (EXIT_UNAVAILABLE, "unavailable: no daemon on the socket, connection lost, timeout, overloaded, "
-     "shutting down"),
+    (EXIT_UNAVAILABLE, "unavailable: no daemon on the socket, connection lost, timeout, "
+     "overloaded, shutting down"),
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
 )  # fmt: skip
 
