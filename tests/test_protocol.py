@@ -290,23 +290,21 @@ def test_large_items_come_out_undecoded_and_the_walk_is_sliced(cut: int) -> None
 
 
 def test_each_side_names_what_it_received_and_the_state_is_explicit() -> None:
-    from sessionstore.wire.protocol import State
-
     item = cbor2.dumps({"op": "save", "blob": "x" * 200})
     for received, text in (
         ("response", "response exceeds max_response_bytes=64"),
         ("request", "request exceeds max_request_bytes=64"),
     ):
         conn = Connection(max_message_bytes=64, received=received)  # type: ignore[arg-type]
-        assert conn.state is State.UNDECIDED
+        assert conn.mode is Mode.UNDECIDED and not conn.failed
         conn.receive_data(item)
         with pytest.raises(Refusal) as error:
             conn.next_message()
         assert error.value.code == "too_large" and error.value.message == text
-        assert conn.state is State.FAILED and conn.mode is Mode.CBOR
+        assert conn.failed and conn.mode is Mode.CBOR
     json_conn = Connection()
     json_conn.receive_data(b'{"op":"ping"}\n')
-    assert json_conn.next_message() == {"op": "ping"} and json_conn.state is State.JSON
+    assert json_conn.next_message() == {"op": "ping"} and json_conn.mode is Mode.JSON
 
 
 def test_a_walked_item_may_hold_only_so_many_data_items() -> None:

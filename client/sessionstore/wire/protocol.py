@@ -54,7 +54,6 @@ from .shared import (
     NeedData,
     Received,
     Refusal,
-    State,
 )
 
 __all__ = [
@@ -76,7 +75,6 @@ __all__ = [
     "RawCBOR",
     "Refusal",
     "Request",
-    "State",
     "encode",
     "error_response",
     "ok_response",
@@ -162,10 +160,9 @@ class Connection:
         )
 
     @property
-    def state(self) -> State:
-        if self._failed:
-            return State.FAILED
-        return State[self.mode.name]
+    def failed(self) -> bool:
+        """A refusal ended the connection's stream for good (mode says which dialect)."""
+        return self._failed
 
     @property
     def last_hint(self) -> Hint:
@@ -178,10 +175,6 @@ class Connection:
 
     def receive_eof(self) -> None:
         self._inbox.eof = True
-
-    @property
-    def at_eof(self) -> bool:
-        return self._inbox.eof and not self._inbox.data
 
     @property
     def idle(self) -> bool:

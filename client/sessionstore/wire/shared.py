@@ -93,15 +93,6 @@ def too_large(received: Received, limit: int) -> Refusal:
     )
 
 
-class State(enum.Enum):
-    """Where a connection is: no byte yet, speaking one dialect, or failed for good."""
-
-    UNDECIDED = "undecided"
-    CBOR = "cbor"
-    JSON = "json"
-    FAILED = "failed"
-
-
 class Inbox:
     """The bytes received and not yet consumed, and whether the peer has closed."""
 
