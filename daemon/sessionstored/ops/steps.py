@@ -1,5 +1,5 @@
 # Request -> Step: what a connection does with one request, in order. A Reply is
-# ready at once; a Read is evaluated when the connection reaches it (server.py:
+# ready at once; a Read is evaluated when the connection reaches it (connection.py:
 # once every earlier write of the connection has finished, before any later
 # request is started); a Write commits
 # a mutation through the writer and turns its outcome into the reply; an

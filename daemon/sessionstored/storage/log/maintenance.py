@@ -1,8 +1,8 @@
 # The log's upkeep between batches, as the writer sees it (engine.LogMaintenance):
-# a spare segment zero-filled ahead of the next rotation, compaction planned on
-# the writer's thread, copied in a background one and switched in between
-# batches, and index checkpoints. The work itself is in segments.py,
-# compaction.py and store.py.
+# a spare segment prepared ahead of the next rotation (zero-filled or preallocated,
+# segments.py says when), compaction planned on the writer's thread, copied in a
+# background one and switched in between batches, and index checkpoints. The work
+# itself is in segments.py, compaction.py and store.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
