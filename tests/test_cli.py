@@ -99,6 +99,15 @@ def run_on_a_terminal(*args: str, socket_path: str) -> tuple[str, int, str]:
     return shown.decode().replace("\r\n", "\n"), proc.returncode, err
 
 
+def test_no_exit_status_means_two_things_across_the_two_commands() -> None:
+    from sessionstored.exit_codes import ExitCode
+
+    cli_meanings = dict(EXIT_CODES)
+    shared = {code for code in ExitCode if code in cli_meanings}
+    assert shared == {ExitCode.OK, ExitCode.FAILED, ExitCode.BAD_USAGE}  # 0, 1, 2 alike
+    assert ExitCode.STORAGE_FAILURE not in cli_meanings
+
+
 def test_version_and_help_show_defaults_and_the_exit_codes() -> None:
     assert cli("--version").stdout.startswith("sessionstore ")
     top = cli("--help").stdout

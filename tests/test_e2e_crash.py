@@ -21,6 +21,7 @@ from sessionstore.errors import ConnectionLost, IOFailure, SessionStoreError
 from sessionstore.reply_types import Generation
 from sessionstore.wire.canonical import canonical_dumps
 from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
+from sessionstored.exit_codes import ExitCode
 
 from .conftest import DaemonProcess, alive, descendants, snapshot
 from .waiting import until
@@ -119,8 +120,8 @@ def test_error_at_every_commit_failpoint(daemon: DaemonProcess, point: str) -> N
                 assert again.verify()["problems"] == []
             return
     # durable but unanswered: the daemon fails stop, and recovery keeps the batch
-    assert daemon.wait_exit() == 3
-    assert "exiting with status 3" in daemon.log()
+    assert daemon.wait_exit() == ExitCode.STORAGE_FAILURE
+    assert f"exiting with status {int(ExitCode.STORAGE_FAILURE)}" in daemon.log()
     daemon.start()
     with daemon.client() as client:
         assert client.load_with_meta("fp")["snapshot"] == second

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from sessionstore.errors import SessionStoreError
+from sessionstored.exit_codes import ExitCode
 from sessionstored.storage.errors import FatalStorageError
 from sessionstored.storage.postgres.keying import application_name
 from sessionstored.storage.postgres.store import PgStore
@@ -297,7 +298,7 @@ def test_rekey_and_previous_key_refusals_are_one_line(
         assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_running_daemons_without_the_new_key_exit_3_when_a_rotation_begins(
+def test_running_daemons_without_the_new_key_stop_as_on_a_storage_failure_when_a_rotation_begins(
     url: str, keys: tuple[str, str], short_tmp: Path, daemons: list[DaemonProcess]
 ) -> None:
     old, new = keys
@@ -310,8 +311,8 @@ def test_running_daemons_without_the_new_key_exit_3_when_a_rotation_begins(
         conn.execute("UPDATE ss_counter SET key_epoch = key_epoch + 1")
     with writer.client() as client, pytest.raises(SessionStoreError):
         client.save(_snapshot("s/9", 9))  # its batch sees the rotation: it stops
-    assert writer.wait_exit() == 3 and "being rekeyed" in writer.log()
-    assert reader.wait_exit() == 3  # no batch: its follow of ss_changes saw it
+    assert writer.wait_exit() == ExitCode.STORAGE_FAILURE and "being rekeyed" in writer.log()
+    assert reader.wait_exit() == ExitCode.STORAGE_FAILURE  # its follow of ss_changes saw it
     assert "being rekeyed" in reader.log()
 
 

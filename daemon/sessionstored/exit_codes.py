@@ -1,5 +1,8 @@
 # How sessionstored and its subcommands end: one set of numbers for all of them, for
 # systemd, scripts and the tests alike. A refusal prints one line to stderr first.
+# The numbers mean what they mean for the `sessionstore` command line (its EXIT_CODES,
+# sessionstore/tools/cli_common.py), and the daemon's own take numbers the command line
+# does not use, so that no exit status means two things.
 from __future__ import annotations
 
 import enum
@@ -16,7 +19,7 @@ class ExitCode(enum.IntEnum):
     BAD_USAGE = USAGE_EXIT_CODE
     # a write or an fsync failed while serving: systemd restarts the daemon and recovery
     # runs (the fail-stop rule)
-    STORAGE_FAILURE = 3
+    STORAGE_FAILURE = 8
 
 
 def refuse(program: str, message: str, code: ExitCode) -> int:
