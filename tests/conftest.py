@@ -135,6 +135,8 @@ class DaemonProcess:
             self._notify_sock.bind(self.notify_path)
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONSTORE")}
         full_env["NOTIFY_SOCKET"] = self.notify_path
+        # the tests move a daemon's expiry clock (wall_clock.py) instead of waiting
+        full_env["SESSIONSTORED_UNSAFE_SETTABLE_CLOCK"] = "1"
         full_env.update(env or {})
         self.notifications = []
         with open(self.log_path, "ab") as log:

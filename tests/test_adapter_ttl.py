@@ -30,7 +30,8 @@ from sessionstore.langgraph import SessionStoreSaver
 
 from . import graph_child
 from .conftest import DaemonProcess, restored_client, take_backup
-from .wall_clock import now_ms, until_past
+from .waiting import until
+from .wall_clock import advance_past, daemon_now_ms
 
 TTL_MINUTES = 0.02  # 1.2 s
 PREFIX = "langgraph/"
@@ -94,7 +95,7 @@ def test_a_thread_lives_while_it_is_written_and_goes_whole_after(running: Daemon
         again = saver.get_tuple(first.config)
         assert again is not None and again.pending_writes == first.pending_writes
         life = _assert_whole(client, "t")
-        until_past(life["expires_at_ms"])
+        advance_past(client, life["expires_at_ms"])
         # gone for every read at once, though the daemon still holds the documents
         assert saver.get_tuple(_config("t")) is None
         assert saver.get_tuple(first.config) is None
@@ -105,7 +106,7 @@ def test_a_thread_lives_while_it_is_written_and_goes_whole_after(running: Daemon
         life, members = _documents(client, "t")
         assert life is None and members
         # the sweep removes every document of it, as watchers see
-        until_past(max(m["expires_at_ms"] for m in members))
+        advance_past(client, max(m["expires_at_ms"] for m in members))
         keys = {m["key"] for m in members} | {f"{PREFIX}l/t"}
         expired = set()
         for event in client.watch(since=start_seq):
@@ -125,7 +126,7 @@ def test_a_write_after_expiry_starts_the_thread_afresh(running: DaemonProcess) -
     old = saver.get_tuple(_config("again"))
     assert old is not None
     with running.client() as client:
-        until_past(_documents(client, "again")[0]["expires_at_ms"])  # type: ignore[index]
+        advance_past(client, _documents(client, "again")[0]["expires_at_ms"])  # type: ignore[index]
         graph.invoke({"steps": []}, _config("again"))
         assert saver.get_tuple(old.config) is None  # what expired stays gone
         head = saver.get_tuple(_config("again"))
@@ -146,7 +147,7 @@ def test_a_write_without_a_ttl_after_expiry_is_read_at_once(running: DaemonProce
     expired = list(saver.list(_config("late")))
     with_writes = next(c for c in expired if c.pending_writes)
     with running.client() as client:
-        until_past(_documents(client, "late")[0]["expires_at_ms"])  # type: ignore[index]
+        advance_past(client, _documents(client, "late")[0]["expires_at_ms"])  # type: ignore[index]
         graph_child.build(plain).invoke({"steps": []}, _config("late"))
         # a checkpoint put again at the id of an expired one with writes: without them
         again = plain.put(
@@ -213,7 +214,7 @@ def test_refresh_on_read_keeps_a_read_thread_and_only_then(running: DaemonProces
             assert reader.get_tuple(_config("read")) is not None
             assert len(list(reader.list(_config("read")))) > 1
             _assert_whole(client, "read")
-        assert now_ms() > unread["expires_at_ms"]
+        assert daemon_now_ms(client) > unread["expires_at_ms"]
         assert writer.get_tuple(_config("unread")) is None
         assert writer.get_tuple(_config("read")) is not None  # without refresh: a plain read
         life = _assert_whole(client, "read")
@@ -252,7 +253,16 @@ def test_reads_racing_the_expiry_see_a_checkpoint_with_all_its_writes_or_nothing
     with running.client() as client:
         life, members = _documents(client, "race")
         assert life is not None
-        until_past(max(m["expires_at_ms"] for m in members) + 200)  # past the sweep
+        since = client.stats()["seq"]
+        until(lambda: len(seen) == len(readers) and all("o" in r for r in seen.values()),
+              "every reader finding the thread")  # fmt: skip
+        advance_past(client, max(m["expires_at_ms"] for m in members))
+        unswept = {m["key"] for m in members}  # the readers go on through the sweep
+        for event in client.watch(since=since):
+            if event.get("expired"):
+                unswept.discard(event["key"])
+            if not unswept:
+                break
     stop.set()
     for thread in readers:
         thread.join()
@@ -334,7 +344,8 @@ def test_an_agents_session_goes_whole_ttl_after_its_last_write(running: DaemonPr
                 members = _scan(client, "agents/chat/")
                 assert len(members) == len(items)
                 assert all(m["expires_at_ms"] >= life["value"]["horizon"] for m in members)
-            until_past(life["expires_at_ms"])
+            with Client(running.socket_path) as client:
+                advance_past(client, life["expires_at_ms"])
             assert await session.get_items() == []
             assert await plain.get_items() == []
             assert await session.pop_item() is None
@@ -368,7 +379,7 @@ def test_an_agents_session_written_without_a_ttl_after_expiry_is_read_at_once(
             await session.add_items(old)  # type: ignore[arg-type]
             with Client(running.socket_path) as client:
                 (life,) = [i for i in _scan(client, "agents/late") if i["key"] == "agents/late"]
-            until_past(life["expires_at_ms"])
+                advance_past(client, life["expires_at_ms"])
             await plain.add_items(new[:2])  # type: ignore[arg-type]
             for reader in (plain, session):
                 assert await reader.get_items() == new[:2]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import socket
-import time
 import urllib.request
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from contrib.grafana.panels import (
 )
 
 from .conftest import DaemonProcess, snapshot
+from .waiting import until
 
 HERE = Path(__file__).resolve().parent.parent / "contrib" / "grafana"
 
@@ -51,7 +51,7 @@ def test_every_panel_reads_metrics_the_daemon_serves(daemon: DaemonProcess, back
     with daemon.client() as client:
         for n in range(20):
             client.save(snapshot("dash", n=n))
-    time.sleep(0.05)
+    until(lambda: PANELS[0].compute(before, _scrape(port), 1.0)["save"] >= 20, "the saves counted")
     after = _scrape(port)
     served = {name for name, _ in after}
     about = {"log": "postgresql", "postgresql": "log_live"}  # what the other engine has alone

@@ -22,7 +22,7 @@ from sessionstore.errors import BadRequest, Conflict, SessionStoreError
 
 from .conftest import DaemonProcess, restored_client, take_backup
 from .postgres_server import PostgresServer
-from .wall_clock import now_ms, until_past
+from .wall_clock import advance_past, now_ms
 
 
 def _snapshot(session_id: str, **fields: Any) -> dict[str, Any]:
@@ -64,7 +64,7 @@ def test_every_kind_expires_for_every_read_then_the_sweep_removes_it(
             *(i["expires_at_ms"] for kind in ("loop", "kv", "workflow")
               for i in client.checkpoint_scan(kind, values=False)["items"]),
         )  # fmt: skip
-        until_past(latest)
+        advance_past(client, latest)
         assert client.call("head", session_id="s")["found"] is False
         assert client.load("s") is None and client.exists("s") is False
         assert client.list()["ids"] == ["kept"]
@@ -72,20 +72,27 @@ def test_every_kind_expires_for_every_read_then_the_sweep_removes_it(
             assert client.checkpoint_get(kind, key) is None
             assert client.checkpoint_scan(kind)["items"] == []
         # absent to decisions too: create-only succeeds, a requirement on it fails
-        client.save(_snapshot("s", again=True), expect=None)
+        again = client.save(_snapshot("s", again=True), expect=None)
         with pytest.raises(Conflict):
             client.txn(
                 [{"op": "put", "kind": "kv", "key": "other", "value": {}}],
                 require=[{"kind": "kv", "key": "k", "exists": True}],
             )
-        events = _expired_events(client, start, 4)  # the sweep: s was written again
+        # the sweep (woken by the clock's move) removes each, "s" only if it came first
+        swept_s = False
+        for event in client.watch(since=start):  # what came before "s" was saved again
+            if event["seq"] >= again["seq"]:
+                break
+            swept_s |= bool(event.get("expired")) and event.get("session_id") == "s"
+        events = _expired_events(client, start, 4 + swept_s)
     assert {(e["event"], e.get("session_id") or e["key"]) for e in events} == {
         ("checkpoint", "run"), ("checkpoint", "k"), ("checkpoint", "wf"), ("checkpoint", appended),
+        *([("delete", "s")] if swept_s else []),
     }  # fmt: skip
-    assert all(e.get("deleted") is True for e in events)
+    assert all(e.get("deleted") is True for e in events if e["event"] == "checkpoint")
     with running.client() as client:
-        assert client.load("s") == _snapshot("s", again=True)  # the sweep left it alone
-        assert client.stats()["expirations"] == 4
+        assert client.load("s") == _snapshot("s", again=True)  # written again: not swept
+        assert client.stats()["expirations"] == 4 + swept_s
 
 
 def test_expire_and_persist_and_update_keep_or_change_the_expiry(running: DaemonProcess) -> None:
@@ -223,10 +230,10 @@ def test_expiry_survives_kill_9_checkpoints_compaction_and_a_restore(
                       for n in range(12)}  # fmt: skip
             short_expires = client.call("head", session_id="short")["expires_at_ms"]
         daemon.kill9()  # before "short" expires: the sweep has not removed it
-        until_past(short_expires)
         daemon.start("--checkpoint-every", "5")
         with daemon.client() as client:
-            assert client.load("short") is None  # expired while the daemon was down
+            advance_past(client, short_expires)  # its expiry came back with the restart
+            assert client.load("short") is None
             [event] = _expired_events(client, short["seq"], 1)  # swept after the restart
             assert event["session_id"] == "short"
             client.compact()
@@ -306,7 +313,9 @@ def test_the_cli_sets_shows_and_removes_expiry_and_export_import_keep_it(
     assert {(d["kind"], d["id"]): d.get("expires_at_ms") for d in lines} == {
         ("session", "c"): head["expires_at_ms"], ("kv", "k"): meta["expires_at_ms"],
     }  # fmt: skip
-    until_past(meta["expires_at_ms"])
+    # by the time it is imported, "k" has expired: its line says so (the import reads the
+    # importer's clock)
+    exported = exported.replace(str(meta["expires_at_ms"]), str(now_ms() - 1000))
     target = DaemonProcess(Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp")))
     target.start()
     try:
@@ -419,3 +428,22 @@ def test_on_postgresql_expiry_survives_a_restart_and_a_backup_restored_into_a_lo
     with restored_client(backup) as client:
         assert client.call("head", session_id="p")["expires_at_ms"] == wanted
         assert client.call("checkpoint_get", kind="kv", key="k")["expires_at_ms"] > 0
+
+
+def test_the_clock_moves_forward_only_on_a_daemon_started_to_let_it(
+    daemon: DaemonProcess,
+) -> None:
+    daemon.start(env={"SESSIONSTORED_UNSAFE_SETTABLE_CLOCK": "0"})
+    with daemon.client() as client, pytest.raises(BadRequest, match="--UNSAFE-settable-clock"):
+        client.call("advance_clock", by_ms=1)
+    assert daemon.stop() == 0
+    daemon.start("--UNSAFE-settable-clock", env={"SESSIONSTORED_UNSAFE_SETTABLE_CLOCK": "0"})
+    with daemon.client() as client:
+        client.save(_snapshot("brief"), ttl_s=3600)
+        before = client.call("advance_clock", by_ms=0)["now_ms"]
+        after = client.call("advance_clock", by_ms=3_600_000)["now_ms"]
+        assert after >= before + 3_600_000
+        assert client.load("brief") is None  # an hour later by the daemon's clock
+        for bad in (-1, 1.5, "1", None, True):
+            with pytest.raises(BadRequest, match="by_ms"):
+                client.call("advance_clock", by_ms=bad)

@@ -14,7 +14,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypedDict
@@ -39,7 +38,7 @@ from sessionstore.errors import SessionStoreError
 from sessionstore.langgraph import SessionStoreStore
 
 from .conftest import DaemonProcess
-from .wall_clock import now_ms, until_past
+from .wall_clock import advance_past
 
 REPO = Path(__file__).resolve().parent.parent
 ROOTS = itertools.count()  # each example its own root label: one daemon for all of them
@@ -399,19 +398,19 @@ def test_items_expire_and_a_read_may_refresh_them(running: DaemonProcess) -> Non
     store.put(("t",), "own", {"v": 2}, ttl=0.01)
     store.put(("t",), "forever", {"v": 3}, ttl=None)
     store.put(("t",), "refreshed", {"v": 4})
-    started = time.monotonic()
-    while time.monotonic() - started < 2.0:  # past the ttl: reads keep "refreshed" alive
-        assert store.get(("t",), "refreshed") is not None  # refresh_on_read: True
-        assert store.get(("t",), "default", refresh_ttl=False) is not None or (
-            time.monotonic() - started > 1.0
-        )
-        time.sleep(0.1)
+    with running.client() as client:
+        for step in range(5):  # 2.5 s of the daemon's clock: reads keep "refreshed" alive
+            client.call("advance_clock", by_ms=500)
+            assert store.get(("t",), "refreshed") is not None  # refresh_on_read: True
+            alive = store.get(("t",), "default", refresh_ttl=False) is not None
+            assert alive == (step < 1)  # 1.2 s after its put
     assert store.get(("t",), "own") is None
     assert store.get(("t",), "default") is None
     assert {i.key for i in store.search(("t",))} == {"forever", "refreshed"}
     store.put(("gone",), "k", {"v": 1}, ttl=0.005)
     sweeper = store.start_ttl_sweeper()  # PostgresStore's calls: the daemon sweeps itself
-    time.sleep(0.5)
+    with running.client() as client:
+        client.call("advance_clock", by_ms=1000)
     assert ("gone",) not in store.list_namespaces()
     assert store.sweep_ttl() == 0 and not sweeper.done()
     assert store.stop_ttl_sweeper() and sweeper.done()
@@ -446,9 +445,9 @@ def test_an_item_read_with_refresh_outlives_its_ttl_and_expires_after(
         ]
 
     store.put(namespace, "item1", {"foo": "bar"}, ttl=0.03)  # 1.8 s
-    put_at_ms = now_ms()
     first = expiry()
-    until_past(put_at_ms)  # a refresh now sets a later expiry than before
+    with running.client() as client:  # a refresh now sets a later expiry than before
+        client.call("advance_clock", by_ms=1000)
     if in_async:
         refreshed, found, plain = asyncio.run(reads())
     else:
@@ -459,7 +458,8 @@ def test_an_item_read_with_refresh_outlives_its_ttl_and_expires_after(
     last = expiry()
     assert last > first
     assert store.get(namespace, "item1", refresh_ttl=False) is not None and expiry() == last
-    until_past(last)
+    with running.client() as client:
+        advance_past(client, last)
     assert store.search(namespace, query="bar", refresh_ttl=False) == []
     assert store.get(namespace, "item1") is None
 

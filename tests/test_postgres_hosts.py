@@ -24,6 +24,7 @@ from sessionstore.errors import Conflict, Fenced, SessionStoreError
 from .conftest import DaemonProcess, snapshot
 from .postgres_server import PostgresServer
 from .tools import require, require_root
+from .waiting import until
 
 HOSTS = 3
 
@@ -333,7 +334,7 @@ def _assert_kept(cluster: Cluster, host: int, acknowledged: dict[str, dict[str, 
 
 def test_kill_9_of_one_daemon_under_load_loses_nothing_acknowledged(cluster: Cluster) -> None:
     load = _writers(cluster, [0, 1], seconds=4.0)
-    time.sleep(2.0)
+    until(lambda: len(load.acknowledged) == load.workers, "every writer's first save")
     load.disrupt(cluster.hosts[0].kill9)
     with load.lock:
         so_far = dict(load.acknowledged)
@@ -357,7 +358,7 @@ def test_an_immediate_postgresql_restart_under_load_loses_nothing_acknowledged(
         cluster.server.start()
 
     load = _writers(cluster, [0, 1, 2], seconds=6.0)
-    time.sleep(2.0)
+    until(lambda: len(load.acknowledged) == load.workers, "every writer's first save")
     restarting = threading.Thread(target=restart)
     load.disrupt(restarting.start)
     load.finish()  # every daemon reconnected by itself: each writer was acknowledged again

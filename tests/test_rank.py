@@ -25,7 +25,7 @@ from sessionstored.ops.vectors import Scorer, document_vectors, query_values, to
 from sessionstored.storage.documents import Entry
 
 from .conftest import DaemonProcess
-from .wall_clock import until_past
+from .wall_clock import advance_past
 
 
 def _f32(vector: list[float]) -> bytes:
@@ -189,7 +189,7 @@ def test_ranking_through_the_daemon(running: DaemonProcess) -> None:
         assert len(upward["items"]) == 2500
         assert all(i["score"] == pytest.approx(1.0) for i in upward["items"])
         [expiring] = client.checkpoint_scan("kv", prefix="r/zzz")["items"]
-        until_past(expiring["expires_at_ms"])  # r/zzz expired: gone from the ranking
+        advance_past(client, expiring["expires_at_ms"])  # r/zzz expired: gone from the ranking
         again = client.checkpoint_rank("kv", "r/", [1.0, 0.0], limit=3)
         assert [i["key"] for i in again["items"]] == ["r/00000", "r/tie", "r/00001"]
         assert client.checkpoint_rank("kv", "absent/", [1.0])["items"] == []

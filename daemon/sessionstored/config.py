@@ -62,6 +62,7 @@ class Config:
     database_password: str | None = None
     batches_in_flight: int = 1  # PostgreSQL: batches committing at once, each its own connection
     metrics_listen: tuple[str, int] | None = None  # where /metrics is served; None: nowhere
+    unsafe_settable_clock: bool = False  # clients may move the expiry clock forward (tests)
 
 
 EPILOG = (
@@ -102,6 +103,13 @@ def _parser() -> argparse.ArgumentParser:
         help="serve from PostgreSQL (postgresql://...) instead of the embedded log; also "
         "SESSIONSTORED_DATABASE_URL; the password may come from the systemd credential "
         "sessionstored.dbpassword",
+    )
+    parser.add_argument(
+        "--UNSAFE-settable-clock",
+        action="store_true",
+        help="UNSAFE, for tests: any client may move the daemon's clock forward "
+        "(`advance_clock`), expiring whatever it likes; also "
+        "$SESSIONSTORED_UNSAFE_SETTABLE_CLOCK=1",
     )
     parser.add_argument(
         "--batches-in-flight",
@@ -320,6 +328,8 @@ def build_config(
         database_url=database_url,
         database_password=_database_password(env),
         batches_in_flight=args.batches_in_flight,
+        unsafe_settable_clock=args.UNSAFE_settable_clock
+        or env.get("SESSIONSTORED_UNSAFE_SETTABLE_CLOCK") == "1",
     )
 
 

@@ -27,6 +27,7 @@ from ..notify import notify, watchdog_interval_s
 from ..ops import REGISTRY, Ops
 from ..ops.admin import stats_snapshot
 from ..ops.watch import Broadcaster
+from ..storage import clock
 from ..storage.engine import Engine, Follower, StartReport
 from ..storage.errors import FatalStorageError
 from ..writer.sweeper import Sweeper
@@ -146,6 +147,7 @@ class Server:
             max_snapshot_bytes=config.max_snapshot_bytes,
             max_request_bytes=config.max_request_bytes,
             stats_extra=self._stats_extra,
+            advance_clock=self._advance_clock if config.unsafe_settable_clock else None,
         )
         self._stop = trio.Event()
         self._listener: threading.Thread | None = None  # the database's NOTIFY listener
@@ -154,6 +156,11 @@ class Server:
         self.metrics = Metrics(REGISTRY)
         self.writer.on_batch = self.metrics.batch
         self.connection_loop = ConnectionLoop(config, self.ops, self.writer, self.metrics)
+
+    def _advance_clock(self, by_ms: int) -> int:
+        now_ms = clock.advance(by_ms)
+        self.sweeper.wake()  # what expired by the new time is swept now
+        return now_ms
 
     async def _render_metrics(self) -> bytes:
         return await self.metrics.exposition(await stats_snapshot(self.ops))

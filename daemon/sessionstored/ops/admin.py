@@ -1,4 +1,5 @@
-# The daemon's own ops: hello and ping, the watch stream, stats, verify and compact.
+# The daemon's own ops: hello and ping, the watch stream, stats, verify and compact;
+# and advance_clock, on a daemon whose clock tests may move (--UNSAFE-settable-clock).
 from __future__ import annotations
 
 import time
@@ -136,6 +137,16 @@ def compact(ops: OpContext, request: Request) -> Step:
     return Exclusive(request, ExclusiveJob(run_compact))
 
 
+def advance_clock(ops: OpContext, request: Request) -> Step:
+    if ops.advance_clock is None:
+        message = "this daemon's clock is not settable (start it with --UNSAFE-settable-clock)"
+        raise Refusal(ErrorCode.BAD_REQUEST, message)
+    by_ms = request.args.get("by_ms")
+    if not is_int(by_ms) or by_ms < 0:
+        raise Refusal(ErrorCode.BAD_REQUEST, "by_ms must be a non-negative integer")
+    return Reply(request, ok_response(request, now_ms=ops.advance_clock(by_ms)))
+
+
 OPS = (
     Op("hello", hello, set(), read_only=True),
     Op("ping", ping, set(), read_only=True),
@@ -143,4 +154,5 @@ OPS = (
     Op("stats", stats, set(), read_only=True),
     Op("verify", verify, set(), read_only=True),
     Op("compact", compact, set()),
+    Op("advance_clock", advance_clock, {"by_ms"}),
 )

@@ -44,7 +44,10 @@ class OpContext:
         max_request_bytes: int,
         stats_extra: Callable[[], dict[str, Any]],
         offload: Offload | None = None,
+        advance_clock: Callable[[int], int] | None = None,
     ) -> None:
+        """advance_clock: moves the expiry clock forward by so many ms and says the time
+        it reads then, on a daemon started with --UNSAFE-settable-clock; else None."""
         self.offload = offload or Offload()
         self.store = store
         self.writer = writer
@@ -52,6 +55,7 @@ class OpContext:
         self.max_snapshot_bytes = max_snapshot_bytes
         self.max_request_bytes = max_request_bytes
         self.stats_extra = stats_extra
+        self.advance_clock = advance_clock
         self.started = time.monotonic()
         self.internal_errors = 0  # our bugs answered as `internal`; the tests watch it
 

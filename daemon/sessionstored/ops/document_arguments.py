@@ -4,7 +4,6 @@
 # worker process (prepare.py) like a large save.
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from sessionstore.wire.byte_path import MAP, array_keeping, decode_span, major_type, map_fields
@@ -18,6 +17,7 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.shared import MAX_TTL_S, CanonicalItem, Refusal
 from sessionstore.wire.value_class import value_class
 
+from ..storage.clock import epoch_ms
 from ..storage.documents import NEVER
 from ..storage.mutations import KV_DOCUMENT, LOOP_CHECKPOINT, SESSION, WORKFLOW_CHECKPOINT
 from ..storage.txn import (
@@ -184,7 +184,7 @@ def expiry_from_ttl(ttl: Any, where: str) -> int:
     if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 0 < ttl <= MAX_TTL_S:
         message = f"{where} must be a number of seconds above 0, at most {MAX_TTL_S}"
         raise Refusal(ErrorCode.BAD_REQUEST, message)  # NaN fails the comparison too
-    return time.time_ns() // 1_000_000 + max(1, round(ttl * 1000))
+    return epoch_ms() + max(1, round(ttl * 1000))
 
 
 def prepared_txn(

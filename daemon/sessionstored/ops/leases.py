@@ -2,7 +2,6 @@
 # it exists must carry it (the fence is checked in storage), releasing removes it.
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import cbor2
@@ -12,6 +11,7 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import Request, ok_response
 from sessionstore.wire.shared import Refusal
 
+from ..storage.clock import epoch_ms
 from ..storage.mutations import LEASE, LEASE_ID, Rewrite
 from .context import OpContext
 from .registry import Op
@@ -27,7 +27,7 @@ def lease_acquire(ops: OpContext, request: Request) -> Step:
 
     def apply(current: bytes | None, _source: bytes | None) -> bytes:
         epoch = cbor2.loads(current).get("epoch", 0) if current is not None else 0
-        granted.update(holder=holder, epoch=epoch + 1, acquired_at_ms=int(time.time() * 1000))
+        granted.update(holder=holder, epoch=epoch + 1, acquired_at_ms=epoch_ms())
         return canonical_dumps(granted)
 
     rewrite = Rewrite(LEASE, LEASE_ID, apply, decides_lease=True, exclusive=True)
@@ -56,9 +56,7 @@ def lease_release(ops: OpContext, request: Request) -> Step:
         lease = cbor2.loads(current) if current is not None else {}
         if lease.get("holder") != holder or lease.get("epoch") != epoch:
             return None
-        return canonical_dumps(
-            {"holder": None, "epoch": epoch, "released_at_ms": int(time.time() * 1000)}
-        )
+        return canonical_dumps({"holder": None, "epoch": epoch, "released_at_ms": epoch_ms()})
 
     rewrite = Rewrite(LEASE, LEASE_ID, apply, decides_lease=True, exclusive=True)
     return ops.mutation(request, rewrite, lambda o: ok_response(request, released=o.changed))

@@ -12,10 +12,9 @@
 # the sweeper's lock); the others serve, and take over when its connection ends.
 from __future__ import annotations
 
-import time
-
 import trio
 
+from ..storage.clock import epoch_ms
 from ..storage.engine import Engine
 from ..storage.mutations import Expire, Sweep
 from .jobs import MutationJob
@@ -27,20 +26,23 @@ SWEEP_IDLE_S = 1.0  # the longest sleep: new expiries are looked for at least th
 SWEEP_RETRY_S = 1.0  # after a round in which some removal failed
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class Sweeper:
     def __init__(self, store: Engine, writer: Writer) -> None:
         self.store = store
         self.writer = writer
         self.expired = 0  # generations the sweep removed since the daemon started
+        self._woken = trio.Event()
 
     async def run(self) -> None:
         while True:
             if not await self.sweep_round():
-                await trio.sleep(self._idle_s())
+                with trio.move_on_after(self._idle_s()):
+                    await self._woken.wait()
+                self._woken = trio.Event()
+
+    def wake(self) -> None:
+        """Look for due generations now (the clock was moved: advance_clock)."""
+        self._woken.set()
 
     async def sweep_round(self) -> bool:
         """The due generations, removed in one writer job; False when none was due."""
@@ -70,12 +72,14 @@ class Sweeper:
 
     async def _due(self) -> list[Expire]:
         if self.store.blocking_reads:  # a query (PostgreSQL): off the event loop
-            return await trio.to_thread.run_sync(self.store.due_expirations, now_ms(), SWEEP_BATCH)
+            return await trio.to_thread.run_sync(
+                self.store.due_expirations, epoch_ms(), SWEEP_BATCH
+            )
         # from the schedule, on the event loop: a pass takes at most DUE_PER_PASS of its
         # entries, stale ones counted, and the loop serves others between passes
         due: list[Expire] = []
         while len(due) < SWEEP_BATCH:
-            now = now_ms()
+            now = epoch_ms()
             due += self.store.due_expirations(now, DUE_PER_PASS)
             upcoming = self.store.next_expiry_ms()
             if upcoming is None or upcoming > now:
@@ -87,4 +91,4 @@ class Sweeper:
         upcoming = self.store.next_expiry_ms()
         if upcoming is None:
             return SWEEP_IDLE_S
-        return min(SWEEP_IDLE_S, max(0.0, (upcoming - now_ms()) / 1000))
+        return min(SWEEP_IDLE_S, max(0.0, (upcoming - epoch_ms()) / 1000))

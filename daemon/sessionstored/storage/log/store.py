@@ -31,6 +31,7 @@ import cbor2
 
 from sessionstore.wire.codes import ErrorCode
 
+from ..clock import epoch_ms
 from ..decide import Accepted, decide_all, fold_txn_results, record_applied
 from ..documents import NEVER, Document, Entry
 from ..engine import CompactResult, Problem
@@ -63,7 +64,7 @@ from .index_checkpoint import DamageRow, IndexCheckpoints, IndexCheckpointState
 from .maintenance import Upkeep
 from .records import Commit, encode_commit, encode_data, encode_removal
 from .segments import DEFAULT_SEGMENT_BYTES, Log
-from .store_reads import IndexState, LogReads, epoch_ms
+from .store_reads import IndexState, LogReads
 
 DEFAULT_MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
 DEFAULT_HISTORY_CHANGES = 100_000

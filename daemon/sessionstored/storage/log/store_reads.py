@@ -5,12 +5,12 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from sessionstore.wire.canonical import digest_bytes_of_canonical
 
+from ..clock import epoch_ms
 from ..documents import Document, Entry, Found, KeyRange, expired, session_page
 from ..errors import CorruptRecord
 from ..generations import generation_at
@@ -25,10 +25,6 @@ from .index import Index
 from .index_checkpoint import DamageRow
 from .records import read_document
 from .segments import Log
-
-
-def epoch_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class LogReads:

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -59,10 +58,6 @@ UNRESOLVED_HOST = ("Name or service not known", "Name does not resolve", "nodena
 def first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else repr(error)
-
-
-def epoch_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def redacted(url: str) -> str:

@@ -14,12 +14,13 @@ from sessionstore.wire.canonical import digest_bytes_of_canonical
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.shared import Refusal
 
+from ..clock import epoch_ms
 from ..documents import Document, Entry, Found, KeyRange, expired, session_page
 from ..errors import (
     CorruptRecord,
 )
 from ..mutations import LEASE, LEASE_ID, SESSION
-from .connection import PgConnection, epoch_ms
+from .connection import PgConnection
 
 
 class PgReads(PgConnection):

@@ -40,6 +40,7 @@ from psycopg_pool import ConnectionPool
 from sessionstore.wire.canonical import digest_bytes_of_canonical
 from sessionstore.wire.codes import ErrorCode
 
+from ..clock import epoch_ms
 from ..documents import Document
 from ..engine import CompactResult, Problem
 from ..errors import (
@@ -59,7 +60,6 @@ from .connection import (
     READ_TIMEOUT_S,
     CountedConnection,
     PgReport,
-    epoch_ms,
     first_line,
     redacted,
 )
