@@ -206,8 +206,8 @@ def _unresolved_of_adk_session(socket_path: str, session_id: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Child:
-    """A child run (tests/MODULE.py, given the scope to keep its effect in, its file and
-    kill_at, and its arguments after those): the result its resumed run prints once the
+    """A child run (the module of tests/ named by module, given the scope to keep its
+    effect in, its file and kill_at, and its arguments after those): the result its resumed run prints once the
     effect is recorded, the unresolved effects of a scope, and the key of the effect
     that a kill before the record leaves there (None: the key is the scope)."""
 

@@ -23,8 +23,10 @@ class SessionStoreError(Exception):
 #   InputError: the request itself is wrong; sent again unchanged, it fails again.
 #   PreconditionFailed: the store is not as the request required (a digest moved, a
 #     lease is held, a document is missing or no longer kept); read, decide, retry.
-#   RetryLater: the daemon could not do it now (overloaded, stopping, disk full, a
-#     damaged read); nothing was written, and the same request may succeed later.
+#   RetryLater: the daemon could not do it now (overloaded, stopping, disk full, an
+#     I/O error); the same request may succeed later. An I/O error is the one whose
+#     write may still have landed (a failed sync), and a damaged record's read fails
+#     until it is repaired: IOFailure says so.
 # ConnectionLost (and Timeout) stand apart: whether a write was applied is unknown.
 
 
@@ -37,7 +39,8 @@ class PreconditionFailed(SessionStoreError):
 
 
 class RetryLater(SessionStoreError):
-    """The daemon could not serve the request now; nothing was written."""
+    """The daemon could not serve the request now; the same request may succeed later
+    (IOFailure: read a write back first)."""
 
 
 class ConnectionLost(SessionStoreError):
@@ -159,8 +162,10 @@ class NoSpace(RetryLater):
 
 
 class IOFailure(RetryLater):
-    """A read found a damaged record (the message names the file and offset), or an
-    injected fault failed the request."""
+    """A read found a damaged record (the message names the file and offset; it fails
+    again until repaired), the disk or the database failed the request, or an injected
+    fault did. A write refused this way may still have landed: read it back before
+    sending it again."""
 
     code = ErrorCode.IO_ERROR
 

@@ -185,7 +185,7 @@ def _parser() -> argparse.ArgumentParser:
         "--segment-mib",
         type=int,
         default=16,
-        help="size of a preallocated log segment (16 MiB)",
+        help="size of a log segment, made at full size before it is used (16 MiB)",
     )
     parser.add_argument(
         "--watch-max-lag",

@@ -31,7 +31,8 @@ class ErrorCode(enum.StrEnum):
     # snapshot limit (also one that `update` or `fork` would make), or a request that
     # needs more memory to decode than a worker may use.
     TOO_LARGE = "too_large"
-    # `watch` from a seq whose history is gone (details: `oldest_seq`).
+    # `watch` from a seq whose history is gone, or `load`, `fork` or `revert` at a
+    # generation no longer kept (details: `oldest_seq`).
     COMPACTED = "compacted"
     # The disk is full: a new generation does not fit (removals still do), or
     # `compact` found nothing it could free.
