@@ -207,9 +207,10 @@ def _unresolved_of_adk_session(socket_path: str, session_id: str) -> list[str]:
 @dataclass(frozen=True)
 class Child:
     """A child run (the module of tests/ named by module, given the scope to keep its
-    effect in, its file and kill_at, and its arguments after those): the result its resumed run prints once the
-    effect is recorded, the unresolved effects of a scope, and the key of the effect
-    that a kill before the record leaves there (None: the key is the scope)."""
+    effect in, its file and kill_at, and its arguments after those): the result its
+    resumed run prints once the effect is recorded, the unresolved effects of a scope,
+    and the key of the effect that a kill before the record leaves there (None: the key
+    is the scope)."""
 
     module: str
     arguments: tuple[str, ...]

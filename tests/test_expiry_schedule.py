@@ -210,7 +210,7 @@ async def test_a_generation_the_writer_finds_unexpired_stays_scheduled() -> None
     sweeper = Sweeper(store, writer)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(writer.run)
-        with mock.patch.object(sweeper_module, "now_ms", lambda: SOON_MS):
+        with mock.patch.object(sweeper_module, "epoch_ms", lambda: SOON_MS):
             assert await sweeper.sweep_round()
         nursery.cancel_scope.cancel()
     assert sweeper.expired == 1 and store.head("s", "gone") is None

@@ -74,7 +74,8 @@ def test_every_op_of_the_contract_is_registered_once_with_its_arguments() -> Non
         "fork", "checkpoint_put", "checkpoint_get", "checkpoint_delete", "lease_acquire",
         "lease_get", "lease_release", "watch", "stats", "verify", "compact",
     }  # fmt: skip
-    added = {"checkpoint_scan", "checkpoint_rank", "txn", "backup", "expire", "history", "revert"}
+    added = {"checkpoint_scan", "checkpoint_rank", "txn", "backup", "expire", "history", "revert",
+             "advance_clock"}  # fmt: skip
     assert set(REGISTRY) == contract | added
     assert ARGUMENTS["update"] == {
         "session_id", "component", "value", "expect", "lease", "ttl_s"
