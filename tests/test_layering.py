@@ -6,6 +6,7 @@ import importlib
 import inspect
 import os
 import pkgutil
+import re
 import shutil
 import subprocess
 import sys
@@ -333,3 +334,33 @@ def test_each_extra_installs_what_the_readme_examples_import() -> None:
         assert imported, f"the README shows no {top} import"
         for module in imported:
             assert owners.get(module, set()) & wanted, (extra, module, owners.get(module))
+
+
+DAEMON_ONLY = ("psycopg", "psycopg_pool", "numpy", "prometheus_client")
+
+
+def test_the_clients_and_the_command_line_need_none_of_the_daemons_dependencies() -> None:
+    """`pip install sessionstore` brings the clients and `sessionstore` alone: they run
+    with the daemon's dependencies absent, and `sessionstored` then says what to
+    install, in one line."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    required = {re.split(r"[<>=\[ ;]", r)[0] for r in project["dependencies"]}
+    extra = {re.split(r"[<>=\[ ;]", r)[0] for r in project["optional-dependencies"]["daemon"]}
+    assert {"psycopg", "psycopg-pool", "numpy", "prometheus-client"} <= extra - required
+    absent = f"import sys; sys.modules.update(dict.fromkeys({DAEMON_ONLY!r}));"
+    clients = subprocess.run(
+        [sys.executable, "-c", absent + " import sessionstore, sessionstore.trio_client,"
+         " sessionstore.effects; from sessionstore.tools import cli; cli.main(['--help'])"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert clients.returncode == 0 and "usage: sessionstore" in clients.stdout, clients.stderr
+    daemon = subprocess.run(
+        [sys.executable, "-c", absent + " from sessionstored.commands.entry import main;"
+         " sys.exit(main([]))"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert daemon.returncode == 1 and "Traceback" not in daemon.stderr
+    assert daemon.stderr.strip().endswith("pip install 'sessionstore[daemon]'")
+    assert len(daemon.stderr.strip().splitlines()) == 1
