@@ -15,7 +15,7 @@ from sessionstore.wire.canonical import snapshot_digest
 from sessionstore.wire.protocol import RawCBOR, Request, parse_request
 from sessionstored.access import Access
 from sessionstored.front.connection import raw_bytes
-from sessionstored.ops import ARGUMENTS, REGISTRY, Ops
+from sessionstored.ops import ARGUMENTS, REGISTRY, OpContext, dispatch
 from sessionstored.ops.steps import Exclusive, Read, Reply, Write
 from sessionstored.ops.watch import Broadcaster
 from sessionstored.storage.log.cache import DocumentCache
@@ -29,12 +29,12 @@ def _snapshot(session_id: str, **extra: Any) -> dict[str, Any]:
 
 
 class Harness:
-    def __init__(self, ops: Ops) -> None:
+    def __init__(self, ops: OpContext) -> None:
         self.ops = ops
 
     async def call(self, op: str, access: Access = Access.FULL, **args: Any) -> dict[str, Any]:
         request: Request = parse_request({"op": op, **args})
-        step = self.ops.dispatch(request, access)
+        step = dispatch(self.ops, request, access)
         if isinstance(step, (Write, Exclusive)):  # as the server does, through the outbox
             await self.ops.writer.enqueue(step.job)
             await step.job.wait()
@@ -53,7 +53,7 @@ async def harness() -> AsyncIterator[Harness]:
     writer = Writer(store, on_fatal=lambda reason: None)
     broadcaster = Broadcaster(store)
     writer.on_publish = broadcaster.published
-    ops = Ops(
+    ops = OpContext(
         store,
         writer,
         broadcaster,
@@ -98,8 +98,8 @@ async def test_dispatch_refuses_unknown_ops_bad_arguments_and_writes_from_reader
     assert (await harness.call("load", Access.READ_ONLY, session_id="r"))["snapshot"] is None
     refreshing = await harness.call("load", Access.READ_ONLY, session_id="r", refresh_ttl_s=5)
     assert refreshing["error"]["code"] == "unauthorized"  # a refresh writes
-    assert isinstance(harness.ops.dispatch(parse_request({"op": "ping"})), Reply)
-    assert isinstance(harness.ops.dispatch(parse_request({"op": "stats"})), Read)
+    assert isinstance(dispatch(harness.ops, parse_request({"op": "ping"})), Reply)
+    assert isinstance(dispatch(harness.ops, parse_request({"op": "stats"})), Read)
 
 
 async def test_sessions(harness: Harness) -> None:

@@ -49,7 +49,7 @@ from sessionstore.wire.protocol import (
 
 from ..access import Access, peer_of
 from ..config import Config
-from ..ops import ARGUMENTS, DOCUMENTS, PREPARERS, Ops
+from ..ops import ARGUMENTS, DOCUMENTS, PREPARERS, OpContext, dispatch
 from ..ops.prepare import prepare_large
 from ..ops.steps import Exclusive, Read, ReadInThread, Step, Stream, Write
 from ..workers.offload import (
@@ -79,7 +79,7 @@ class ConnectionLoop:
     """Serves each connection in a task of its own (the Server, server.py, starts one per
     connection it accepts, with serve()), and counts what became of them."""
 
-    def __init__(self, config: Config, ops: Ops, writer: Writer, metrics: Metrics) -> None:
+    def __init__(self, config: Config, ops: OpContext, writer: Writer, metrics: Metrics) -> None:
         self.config = config
         self.ops = ops
         self.writer = writer
@@ -220,7 +220,7 @@ class ConnectionLoop:
                 if request is _Turn.NEXT:
                     continue
                 handled += 1
-                if not await self._start(self.ops.dispatch(request, access), stream, conn, outbox):
+                if not await self._start(dispatch(self.ops, request, access), stream, conn, outbox):
                     return
             if not conn.buffered:
                 partial_since = None

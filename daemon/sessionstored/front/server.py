@@ -24,7 +24,7 @@ from sessionstore.wire.codes import ErrorCode
 from ..config import Config
 from ..exit_codes import ExitCode
 from ..notify import notify, watchdog_interval_s
-from ..ops import REGISTRY, Ops
+from ..ops import REGISTRY, OpContext
 from ..ops.admin import stats_snapshot
 from ..ops.watch import Broadcaster
 from ..storage import clock
@@ -140,7 +140,7 @@ class Server:
             store, config.watch_max_lag, send_timeout_s=config.watch_send_timeout_s
         )
         self.writer.on_publish = self.broadcaster.published
-        self.ops = Ops(
+        self.ops = OpContext(
             store,
             self.writer,
             self.broadcaster,

@@ -1,5 +1,6 @@
-# The op table (every module's OPS) and Ops: the handlers' shared context with
-# dispatch(), which looks an op up, checks access, and turns a refusal into its reply.
+# The op table (every module's OPS) and dispatch(), which looks an op up, checks
+# access, and runs its handler on the handlers' shared context (OpContext), a refusal
+# turned into its reply.
 from __future__ import annotations
 
 from sessionstore.wire.codes import ErrorCode
@@ -21,15 +22,14 @@ DOCUMENTS = {name: op.documents for name, op in REGISTRY.items() if op.documents
 PREPARERS = {name: op.prepare for name, op in REGISTRY.items() if op.prepare is not None}
 
 
-class Ops(OpContext):
-    def dispatch(self, request: Request, access: Access = Access.FULL) -> Step:
-        op = REGISTRY.get(request.op)
-        if op is None:
-            message = f"unknown op {request.op!r}"
-            return Reply(request, error_response(request, ErrorCode.UNKNOWN_OP, message))
-        if access is Access.READ_ONLY and (
-            not op.read_only or any(name in request.args for name in op.writes_with)
-        ):
-            message = f"op {request.op!r} needs write access; this peer may only read"
-            return Reply(request, error_response(request, ErrorCode.UNAUTHORIZED, message))
-        return self.handled(request, lambda: op.handle(self, request))
+def dispatch(ops: OpContext, request: Request, access: Access = Access.FULL) -> Step:
+    op = REGISTRY.get(request.op)
+    if op is None:
+        message = f"unknown op {request.op!r}"
+        return Reply(request, error_response(request, ErrorCode.UNKNOWN_OP, message))
+    if access is Access.READ_ONLY and (
+        not op.read_only or any(name in request.args for name in op.writes_with)
+    ):
+        message = f"op {request.op!r} needs write access; this peer may only read"
+        return Reply(request, error_response(request, ErrorCode.UNAUTHORIZED, message))
+    return ops.handled(request, lambda: op.handle(ops, request))
