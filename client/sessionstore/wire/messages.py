@@ -88,3 +88,8 @@ def error_response(
         response["rid"] = request.rid
     response["error"] = {"code": code, "message": message, **details}
     return response
+
+
+def refusal_response(request: Request | None, refusal: Refusal, **extra: Any) -> dict[str, Any]:
+    """The error reply a refusal makes: its code, message and details (and extra)."""
+    return error_response(request, refusal.code, refusal.message, **refusal.details, **extra)

@@ -39,6 +39,7 @@ from .messages import (
     error_response,
     ok_response,
     parse_request,
+    refusal_response,
 )
 from .shared import (
     DEFAULT_MAX_REQUEST_BYTES,
@@ -79,6 +80,7 @@ __all__ = [
     "error_response",
     "ok_response",
     "parse_request",
+    "refusal_response",
 ]
 
 

@@ -45,6 +45,7 @@ from sessionstore.wire.protocol import (
     encode,
     error_response,
     parse_request,
+    refusal_response,
 )
 
 from ..access import Access, peer_of
@@ -389,7 +390,7 @@ class ConnectionLoop:
 
 def _refusal(conn: Connection, refusal: Refusal) -> bytes:
     closing = {"closing": True} if refusal.fatal else {}  # the client drops the connection
-    reply = error_response(None, refusal.code, refusal.message, **refusal.details, **closing)
+    reply = refusal_response(None, refusal, **closing)
     return conn.encode(reply)
 
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import trio
 
 from sessionstore.wire.codes import ErrorCode
-from sessionstore.wire.protocol import Request, error_response
+from sessionstore.wire.protocol import Request, error_response, refusal_response
 from sessionstore.wire.shared import Refusal
 
 from ..storage.documents import Document, Entry
@@ -64,8 +64,7 @@ class OpContext:
         try:
             return build()
         except Refusal as error:
-            refusal = error_response(request, error.code, error.message, **error.details)
-            return Reply(request, refusal)
+            return Reply(request, refusal_response(request, error))
         except Exception as error:  # our bug, not the client's: answer it, keep the connection
             return Reply(request, self.internal_error(request, error, "dispatching"))
 
@@ -166,7 +165,7 @@ class OpContext:
         try:
             return await produce()
         except Refusal as error:
-            return error_response(request, error.code, error.message, **error.details)
+            return refusal_response(request, error)
         except (CorruptRecord, OSError) as error:
             log.error("%s: %s", request.op, error)
             return error_response(request, ErrorCode.IO_ERROR, str(error))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sessionstore.wire.protocol import Request, error_response
+from sessionstore.wire.protocol import Request, refusal_response
 
 from ..storage.mutations import Outcome
 from ..writer.jobs import ExclusiveJob, MutationJob
@@ -21,9 +21,8 @@ Response = dict[str, Any]
 
 
 def failure_reply(request: Request | None, outcome: Outcome) -> Response:
-    refusal = outcome.refused
-    assert refusal is not None, "a failed outcome always carries its refusal"
-    return error_response(request, refusal.code, refusal.message, **refusal.details)
+    assert outcome.refused is not None, "a failed outcome always carries its refusal"
+    return refusal_response(request, outcome.refused)
 
 
 class Step:
@@ -89,7 +88,7 @@ class Exclusive(Step):
     def reply(self) -> Response:
         """The reply, once the job is done."""
         if self.job.failure is not None:
-            return failure_reply(self.request, self.job.failure)
+            return refusal_response(self.request, self.job.failure)
         if self.job.error is not None:
             raise self.job.error
         assert self.job.result is not None  # finished without failure or error: answered

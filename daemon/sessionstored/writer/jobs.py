@@ -12,15 +12,16 @@ from typing import Any
 import trio
 
 from sessionstore.wire.codes import ErrorCode
+from sessionstore.wire.shared import Refusal
 
-from ..storage.mutations import Mutation, Outcome, Txn, refused
+from ..storage.mutations import Mutation, Outcome, Txn
 
 
 class Job:
     def __init__(self) -> None:
         self.finished = False
         self._waiting: trio.Event | None = None
-        self.failure: Outcome | None = None  # set when the job never ran
+        self.failure: Refusal | None = None  # set when the job never ran
         self.on_done: Callable[[Job], None] | None = None  # called once it is finished
 
     def _settle(self) -> None:
@@ -45,7 +46,7 @@ class Job:
 
     def fail(self, code: ErrorCode, message: str) -> None:
         """Finish a job that will not run (a failed store, a stopping daemon)."""
-        self.failure = refused(code, message)
+        self.failure = Refusal(code, message)
         self._settle()
 
 
@@ -58,7 +59,9 @@ class MutationJob(Job):
     @property
     def outcome(self) -> Outcome | None:
         """What the writer decided, or the failure of a job that never ran."""
-        return self._outcome if self._outcome is not None else self.failure
+        if self._outcome is None and self.failure is not None:
+            return Outcome(refused=self.failure)
+        return self._outcome
 
     def size(self) -> int:
         if isinstance(self.mutation, Txn):
