@@ -10,7 +10,7 @@ from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonic
 from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.shared import Refusal
 from sessionstored.storage.decide import decide_all, fence_refusal
-from sessionstored.storage.log.store_reads import IndexState
+from sessionstored.storage.log.store_reads import LogCommittedState
 from sessionstored.storage.mutations import (
     ANY,
     LEASE,
@@ -36,7 +36,7 @@ def test_accepted_changes_take_consecutive_seqs_in_commit_order() -> None:
     first = store.seq + 1
     batch: list[Mutation] = [put("b", 1), remove("never"), put("a", 2), remove("a")]
     outcomes, accepted, _ = decide_all(
-        IndexState(store, store.max_document_bytes), batch, first, full=False, now_ms=NOW_MS
+        LogCommittedState(store, store.max_document_bytes), batch, first, full=False, now_ms=NOW_MS
     )
     assert [(position, change.id, seq) for position, change, seq in accepted] == [
         (0, "b", first),
@@ -54,7 +54,7 @@ def test_a_failed_expect_says_what_is_current() -> None:
     entry = store.head("s", "a")
     assert entry is not None
     outcomes, accepted, _ = decide_all(
-        IndexState(store, store.max_document_bytes),
+        LogCommittedState(store, store.max_document_bytes),
         [put("a", 2, expect=b"\1" * 16), put("new", 1, expect=None), put("a", 3, expect=None)],
         store.seq + 1,
         full=False,
@@ -93,7 +93,7 @@ def test_a_lease_change_decides_for_itself_and_a_rewrite_sees_committed_bytes() 
     def refuse(_current: bytes | None, _source: bytes | None) -> bytes:
         raise Refusal(ErrorCode.NOT_FOUND, "no such thing", why="test")
 
-    state = IndexState(store, store.max_document_bytes)
+    state = LogCommittedState(store, store.max_document_bytes)
     outcomes, accepted, _ = decide_all(
         state,
         [
@@ -116,7 +116,7 @@ def test_a_lease_change_decides_for_itself_and_a_rewrite_sees_committed_bytes() 
 def test_a_full_disk_takes_only_removals() -> None:
     store = open_store(new_fs())
     store.commit([put("a", 1), put("b", 1)])
-    state = IndexState(store, store.max_document_bytes)
+    state = LogCommittedState(store, store.max_document_bytes)
     batch: list[Mutation] = [put("c", 1), remove("a"), Txn((), (TxnDelete("s", "b"),))]
     outcomes, accepted, results = decide_all(state, batch, store.seq + 1, full=True, now_ms=NOW_MS)
     assert outcomes[0] is not None and outcomes[0].code is ErrorCode.NO_SPACE
@@ -147,14 +147,18 @@ def test_an_expired_generation_is_absent_to_every_decision_but_the_sweeps() -> N
         remove("never"),
     ]
     outcomes, accepted, _ = decide_all(
-        IndexState(store, store.max_document_bytes), batch, store.seq + 1, full=False, now_ms=NOW_MS
+        LogCommittedState(store, store.max_document_bytes),
+        batch,
+        store.seq + 1,
+        full=False,
+        now_ms=NOW_MS,
     )
     assert outcomes[0] is None and outcomes[1] is not None and outcomes[1].ok
     created, rewritten = (change for _, change, _ in accepted)
     assert isinstance(created, Put) and created.expires_at_ms == 0
     assert isinstance(rewritten, Put) and rewritten.expires_at_ms == NOW_MS + 1
     stale = decide_all(
-        IndexState(store, store.max_document_bytes),
+        LogCommittedState(store, store.max_document_bytes),
         [put("gone", 3, expect=gone.digest), Txn((Require("s", "gone", exists=True),), ())],
         store.seq + 1, full=False, now_ms=NOW_MS,
     )[0]  # fmt: skip
@@ -171,7 +175,7 @@ def test_the_sweep_removes_only_the_generation_that_expired() -> None:
         Expire("s", "never", NOW_MS),
     )
     _, accepted, results = decide_all(
-        IndexState(store, store.max_document_bytes),
+        LogCommittedState(store, store.max_document_bytes),
         [Sweep(due)],
         store.seq + 1,
         full=True,
@@ -181,7 +185,7 @@ def test_the_sweep_removes_only_the_generation_that_expired() -> None:
     assert position == 0 and isinstance(removal, Remove) and removal.expired
     assert results == {0: [{"expired": 1}]}
     nothing, _, _ = decide_all(
-        IndexState(store, store.max_document_bytes),
+        LogCommittedState(store, store.max_document_bytes),
         [Sweep(due[1:])],
         store.seq + 1,
         full=False,

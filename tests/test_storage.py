@@ -17,7 +17,7 @@ from sessionstored.storage.errors import (
     CorruptRecord,
     FatalStorageError,
     InjectedFault,
-    NoSpace,
+    DiskFull,
     StoreFormatError,
     StoreLocked,
 )
@@ -190,7 +190,7 @@ def test_a_full_disk_refuses_saves_keeps_deletes_and_recovers() -> None:
     assert "no_space" in outcomes
     [deleted] = store.commit([remove("s0")])
     assert deleted.ok, "a removal goes into the segment's reserve"
-    with pytest.raises(NoSpace):
+    with pytest.raises(DiskFull):
         store.write_index_checkpoint()
     assert not store.failed
     assert_clean(store)
@@ -224,7 +224,7 @@ def test_compaction_on_a_full_disk_answers_no_space_and_changes_nothing() -> Non
         store.commit([put("newer", "n" * 2000)])
     _disk_full_for_saves(store, fs, room=0)
     before = store.log.size_bytes
-    with pytest.raises(NoSpace):
+    with pytest.raises(DiskFull):
         store.compact()
     assert store.log.size_bytes == before and not store.failed
     assert_clean(store)

@@ -9,11 +9,11 @@ from typing import Any
 from . import reply_types as t
 from . import requests as r
 from .replies import result_of, results_of
-from .requests import UNSET, Call, Reply, T
+from .requests import UNSET, Call, ReplyMap, T
 
 
 class AsyncOpMethods:
-    async def _send_raw(self, requests: builtins.list[Reply]) -> builtins.list[Reply]:
+    async def _send_raw(self, requests: builtins.list[ReplyMap]) -> builtins.list[ReplyMap]:
         """The transport's part: send every request, then read as many replies, in order."""
         raise NotImplementedError
 
@@ -123,7 +123,7 @@ class AsyncOpMethods:
 
     async def checkpoint_put(
         self, kind: str, key: str, value: dict[str, Any], *, lease: Any = UNSET, ttl_s: Any = UNSET
-    ) -> t.Put:
+    ) -> t.CheckpointPut:
         return await self._run(r.checkpoint_put(kind, key, value, lease, ttl_s))
 
     async def expire(

@@ -14,11 +14,11 @@ from typing import Any
 from . import reply_types as t
 from . import requests as r
 from .replies import result_of, results_of
-from .requests import UNSET, Call, Reply, T
+from .requests import UNSET, Call, ReplyMap, T
 
 
 class OpMethods:
-    def _send_raw(self, requests: builtins.list[Reply]) -> builtins.list[Reply]:
+    def _send_raw(self, requests: builtins.list[ReplyMap]) -> builtins.list[ReplyMap]:
         """The transport's part: send every request, then read as many replies, in order."""
         raise NotImplementedError
 
@@ -126,7 +126,7 @@ class OpMethods:
 
     def checkpoint_put(
         self, kind: str, key: str, value: dict[str, Any], *, lease: Any = UNSET, ttl_s: Any = UNSET
-    ) -> t.Put:
+    ) -> t.CheckpointPut:
         return self._run(r.checkpoint_put(kind, key, value, lease, ttl_s))
 
     def expire(

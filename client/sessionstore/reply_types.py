@@ -56,7 +56,7 @@ class Deleted(TypedDict):
     seq: int
 
 
-class Put(TypedDict):
+class CheckpointPut(TypedDict):
     seq: int
 
 

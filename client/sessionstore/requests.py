@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from .reply_types import (
+    CheckpointPut,
     Compaction,
     Deleted,
     Expiry,
@@ -17,7 +18,6 @@ from .reply_types import (
     KeyPage,
     Lease,
     Loaded,
-    Put,
     Ranking,
     Stats,
     TxnResult,
@@ -34,7 +34,7 @@ class _Unset:
 
 UNSET: Any = _Unset()
 
-Reply = dict[str, Any]
+ReplyMap = dict[str, Any]
 T = TypeVar("T")
 
 
@@ -43,18 +43,18 @@ class Call(Generic[T]):
     """One op's request, and how its reply becomes the op method's result (T)."""
 
     request: dict[str, Any]
-    result: Callable[[Reply], T]
+    result: Callable[[ReplyMap], T]
 
 
-def _whole(reply: Reply) -> Reply:
+def _whole(reply: ReplyMap) -> ReplyMap:
     return {k: v for k, v in reply.items() if k not in ("ok", "rid")}
 
 
-def _field(name: str) -> Callable[[Reply], Any]:
+def _field(name: str) -> Callable[[ReplyMap], Any]:
     return lambda reply: reply[name]
 
 
-def make(op: str, result: Callable[[Reply], Any] = _whole, **args: Any) -> Call[Any]:
+def make(op: str, result: Callable[[ReplyMap], Any] = _whole, **args: Any) -> Call[Any]:
     return Call({"op": op, **{k: v for k, v in args.items() if v is not UNSET}}, result)
 
 
@@ -158,7 +158,7 @@ def fork(
 
 def checkpoint_put(
     kind: str, key: str, value: dict[str, Any], lease: Any = UNSET, ttl_s: Any = UNSET
-) -> Call[Put]:
+) -> Call[CheckpointPut]:
     return make(
         "checkpoint_put", kind=kind, key=key, value=value, lease=lease_arg(lease), ttl_s=ttl_s
     )

@@ -12,7 +12,7 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import PROTOCOL_VERSION, Request, error_response, ok_response
 from sessionstore.wire.shared import Refusal
 
-from ..storage.errors import InjectedFault, NoSpace
+from ..storage.errors import DiskFull, InjectedFault
 from ..writer.jobs import ExclusiveJob
 from .context import OpContext
 from .registry import Op
@@ -122,7 +122,7 @@ def compact(ops: OpContext, request: Request) -> Step:
     def run_compact() -> Response:
         try:
             result = ops.store.compact()
-        except NoSpace as error:
+        except DiskFull as error:
             return error_response(request, ErrorCode.NO_SPACE, f"compaction did not run: {error}")
         except InjectedFault as error:
             return error_response(request, ErrorCode.IO_ERROR, f"compaction did not run: {error}")

@@ -22,7 +22,7 @@ class InjectedFault(OSError):
         self.point = point
 
 
-class NoSpace(OSError):
+class DiskFull(OSError):
     """The disk is full: this operation is refused, the store goes on serving."""
 
 

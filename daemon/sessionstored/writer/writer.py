@@ -65,7 +65,7 @@ from sessionstore.wire.codes import ErrorCode
 
 from ..notify import notify
 from ..storage.engine import CompactionRun, Engine, LogMaintenance
-from ..storage.errors import FatalStorageError, InjectedFault, NoSpace
+from ..storage.errors import DiskFull, FatalStorageError, InjectedFault
 from ..storage.mutations import (
     Batch,
     Put,
@@ -374,7 +374,7 @@ class Writer:
         self._compaction = None
         error = running.copying.exception()
         work: CompactionRun | None = running.run
-        if isinstance(error, NoSpace):
+        if isinstance(error, DiskFull):
             work = await self._call(  # no copying: what fits
                 lambda: upkeep.plan_compaction(dead_only=True)
             )
@@ -400,7 +400,7 @@ class Writer:
     async def _checkpoint(self, upkeep: LogMaintenance, what: str) -> None:
         try:
             path = await self._call(upkeep.write_index_checkpoint)
-        except (NoSpace, InjectedFault) as error:
+        except (DiskFull, InjectedFault) as error:
             log.warning("%s skipped: %s", what, error)
             return
         except FatalStorageError as error:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from ..documents import SESSION, Entry
 from ..engine import CompactResult
-from ..errors import InjectedFault, NoSpace
+from ..errors import DiskFull, InjectedFault
 from . import reserve
 from .durable import install, write_temp
 from .fs import ENOSPC_ERRNOS
@@ -128,7 +128,7 @@ Progress = Callable[[int, int], None]  # (records copied, records to copy)
 def copy(
     store: StoreParts, work: Plan, *, reseal: bool = False, progress: Progress | None = None
 ) -> None:
-    """Write the new segment and rename it into log/. NoSpace on a full disk."""
+    """Write the new segment and rename it into log/. DiskFull on a full disk."""
     if not work.moves:
         return
     fs, log = store.fs, store.log
@@ -151,7 +151,7 @@ def copy(
         write_temp(fs, temp, chunks)
     except OSError as error:
         if error.errno in ENOSPC_ERRNOS:
-            raise NoSpace(errno.ENOSPC, "no space to compact the log") from None
+            raise DiskFull(errno.ENOSPC, "no space to compact the log") from None
         raise
     try:
         install(fs, temp, log.path(work.number), store.failpoint)
@@ -187,7 +187,7 @@ def compact(store: StoreParts, *, everything: bool = True) -> CompactResult:
     before = store.log.size_bytes
     active = store.log.active
     if everything and store.log.used.get(active, 0) > store.index.live_bytes.get(active, 0):
-        with contextlib.suppress(NoSpace):  # a full disk: compact what is sealed already
+        with contextlib.suppress(DiskFull):  # a full disk: compact what is sealed already
             store.log.rotate(0)  # the active segment's dead bytes can go too
     work = plan(store, everything=everything)
     if work is None:
@@ -195,7 +195,7 @@ def compact(store: StoreParts, *, everything: bool = True) -> CompactResult:
         return CompactResult(store.seq, before, store.log.size_bytes, 0, 0, path)
     try:
         copy(store, work)
-    except NoSpace:
+    except DiskFull:
         return _rescue(store, before)
     moved = switch(store, work)
     path = store.write_index_checkpoint()
@@ -227,7 +227,7 @@ def _rescue(store: StoreParts, before: int) -> CompactResult:
                 break
             try:
                 copy(store, work)
-            except NoSpace:
+            except DiskFull:
                 break
             moved += switch(store, work)
             path = store.write_index_checkpoint()
@@ -236,5 +236,5 @@ def _rescue(store: StoreParts, before: int) -> CompactResult:
     finally:
         reserve.ensure(store)
     if not replaced:
-        raise NoSpace(errno.ENOSPC, "no space to compact the log, even with the reserve released")
+        raise DiskFull(errno.ENOSPC, "no space to compact the log, even with the reserve released")
     return CompactResult(store.seq, before, store.log.size_bytes, replaced, moved, path)

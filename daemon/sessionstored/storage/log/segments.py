@@ -59,7 +59,7 @@ from dataclasses import dataclass
 
 import xxhash
 
-from ..errors import NoSpace
+from ..errors import DiskFull
 from .durable import TMP_DIR, allocate_temp, write_temp
 from .fs import ENOSPC_ERRNOS, FileSystem
 
@@ -235,7 +235,7 @@ class Log:
         return min(self.segment_bytes, share)
 
     def rotate(self, nbytes: int) -> None:
-        """Start a new append segment that holds at least nbytes; NoSpace on a full disk."""
+        """Start a new append segment that holds at least nbytes; DiskFull on a full disk."""
         size = self.segment_size_now()
         need = SEGMENT_HEADER_BYTES + nbytes + _reserve(size)
         size = size if need <= size else _rounded(need)
@@ -310,7 +310,7 @@ class Log:
                 self.segments_made["zero_filled"] += 1
         except OSError as error:
             if error.errno in ENOSPC_ERRNOS:
-                raise NoSpace(errno.ENOSPC, "no space for a new log segment") from None
+                raise DiskFull(errno.ENOSPC, "no space for a new log segment") from None
             raise
         return Spare(path, size)
 

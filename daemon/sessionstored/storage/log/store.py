@@ -35,7 +35,7 @@ from ..clock import epoch_ms
 from ..decide import Accepted, decide_all, fold_txn_results, record_applied
 from ..documents import NEVER, Document, Entry
 from ..engine import CompactResult, Problem
-from ..errors import FatalStorageError, InjectedFault, NoSpace
+from ..errors import DiskFull, FatalStorageError, InjectedFault
 from ..generations import DEFAULT_KEEP_GENERATIONS
 from ..history import History
 from ..mutations import (
@@ -64,7 +64,7 @@ from .index_checkpoint import DamageRow, IndexCheckpoints, IndexCheckpointState
 from .maintenance import Upkeep
 from .records import Commit, encode_commit, encode_data, encode_removal
 from .segments import DEFAULT_SEGMENT_BYTES, Log
-from .store_reads import IndexState, LogReads
+from .store_reads import LogCommittedState, LogReads
 
 DEFAULT_MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
 DEFAULT_HISTORY_CHANGES = 100_000
@@ -206,7 +206,7 @@ class Store(LogReads):
         """Make one batch durable (see split_batches for what may share one). Then publish()."""
         if self._failed:
             raise FatalStorageError("the store failed earlier and must be reopened")
-        state = IndexState(self, self.max_document_bytes)
+        state = LogCommittedState(self, self.max_document_bytes)
         now_ms = epoch_ms()
         outcomes, accepted, txn_results = decide_all(
             state, mutations, self.seq + 1, full=False, now_ms=now_ms
@@ -216,13 +216,13 @@ class Store(LogReads):
             if accepted:
                 try:
                     self._write_batch(accepted, outcomes, batch, now_ms)
-                except NoSpace:
+                except DiskFull:
                     outcomes, accepted, txn_results = decide_all(
                         state, mutations, self.seq + 1, full=True, now_ms=now_ms
                     )
                     if accepted:
                         self._write_batch(accepted, outcomes, batch, now_ms)
-        except NoSpace:
+        except DiskFull:
             for position, _, _ in accepted:
                 outcomes[position] = refused(ErrorCode.NO_SPACE, "disk full")
         except FatalStorageError:
@@ -264,7 +264,7 @@ class Store(LogReads):
             try:
                 self.log.rotate(needed)
             except OSError as error:
-                if isinstance(error, NoSpace):
+                if isinstance(error, DiskFull):
                     raise
                 raise FatalStorageError(f"cannot start a new log segment: {error}") from error
         segment, start = self.log.active, self.log.offset
@@ -393,7 +393,7 @@ class Store(LogReads):
 
     def write_index_checkpoint(self) -> str:
         """Write an index checkpoint, then remove segments that no checkpoint names.
-        NoSpace (the store goes on) or InjectedFault (before-rename) change nothing;
+        DiskFull (the store goes on) or InjectedFault (before-rename) change nothing;
         any other error is FatalStorageError."""
         if self._failed:
             raise FatalStorageError("the store failed earlier and must be reopened")
@@ -407,7 +407,7 @@ class Store(LogReads):
             raise FatalStorageError(f"index checkpoint: {fault}") from fault
         except OSError as error:
             if error.errno in ENOSPC_ERRNOS:
-                raise NoSpace(errno.ENOSPC, "no space for an index checkpoint") from None
+                raise DiskFull(errno.ENOSPC, "no space for an index checkpoint") from None
             self._failed = True
             raise FatalStorageError(f"index checkpoint failed: {error}") from error
         self.checkpoint_generation = state.generation

@@ -187,7 +187,7 @@ class LogReads:
                 raise CorruptRecord(path, offset, message)
 
 
-class IndexState:
+class LogCommittedState:
     """The committed state as the decisions see it (decide.py), from the index."""
 
     def __init__(self, store: LogReads, max_document_bytes: int) -> None:

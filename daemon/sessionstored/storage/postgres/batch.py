@@ -64,8 +64,8 @@ from ..mutations import (
 )
 from .batch_state import (
     ABSENT,
-    DecidingState,
     Known,
+    PgCommittedState,
     Row,
     RowCache,
     Sealing,
@@ -212,7 +212,7 @@ class BatchCommitter:
         conn: psycopg.Connection[Any],
         mutations: Sequence[Mutation],
         fresh: set[Row],
-    ) -> DecidingState:
+    ) -> PgCommittedState:
         documents, body_docs = documents_read(mutations)
         documents.add((LEASE, LEASE_ID))
         body_docs.add((LEASE, LEASE_ID))
@@ -241,7 +241,7 @@ class BatchCommitter:
         def reread(row: Row) -> Known:
             return self._read(conn, [row], {row})[row]
 
-        return DecidingState(self.store, rows, reread)
+        return PgCommittedState(self.store, rows, reread)
 
     # -- committing -------------------------------------------------------------------
 
@@ -299,7 +299,9 @@ class BatchCommitter:
                 rows = self._read(conn, wanted, bodies)
             else:
                 rows = self._known([row[2:] for row in held if row[2] is not None])
-            state = DecidingState(self.store, rows, lambda row: self._read(conn, [row], {row})[row])
+            state = PgCommittedState(
+                self.store, rows, lambda row: self._read(conn, [row], {row})[row]
+            )
             state.scan_conn = conn
             outcomes, accepted, txn_results = decide_all(
                 state, mutations, counter + 1, full=False, now_ms=now_ms

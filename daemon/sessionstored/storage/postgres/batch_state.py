@@ -146,7 +146,7 @@ def guessed_absent(mutations: Sequence[Mutation]) -> set[tuple[str, str]]:
     }
 
 
-class DecidingState:
+class PgCommittedState:
     """The committed state as a batch decides on it (decide.py's CommittedState): rows
     from the cache or read, each one consulted remembered with its seq for ss_stage."""
 
