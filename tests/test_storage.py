@@ -15,9 +15,9 @@ import pytest
 
 from sessionstored.storage.errors import (
     CorruptRecord,
+    DiskFull,
     FatalStorageError,
     InjectedFault,
-    DiskFull,
     StoreFormatError,
     StoreLocked,
 )
