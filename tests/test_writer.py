@@ -16,8 +16,8 @@ import trio.testing
 from sessionstored.storage.mutations import Outcome
 from sessionstored.writer import writer as writer_module
 from sessionstored.writer.jobs import MutationJob
-from sessionstored.writer.worker_thread import WorkerThread
 from sessionstored.writer.writer import Writer
+from sessionstored.writer.writer_thread import WriterThread
 
 from .storage_helpers import assert_clean, body_for, new_fs, open_store, put
 
@@ -172,7 +172,7 @@ async def test_the_watchdog_pings_on_trios_clock(
 
 async def test_a_call_handed_to_the_thread_is_delivered_though_its_caller_is_cancelled() -> None:
     release = threading.Event()
-    worker = WorkerThread("test-worker")
+    worker = WriterThread("test-worker")
     delivered: list[str] = []
 
     async def cancel_then_release(scope: trio.CancelScope) -> None:
@@ -193,7 +193,7 @@ async def test_a_call_handed_to_the_thread_is_delivered_though_its_caller_is_can
 
 
 async def test_a_call_waited_for_on_the_loop_returns_at_once_or_falls_back_to_trio() -> None:
-    worker = WorkerThread("test-worker")
+    worker = WriterThread("test-worker")
     assert await worker.call_waiting(lambda: 42, 30.0) == (42, True)
 
     def fails() -> None:

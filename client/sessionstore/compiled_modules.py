@@ -34,7 +34,7 @@ COMPILED_GROUPS: dict[str, tuple[str, ...]] = {
         "writer/jobs.py",
         "writer/job_queue.py",
         "writer/writer.py",
-        "writer/worker_thread.py",
+        "writer/writer_thread.py",
         "writer/collector.py",
         "writer/sweeper.py",
         "storage/decide.py",

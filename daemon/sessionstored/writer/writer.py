@@ -77,7 +77,7 @@ from ..storage.mutations import (
 from .collector import Collector
 from .job_queue import JobQueue
 from .jobs import ExclusiveJob, Job, MutationJob
-from .worker_thread import WorkerThread, name_os_thread
+from .writer_thread import WriterThread, name_os_thread
 
 log = logging.getLogger("sessionstored.writer")
 T = TypeVar("T")
@@ -101,7 +101,7 @@ class Writer:
         self.store = store
         self.on_fatal = on_fatal
         self._queue = JobQueue(QUEUE_DEPTH)
-        self._disk_thread: WorkerThread | None = None
+        self._disk_thread: WriterThread | None = None
         self._background = ThreadPoolExecutor(
             1,
             thread_name_prefix="log-background",
@@ -123,9 +123,9 @@ class Writer:
         self.on_publish: Callable[[], None] | None = None
         # (writes, seconds in the engine, seconds of its fdatasync) after each batch
         self.on_batch: Callable[[int, float, float], None] | None = None
-        self._spare_threads: list[WorkerThread] = []  # for batches in flight beside the first
+        self._spare_threads: list[WriterThread] = []  # for batches in flight beside the first
         self._flying: list[frozenset[tuple[str, str]] | None] = []  # their documents
-        self._busy: set[WorkerThread] = set()
+        self._busy: set[WriterThread] = set()
         self._landed = trio.lowlevel.ParkingLot()
         self._nursery: trio.Nursery | None = None
         self._last_commit_s = 0.0  # the engine's time for the last batch
@@ -161,7 +161,7 @@ class Writer:
         assert self._disk_thread is not None
         return await self._in_thread(self._disk_thread, fn)
 
-    async def _in_thread(self, thread: WorkerThread, fn: Callable[[], T]) -> T:
+    async def _in_thread(self, thread: WriterThread, fn: Callable[[], T]) -> T:
         """fn() in the thread; the last batch's replies go out while it runs."""
         thread.hand_over(fn)
         self._send_landed()
@@ -175,9 +175,9 @@ class Writer:
                 job.finish(outcome)
 
     async def run(self, watchdog_interval_s: float | None = None) -> None:
-        self._disk_thread = WorkerThread("writer")
+        self._disk_thread = WriterThread("writer")
         self._spare_threads = [
-            WorkerThread(f"writer-{n}") for n in range(1, self.store.batches_in_flight)
+            WriterThread(f"writer-{n}") for n in range(1, self.store.batches_in_flight)
         ]
         try:
             async with trio.open_nursery() as self._nursery:
@@ -196,7 +196,7 @@ class Writer:
                     if not jobs:  # closed, and every job taken
                         return
                     # every await below is a call to the writer's thread, which delivers
-                    # its outcome even when the writer is being cancelled (worker_thread.py)
+                    # its outcome even when the writer is being cancelled (writer_thread.py)
                     await self._run_jobs(jobs)
                     if self.failed is None:
                         await self._maintain()
@@ -248,7 +248,7 @@ class Writer:
     async def _commit_then_land(
         self,
         jobs: list[MutationJob],
-        thread: WorkerThread,
+        thread: WriterThread,
         touched: frozenset[tuple[str, str]] | None,
     ) -> None:
         try:
@@ -284,7 +284,7 @@ class Writer:
         if self.store.maintenance is not None:
             self.store.maintenance.close_retired()
 
-    async def _commit(self, jobs: list[MutationJob], thread: WorkerThread) -> None:
+    async def _commit(self, jobs: list[MutationJob], thread: WriterThread) -> None:
         if not jobs:
             return
         if self.failed is not None:  # _fatal sent what had landed; nothing lands since

@@ -32,7 +32,7 @@ def name_os_thread(name: str) -> None:
         _libc.prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
-class WorkerThread:
+class WriterThread:
     def __init__(self, name: str) -> None:
         self._calls: queue.SimpleQueue[Callable[[], Any] | None] = queue.SimpleQueue()
         self._done = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
