@@ -42,29 +42,31 @@ class AsyncOpMethods:
         self,
         snapshot: dict[str, Any],
         *,
-        expect: Any = UNSET,
-        lease: Any = UNSET,
-        ttl_s: Any = UNSET,
+        expect: r.Expect = UNSET,
+        lease: r.LeaseArg = UNSET,
+        ttl_s: r.Seconds = UNSET,
     ) -> t.Written:
         """ttl_s: the new generation expires that many seconds from now."""
         return await self._run(r.save(snapshot, expect, lease, ttl_s))
 
     async def load(
-        self, session_id: str, *, refresh_ttl_s: Any = UNSET, at: Any = UNSET
+        self, session_id: str, *, refresh_ttl_s: r.Seconds = UNSET, at: r.SeqArg = UNSET
     ) -> dict[str, Any] | None:
         """The snapshot, or None; refresh_ttl_s: as load_with_meta's; at: the generation
         that was current at that seq (Compacted when it is no longer kept)."""
         return await self._run(r.load(session_id, at, refresh_ttl_s))
 
     async def load_with_meta(
-        self, session_id: str, *, refresh_ttl_s: Any = UNSET, at: Any = UNSET
+        self, session_id: str, *, refresh_ttl_s: r.Seconds = UNSET, at: r.SeqArg = UNSET
     ) -> t.Loaded:
         """{snapshot, digest, seq, expires_at_ms?}; refresh_ttl_s: an expiring session gets
         one that many seconds from now (LangGraph's refresh_on_read); at: as load's, and
         the reply has committed_at_ms."""
         return await self._run(r.load_with_meta(session_id, refresh_ttl_s, at))
 
-    async def history(self, session_id: str, *, limit: Any = UNSET) -> builtins.list[t.Generation]:
+    async def history(
+        self, session_id: str, *, limit: r.Count = UNSET
+    ) -> builtins.list[t.Generation]:
         """The session's generations kept, newest first: [{seq, digest, size,
         committed_at_ms}, ...] ([] when it does not exist)."""
         return await self._run(r.history(session_id, limit))
@@ -74,9 +76,9 @@ class AsyncOpMethods:
         session_id: str,
         at: int,
         *,
-        expect: Any = UNSET,
-        lease: Any = UNSET,
-        ttl_s: Any = UNSET,
+        expect: r.Expect = UNSET,
+        lease: r.LeaseArg = UNSET,
+        ttl_s: r.Seconds = UNSET,
     ) -> t.Written:
         """Write the generation that was current at seq `at` back as a new generation:
         {digest (its old one), seq (a new one)}."""
@@ -94,7 +96,7 @@ class AsyncOpMethods:
         return await self._run(r.list_ids(prefix, after, limit))
 
     async def delete(
-        self, session_id: str, *, expect: Any = UNSET, lease: Any = UNSET
+        self, session_id: str, *, expect: r.Expect = UNSET, lease: r.LeaseArg = UNSET
     ) -> t.Deleted:
         return await self._run(r.delete(session_id, expect, lease))
 
@@ -104,8 +106,8 @@ class AsyncOpMethods:
         component: str,
         value: Any,
         *,
-        expect: Any = UNSET,
-        lease: Any = UNSET,
+        expect: r.Expect = UNSET,
+        lease: r.LeaseArg = UNSET,
     ) -> t.Written:
         return await self._run(r.update(session_id, component, value, expect, lease))
 
@@ -115,14 +117,20 @@ class AsyncOpMethods:
         new_session_id: str,
         workspace: Any,
         *,
-        lease: Any = UNSET,
-        at: Any = UNSET,
+        lease: r.LeaseArg = UNSET,
+        at: r.SeqArg = UNSET,
     ) -> t.Written:
         """at: fork the generation that was current at that seq."""
         return await self._run(r.fork(session_id, new_session_id, workspace, lease, at))
 
     async def checkpoint_put(
-        self, kind: str, key: str, value: dict[str, Any], *, lease: Any = UNSET, ttl_s: Any = UNSET
+        self,
+        kind: str,
+        key: str,
+        value: dict[str, Any],
+        *,
+        lease: r.LeaseArg = UNSET,
+        ttl_s: r.Seconds = UNSET,
     ) -> t.CheckpointPut:
         return await self._run(r.checkpoint_put(kind, key, value, lease, ttl_s))
 
@@ -133,18 +141,18 @@ class AsyncOpMethods:
         *,
         kind: str | None = None,
         key: str | None = None,
-        lease: Any = UNSET,
+        lease: r.LeaseArg = UNSET,
     ) -> t.Expiry:
         """A session's (or with kind and key, a document's) expiry set to ttl_s seconds
         from now, or removed with None: {found, seq, expires_at_ms?}."""
         return await self._run(r.expire(session_id, ttl_s, kind, key, lease))
 
     async def checkpoint_get(
-        self, kind: str, key: str, *, refresh_ttl_s: Any = UNSET
+        self, kind: str, key: str, *, refresh_ttl_s: r.Seconds = UNSET
     ) -> dict[str, Any] | None:
         return await self._run(r.checkpoint_get(kind, key, refresh_ttl_s))
 
-    async def checkpoint_delete(self, kind: str, key: str, *, lease: Any = UNSET) -> bool:
+    async def checkpoint_delete(self, kind: str, key: str, *, lease: r.LeaseArg = UNSET) -> bool:
         return await self._run(r.checkpoint_delete(kind, key, lease))
 
     async def checkpoint_scan(
@@ -157,7 +165,7 @@ class AsyncOpMethods:
         limit: int | None = None,
         reverse: bool = False,
         values: bool = True,
-        refresh_ttl_s: Any = UNSET,
+        refresh_ttl_s: r.Seconds = UNSET,
     ) -> t.KeyPage:
         """Keyed documents in key order: {"items": [{key, seq, digest, value}], "next"}."""
         return await self._run(
@@ -170,8 +178,8 @@ class AsyncOpMethods:
         prefix: str,
         query: Any,
         *,
-        limit: Any = UNSET,
-        field: Any = UNSET,
+        limit: r.Count = UNSET,
+        field: str | r.Unset = UNSET,
     ) -> t.Ranking:
         """The documents under prefix whose value holds vectors at field (default
         "vectors": float32 byte strings), best cosine similarity to query first:
@@ -179,7 +187,11 @@ class AsyncOpMethods:
         return await self._run(r.checkpoint_rank(kind, prefix, query, limit, field))
 
     async def txn(
-        self, ops: Sequence[dict[str, Any]], *, require: Any = UNSET, lease: Any = UNSET
+        self,
+        ops: Sequence[dict[str, Any]],
+        *,
+        require: r.Requirements = UNSET,
+        lease: r.LeaseArg = UNSET,
     ) -> t.TxnResult:
         """Several document changes, all or none: {"seq", "results"}; `conflict` when a
         requirement fails (details: failed, current)."""

@@ -47,29 +47,29 @@ class OpMethods:
         self,
         snapshot: dict[str, Any],
         *,
-        expect: Any = UNSET,
-        lease: Any = UNSET,
-        ttl_s: Any = UNSET,
+        expect: r.Expect = UNSET,
+        lease: r.LeaseArg = UNSET,
+        ttl_s: r.Seconds = UNSET,
     ) -> t.Written:
         """ttl_s: the new generation expires that many seconds from now."""
         return self._run(r.save(snapshot, expect, lease, ttl_s))
 
     def load(
-        self, session_id: str, *, refresh_ttl_s: Any = UNSET, at: Any = UNSET
+        self, session_id: str, *, refresh_ttl_s: r.Seconds = UNSET, at: r.SeqArg = UNSET
     ) -> dict[str, Any] | None:
         """The snapshot, or None; refresh_ttl_s: as load_with_meta's; at: the generation
         that was current at that seq (Compacted when it is no longer kept)."""
         return self._run(r.load(session_id, at, refresh_ttl_s))
 
     def load_with_meta(
-        self, session_id: str, *, refresh_ttl_s: Any = UNSET, at: Any = UNSET
+        self, session_id: str, *, refresh_ttl_s: r.Seconds = UNSET, at: r.SeqArg = UNSET
     ) -> t.Loaded:
         """{snapshot, digest, seq, expires_at_ms?}; refresh_ttl_s: an expiring session gets
         one that many seconds from now (LangGraph's refresh_on_read); at: as load's, and
         the reply has committed_at_ms."""
         return self._run(r.load_with_meta(session_id, refresh_ttl_s, at))
 
-    def history(self, session_id: str, *, limit: Any = UNSET) -> builtins.list[t.Generation]:
+    def history(self, session_id: str, *, limit: r.Count = UNSET) -> builtins.list[t.Generation]:
         """The session's generations kept, newest first: [{seq, digest, size,
         committed_at_ms}, ...] ([] when it does not exist)."""
         return self._run(r.history(session_id, limit))
@@ -79,9 +79,9 @@ class OpMethods:
         session_id: str,
         at: int,
         *,
-        expect: Any = UNSET,
-        lease: Any = UNSET,
-        ttl_s: Any = UNSET,
+        expect: r.Expect = UNSET,
+        lease: r.LeaseArg = UNSET,
+        ttl_s: r.Seconds = UNSET,
     ) -> t.Written:
         """Write the generation that was current at seq `at` back as a new generation:
         {digest (its old one), seq (a new one)}."""
@@ -98,7 +98,9 @@ class OpMethods:
     ) -> t.IdPage:
         return self._run(r.list_ids(prefix, after, limit))
 
-    def delete(self, session_id: str, *, expect: Any = UNSET, lease: Any = UNSET) -> t.Deleted:
+    def delete(
+        self, session_id: str, *, expect: r.Expect = UNSET, lease: r.LeaseArg = UNSET
+    ) -> t.Deleted:
         return self._run(r.delete(session_id, expect, lease))
 
     def update(
@@ -107,8 +109,8 @@ class OpMethods:
         component: str,
         value: Any,
         *,
-        expect: Any = UNSET,
-        lease: Any = UNSET,
+        expect: r.Expect = UNSET,
+        lease: r.LeaseArg = UNSET,
     ) -> t.Written:
         return self._run(r.update(session_id, component, value, expect, lease))
 
@@ -118,14 +120,20 @@ class OpMethods:
         new_session_id: str,
         workspace: Any,
         *,
-        lease: Any = UNSET,
-        at: Any = UNSET,
+        lease: r.LeaseArg = UNSET,
+        at: r.SeqArg = UNSET,
     ) -> t.Written:
         """at: fork the generation that was current at that seq."""
         return self._run(r.fork(session_id, new_session_id, workspace, lease, at))
 
     def checkpoint_put(
-        self, kind: str, key: str, value: dict[str, Any], *, lease: Any = UNSET, ttl_s: Any = UNSET
+        self,
+        kind: str,
+        key: str,
+        value: dict[str, Any],
+        *,
+        lease: r.LeaseArg = UNSET,
+        ttl_s: r.Seconds = UNSET,
     ) -> t.CheckpointPut:
         return self._run(r.checkpoint_put(kind, key, value, lease, ttl_s))
 
@@ -136,18 +144,18 @@ class OpMethods:
         *,
         kind: str | None = None,
         key: str | None = None,
-        lease: Any = UNSET,
+        lease: r.LeaseArg = UNSET,
     ) -> t.Expiry:
         """A session's (or with kind and key, a document's) expiry set to ttl_s seconds
         from now, or removed with None: {found, seq, expires_at_ms?}."""
         return self._run(r.expire(session_id, ttl_s, kind, key, lease))
 
     def checkpoint_get(
-        self, kind: str, key: str, *, refresh_ttl_s: Any = UNSET
+        self, kind: str, key: str, *, refresh_ttl_s: r.Seconds = UNSET
     ) -> dict[str, Any] | None:
         return self._run(r.checkpoint_get(kind, key, refresh_ttl_s))
 
-    def checkpoint_delete(self, kind: str, key: str, *, lease: Any = UNSET) -> bool:
+    def checkpoint_delete(self, kind: str, key: str, *, lease: r.LeaseArg = UNSET) -> bool:
         return self._run(r.checkpoint_delete(kind, key, lease))
 
     def checkpoint_scan(
@@ -160,7 +168,7 @@ class OpMethods:
         limit: int | None = None,
         reverse: bool = False,
         values: bool = True,
-        refresh_ttl_s: Any = UNSET,
+        refresh_ttl_s: r.Seconds = UNSET,
     ) -> t.KeyPage:
         """Keyed documents in key order: {"items": [{key, seq, digest, value}], "next"}."""
         return self._run(
@@ -173,8 +181,8 @@ class OpMethods:
         prefix: str,
         query: Any,
         *,
-        limit: Any = UNSET,
-        field: Any = UNSET,
+        limit: r.Count = UNSET,
+        field: str | r.Unset = UNSET,
     ) -> t.Ranking:
         """The documents under prefix whose value holds vectors at field (default
         "vectors": float32 byte strings), best cosine similarity to query first:
@@ -182,7 +190,11 @@ class OpMethods:
         return self._run(r.checkpoint_rank(kind, prefix, query, limit, field))
 
     def txn(
-        self, ops: Sequence[dict[str, Any]], *, require: Any = UNSET, lease: Any = UNSET
+        self,
+        ops: Sequence[dict[str, Any]],
+        *,
+        require: r.Requirements = UNSET,
+        lease: r.LeaseArg = UNSET,
     ) -> t.TxnResult:
         """Several document changes, all or none: {"seq", "results"}; `conflict` when a
         requirement fails (details: failed, current)."""

@@ -3,7 +3,7 @@
 # these to their transport.
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from .reply_types import (
@@ -27,12 +27,21 @@ from .reply_types import (
 from .wire.value_class import value_class
 
 
-class _Unset:
+class Unset:
+    """The type of UNSET: an argument not given, which the request leaves out."""
+
     def __repr__(self) -> str:
         return "UNSET"
 
 
-UNSET: Any = _Unset()
+UNSET: Any = Unset()
+# the op methods' optional arguments, as the wire takes them
+Expect = str | None | Unset  # a digest (compare-and-swap), None (create-only), or no condition
+LeaseArg = Mapping[str, Any] | Unset  # {"holder", "epoch"}, as lease_acquire returns it
+Seconds = float | Unset
+SeqArg = int | Unset  # a seq: the generation that was current then
+Count = int | Unset
+Requirements = Sequence[Mapping[str, Any]] | Unset  # a txn's: {kind, key, exists | digest}
 
 ReplyMap = dict[str, Any]
 T = TypeVar("T")

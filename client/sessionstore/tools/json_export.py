@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import cbor2
 
-from ..client import Client
+from ..client import UNSET, Client
 from ..errors import Conflict, SessionStoreError
 from ..wire import jsonform
 from ..wire.canonical import snapshot_digest
@@ -243,7 +243,9 @@ def _write(
     if kind == "session":
         if not isinstance(value, dict) or (value.get("session") or {}).get("id") != doc_id:
             raise _Problem(f"session {doc_id!r}: the value is not that session's snapshot")
-        saved = client.save(value, **ttl) if overwrite else client.save(value, expect=None, **ttl)
+        expires = UNSET if ttl_s is None else ttl_s
+        expect = UNSET if overwrite else None  # create-only unless told to overwrite
+        saved = client.save(value, expect=expect, ttl_s=expires)
         return str(saved["digest"])
     put = {"op": "put", "kind": kind, "key": doc_id, "value": value, **ttl}
     require = [] if overwrite else [{"kind": kind, "key": doc_id, "exists": False}]
