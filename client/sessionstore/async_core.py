@@ -20,6 +20,7 @@ from .replies import (
     result_of,
     take_response,
 )
+from .reply_types import WatchEvent
 from .requests import make
 from .wire.protocol import Connection, Mode, Refusal
 
@@ -88,7 +89,7 @@ class AsyncCore(AsyncOpMethods):
 
     async def watch(
         self, since: int | None = None, *, reconnect: bool = True
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncIterator[WatchEvent]:
         """Events in seq order, none skipped, across reconnects; Compacted when history is gone."""
         resume = WatchResume(since)
         while True:

@@ -40,7 +40,7 @@ class AsyncOpMethods:
 
     async def save(
         self,
-        snapshot: dict[str, Any],
+        snapshot: t.Snapshot,
         *,
         expect: r.Expect = UNSET,
         lease: r.LeaseArg = UNSET,
@@ -51,7 +51,7 @@ class AsyncOpMethods:
 
     async def load(
         self, session_id: str, *, refresh_ttl_s: r.Seconds = UNSET, at: r.SeqArg = UNSET
-    ) -> dict[str, Any] | None:
+    ) -> t.Snapshot | None:
         """The snapshot, or None; refresh_ttl_s: as load_with_meta's; at: the generation
         that was current at that seq (Compacted when it is no longer kept)."""
         return await self._run(r.load(session_id, at, refresh_ttl_s))

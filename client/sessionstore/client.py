@@ -22,6 +22,7 @@ from .replies import (
     result_of,
     take_response,
 )
+from .reply_types import WatchEvent
 from .requests import UNSET, make
 from .wire.protocol import Connection, Mode, Refusal
 
@@ -150,9 +151,7 @@ class Client(OpMethods):
         finally:
             streamer.close()
 
-    def watch(
-        self, since: int | None = None, *, reconnect: bool = True
-    ) -> Iterator[dict[str, Any]]:
+    def watch(self, since: int | None = None, *, reconnect: bool = True) -> Iterator[WatchEvent]:
         """Events in seq order, none skipped. Resumes with `since` after a lost connection
         or a `lagged` notice; raises Compacted when the history it needs is gone."""
         resume = WatchResume(since)

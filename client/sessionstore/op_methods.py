@@ -45,7 +45,7 @@ class OpMethods:
 
     def save(
         self,
-        snapshot: dict[str, Any],
+        snapshot: t.Snapshot,
         *,
         expect: r.Expect = UNSET,
         lease: r.LeaseArg = UNSET,
@@ -56,7 +56,7 @@ class OpMethods:
 
     def load(
         self, session_id: str, *, refresh_ttl_s: r.Seconds = UNSET, at: r.SeqArg = UNSET
-    ) -> dict[str, Any] | None:
+    ) -> t.Snapshot | None:
         """The snapshot, or None; refresh_ttl_s: as load_with_meta's; at: the generation
         that was current at that seq (Compacted when it is no longer kept)."""
         return self._run(r.load(session_id, at, refresh_ttl_s))

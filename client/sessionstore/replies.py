@@ -5,9 +5,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from .errors import ConnectionLost, error_from_wire
+from .reply_types import WatchEvent
 from .requests import UNSET, Call, T, make
 from .wire.protocol import END_OF_STREAM, NEED_DATA, Connection, Refusal
 
@@ -94,7 +95,7 @@ class WatchResume:
             self.cursor = reply["seq"]
         self.failures = 0
 
-    def deliver(self, event: dict[str, Any]) -> bool:
+    def deliver(self, event: dict[str, Any]) -> TypeGuard[WatchEvent]:
         """True: hand the event on; False: it is a `lagged` notice, resume from there."""
         if event.get("event") == "lagged":
             self.cursor = event["resume_from"]

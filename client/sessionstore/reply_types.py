@@ -129,3 +129,26 @@ class Compaction(TypedDict):
     wal_bytes_before: int
     wal_bytes_after: int
     segments_replaced: NotRequired[int]
+
+
+# A session's snapshot document: a map with schema_version (1), session (a map with a
+# non-empty text id) and, optionally, the component arrays (artifacts, trace_events,
+# run_records, ...); anything else is stored as given (docs/protocol.md, "The snapshot
+# document"), so it is a map of text keys, not a closed TypedDict.
+Snapshot = dict[str, Any]
+
+
+class WatchEvent(TypedDict):
+    """One durable change, as watch() yields it, in seq order. event: "commit" (a session
+    saved: session_id, digest), "delete" (session_id), "checkpoint" (kind, key, deleted),
+    "lease", or "change" (kind). expired: the expiry sweep removed it."""
+
+    event: str
+    seq: int
+    committed_at_ms: int
+    session_id: NotRequired[str]
+    digest: NotRequired[str]
+    kind: NotRequired[str]
+    key: NotRequired[str]
+    deleted: NotRequired[bool]
+    expired: NotRequired[bool]
