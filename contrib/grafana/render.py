@@ -1,8 +1,8 @@
 # The dashboard's picture, rendered from a real daemon's metrics with the same
 # panels (panels.py) rather than from a Grafana: a daemon on the log with
-# --metrics-listen, driven for PHASES (more clients each phase, a few bad
-# requests, a watcher, connections turned away), scraped every SCRAPE_S
-# seconds; each panel's figure is computed from consecutive scrapes as its
+# --metrics-listen, driven for PHASES (more clients each phase, a watcher, and
+# once BAD_REQUESTS bad requests, so that the errors panel shows them), scraped
+# every SCRAPE_S seconds; each panel's figure is computed from consecutive scrapes as its
 # PromQL would compute it, and drawn with matplotlib. Also writes
 # sessionstore.json, the Grafana dashboard.
 #
@@ -28,6 +28,10 @@ from .panels import PANELS, Samples, dashboard_json, samples_of
 
 PHASES = ((1, 15.0), (16, 15.0), (64, 15.0), (8, 15.0))  # (clients saving, seconds)
 SCRAPE_S = 2.0
+BAD_REQUESTS = 20  # sent once, 20 s in
+BAD_REQUESTS_AT_S = 20.0
+# Grafana's unit ids, as the axes say them
+UNIT_LABELS = {"reqps": "requests / s", "s": "seconds", "short": "count", "bytes": "bytes"}
 HERE = Path(__file__).resolve().parent
 
 
@@ -43,13 +47,16 @@ def _drive(socket_path: str, stop: threading.Event) -> None:
 
 
 def _nuisance(daemon: Daemon, stop: threading.Event) -> None:
-    """A bad request and a refused connection now and then, and a watcher throughout."""
+    """A watcher throughout, and one burst of bad requests."""
     watcher = Client(daemon.socket, timeout=None)
     events = watcher.watch()
     threading.Thread(target=lambda: [None for _ in events], daemon=True).start()
-    while not stop.wait(3.0):
-        with Client(daemon.socket) as client, contextlib.suppress(SessionStoreError):
-            client.call("load")  # no session_id
+    if stop.wait(BAD_REQUESTS_AT_S):
+        return
+    with Client(daemon.socket) as client:
+        for _ in range(BAD_REQUESTS):
+            with contextlib.suppress(SessionStoreError):
+                client.call("load")  # no session_id: bad_request
 
 
 def render(out: Path) -> None:
@@ -71,8 +78,11 @@ def render(out: Path) -> None:
             scrapes.append((time.monotonic(), _scrape(port)))
         daemon.stop()
     start = scrapes[0][0]
-    figure, axes = plt.subplots(3, 3, figsize=(15, 9), constrained_layout=True)
-    for axis, panel in zip(axes.flat, PANELS, strict=True):
+    rows = -(-len(PANELS) // 2)
+    figure, axes = plt.subplots(rows, 2, figsize=(11, 3.2 * rows), constrained_layout=True)
+    for axis in axes.flat[len(PANELS) :]:
+        axis.set_visible(False)
+    for axis, panel in zip(axes.flat, PANELS, strict=False):
         lines: dict[str, tuple[list[float], list[float]]] = {}
         for (t0, before), (t1, after) in itertools.pairwise(scrapes):
             for legend, value in panel.compute(before, after, t1 - t0).items():
@@ -81,19 +91,21 @@ def render(out: Path) -> None:
                 ys.append(value)
         for legend, (xs, ys) in sorted(lines.items()):
             axis.plot(xs, ys, label=legend)
-        axis.set_title(panel.title, fontsize=10)
-        axis.set_xlabel("seconds", fontsize=8)
-        axis.tick_params(labelsize=8)
+        axis.set_title(panel.title, fontsize=13)
+        axis.set_xlabel("seconds", fontsize=11)
+        axis.set_ylabel(UNIT_LABELS.get(panel.unit, panel.unit), fontsize=11)
+        axis.tick_params(labelsize=10)
         if lines:
-            axis.legend(fontsize=7, loc="upper left")
+            axis.legend(fontsize=9, loc="upper left")
         else:
             axis.text(0.5, 0.5, "no data (PostgreSQL only)", ha="center", transform=axis.transAxes)
     figure.suptitle(
-        "sessionstore: the dashboard's panels, computed from a daemon's /metrics "
-        f"(clients saving 4 KiB: {', '.join(str(c) for c, _ in PHASES)})",
-        fontsize=11,
+        "The dashboard's panels, from a daemon's /metrics\n"
+        f"clients saving 4 KiB: {', '.join(str(c) for c, _ in PHASES)}, "
+        f"{PHASES[0][1]:.0f} s each; {BAD_REQUESTS} bad requests at {BAD_REQUESTS_AT_S:.0f} s",
+        fontsize=13,
     )
-    figure.savefig(out, dpi=80)
+    figure.savefig(out, dpi=90)
 
 
 def main() -> None:
