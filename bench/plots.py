@@ -193,6 +193,13 @@ def parts_figure(title: str, figures: dict[str, Any], out: list[Path]) -> None:
     for axis in (rate, latency):
         axis.grid(True, axis="x", alpha=0.3)
     rate.invert_yaxis()
+    from matplotlib.patches import Patch
+
+    latency.legend(
+        handles=[Patch(color="tab:blue", label="sessionstore"),
+                 Patch(color="tab:orange", label="an anchor, as its docs set it up")],
+        loc="best", fontsize=8,
+    )  # fmt: skip
     _finish(plt, figure, title, out)
 
 
