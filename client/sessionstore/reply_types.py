@@ -116,7 +116,6 @@ class Stats(TypedDict):
     build: str
     keep_generations: int
     requests: dict[str, Any]
-    recent_batch_figures: dict[str, Any]
 
 
 class Verified(TypedDict):

@@ -17,14 +17,14 @@ OP_COLUMN = 18
 
 
 def render(stats: dict[str, Any], rates: dict[str, float]) -> str:
-    batches = stats.get("recent_batch_figures") or {}
+    batches = stats.get("recent_batches") or {}
     lines = [
         f"sessionstored  seq {stats.get('seq')}  sessions {stats.get('sessions')}  "
         f"uptime {stats.get('uptime_s', 0):.0f} s",
         f"connections {stats.get('connections')}  watchers {stats.get('watchers')} "
         f"(lagged {stats.get('watchers_cut_off')}, dropped {stats.get('watchers_dropped')})  "
         f"log {stats.get('wal_bytes', 0) / 1e6:.1f} MB",
-        f"batches: {batches.get('size_mean', '-')} writes each, fdatasync p50 "
+        f"batches: {batches.get('jobs_per_batch_mean', '-')} writes each, fdatasync p50 "
         f"{batches.get('fdatasync_p50_ms', '-')} ms, p99 {batches.get('fdatasync_p99_ms', '-')} ms",
         "",
         f"{'op':<{OP_COLUMN}}{'ops/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'errors':>10}",

@@ -139,8 +139,6 @@ class Metrics:
         self.batch_seconds = _Histogram.empty(LATENCY_BUCKETS_S)
         self.sync_seconds = _Histogram.empty(LATENCY_BUCKETS_S)
         self.recent: dict[str, deque[float]] = {}  # op -> its last RECENT latencies
-        self.recent_syncs: deque[float] = deque(maxlen=RECENT)
-        self.recent_sizes: deque[int] = deque(maxlen=RECENT)
         self._rendering = trio.CapacityLimiter(1)  # one scrape's text at a time
 
     def request(self, op: str, code: str, seconds: float) -> None:
@@ -160,14 +158,12 @@ class Metrics:
     def batch(self, size: int, commit_s: float, sync_s: float) -> None:
         self.batch_size.observe(BATCH_SIZE_BUCKETS, size)
         self.batch_seconds.observe(LATENCY_BUCKETS_S, commit_s)
-        self.recent_sizes.append(size)
         if sync_s:
             self.sync_seconds.observe(LATENCY_BUCKETS_S, sync_s)
-            self.recent_syncs.append(sync_s)
 
     def stats(self) -> dict[str, Any]:
         """For `stats` (and `sessionstore top`): requests by op, with the p50 and p99 of
-        their last RECENT latencies, and the recent batches' sizes and fdatasyncs."""
+        their last RECENT latencies (the recent batches' figures are the writer's)."""
         requests: dict[str, dict[str, Any]] = {}
         for (op, code), count in self.codes.items():
             entry = requests.setdefault(op, {"count": 0, "errors": 0})
@@ -176,14 +172,7 @@ class Metrics:
                 entry["errors"] += count
         for op, recent in self.recent.items():
             requests[op].update(_quantiles_ms(list(recent)))
-        batches: dict[str, Any] = {}
-        if self.recent_sizes:
-            batches["size_mean"] = round(sum(self.recent_sizes) / len(self.recent_sizes), 2)
-        if self.recent_syncs:
-            batches.update(
-                {f"fdatasync_{k}": v for k, v in _quantiles_ms(list(self.recent_syncs)).items()}
-            )
-        return {"requests": requests, "recent_batch_figures": batches}
+        return {"requests": requests}
 
     async def exposition(self, stats: dict[str, Any]) -> bytes:
         """The text, from the `stats` snapshot taken for this scrape (a dict of its own)

@@ -85,7 +85,7 @@ T = TypeVar("T")
 QUEUE_DEPTH = 64
 MAX_BATCH_JOBS = 512
 MAX_BATCH_BYTES = 128 * 1024 * 1024
-RECENT_BATCHES = 256
+RECENT_BATCHES = 1024  # the batches `stats` figures its recent_batches from
 WAIT_ON_LOOP_MAX_BYTES = 256 * 1024
 WAIT_ON_LOOP_MAX_S = 0.002
 
@@ -117,7 +117,8 @@ class Writer:
         self.collector = Collector()
         self.compactions = 0
         self._last_ping = float("-inf")
-        self._recent: collections.deque[tuple[float, float, int]] = collections.deque(
+        # (seconds in the engine, with the hand-over, writes, seconds of fdatasync)
+        self._recent: collections.deque[tuple[float, float, int, float]] = collections.deque(
             maxlen=RECENT_BATCHES
         )
         self.on_publish: Callable[[], None] | None = None
@@ -316,7 +317,8 @@ class Writer:
         self._last_commit_s = timing[0]
         self.store.publish(batch)
         self.batches += 1
-        self._recent.append((timing[0], time.perf_counter() - started, len(jobs)))
+        handoff_s = time.perf_counter() - started
+        self._recent.append((timing[0], handoff_s, len(jobs), batch.sync_s))
         for outcome in batch.outcomes:
             if outcome.ok and outcome.changed:
                 self.committed_jobs += 1
@@ -420,17 +422,24 @@ class Writer:
             self._last_ping = now
 
     def timing(self) -> dict[str, Any]:
-        """The last batches: time in the storage engine, and including the thread handoff."""
+        """The last RECENT_BATCHES batches: their writes, time in the storage engine, with
+        the thread's hand-over, and the log's fdatasync (none on PostgreSQL)."""
         if not self._recent:
             return {}
-        engine, total, sizes = zip(*self._recent, strict=True)
-        return {
+        engine, total, sizes, syncs = zip(*self._recent, strict=True)
+        figures = {
             "batches": len(sizes),
+            "jobs_per_batch_mean": round(statistics.mean(sizes), 2),
             "engine_ms_p50": round(statistics.median(engine) * 1000, 3),
             "engine_ms_max": round(max(engine) * 1000, 3),
             "with_handoff_ms_p50": round(statistics.median(total) * 1000, 3),
-            "jobs_per_batch_mean": round(statistics.mean(sizes), 2),
         }
+        synced = sorted(s for s in syncs if s)
+        if synced:
+            figures["fdatasync_p50_ms"] = round(synced[(len(synced) - 1) // 2] * 1000, 3)
+            p99 = synced[min(len(synced) - 1, round((len(synced) - 1) * 0.99))]
+            figures["fdatasync_p99_ms"] = round(p99 * 1000, 3)
+        return figures
 
     def stop_fatally(self, reason: str) -> None:
         """Outside a batch (the database follower): as if a batch had failed fatally."""
