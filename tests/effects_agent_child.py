@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncGenerator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from sessionstore.effects import AsyncLedger, UnresolvedEffect
@@ -66,27 +66,12 @@ async def run_agents(socket_path: str, session_id: str, path: str, kill_at: str)
 
 async def run_adk(socket_path: str, session_id: str, path: str, kill_at: str) -> str:
     from google.adk.agents import LlmAgent
-    from google.adk.models.base_llm import BaseLlm
-    from google.adk.models.llm_request import LlmRequest
-    from google.adk.models.llm_response import LlmResponse
     from google.adk.runners import Runner
     from google.genai import types
 
     from sessionstore.adk import SessionStoreSessionService
 
-    class RefundingLlm(BaseLlm):
-        model: str = "scripted"
-
-        async def generate_content_async(
-            self, llm_request: LlmRequest, stream: bool = False
-        ) -> AsyncGenerator[LlmResponse, None]:
-            last = (llm_request.contents[-1].parts or [types.Part()])[0]
-            if last.function_response is not None:
-                part = types.Part(text="done")
-            else:
-                call = types.FunctionCall(name="refund_order", args={"order": "1001"})
-                part = types.Part(function_call=call)
-            yield LlmResponse(content=types.Content(role="model", parts=[part]))
+    from .refunding_llm import RefundingLlm
 
     service = SessionStoreSessionService(socket_path, owner="worker")
     ledger = service.effects(app_name="shop", user_id="u", session_id=session_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -211,30 +211,12 @@ def test_an_adk_tool_under_the_sessions_ledger_runs_once_however_often_the_run_r
     running: DaemonProcess,
 ) -> None:
     from google.adk.agents import LlmAgent
-    from google.adk.models.base_llm import BaseLlm
-    from google.adk.models.llm_request import LlmRequest
-    from google.adk.models.llm_response import LlmResponse
     from google.adk.runners import Runner
     from google.genai import types
 
     from sessionstore.adk import SessionStoreSessionService
 
-    class RefundingLlm(BaseLlm):
-        """Asks for the refund of order 1001, then answers with what the tool said."""
-
-        model: str = "scripted"
-
-        async def generate_content_async(
-            self, llm_request: LlmRequest, stream: bool = False
-        ) -> AsyncGenerator[LlmResponse, None]:
-            last = (llm_request.contents[-1].parts or [types.Part()])[0]
-            if last.function_response is not None:
-                said = str(last.function_response.response)
-                part = types.Part(text=f"done: {said}")
-            else:
-                call = types.FunctionCall(name="refund_order", args={"order": "1001"})
-                part = types.Part(function_call=call)
-            yield LlmResponse(content=types.Content(role="model", parts=[part]))
+    from .refunding_llm import RefundingLlm
 
     refunds: list[str] = []
 
