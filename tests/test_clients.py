@@ -122,17 +122,23 @@ def test_a_reply_that_never_comes_is_a_timeout_in_every_client(short_tmp: Path) 
         with pytest.raises(Timeout) as caught:
             Client(path, timeout=0.2).ping()
         assert isinstance(caught.value, ConnectionLost) and "0.2 s" in str(caught.value)
+        patient = Client(path, timeout=600)  # a call of its own may be given less
+        with pytest.raises(Timeout, match=r"0\.2 s"), patient.timeout_of(0.2):
+            patient.ping()
+        assert patient.timeout == 600
 
         async def on_asyncio() -> None:
-            async with AsyncClient(path, timeout=0.2) as client:
-                await client.ping()
+            async with AsyncClient(path, timeout=600) as client:
+                with client.timeout_of(0.2):
+                    await client.ping()
 
-        with pytest.raises(Timeout):
+        with pytest.raises(Timeout, match=r"0\.2 s"):
             asyncio.run(on_asyncio())
 
         async def on_trio() -> None:
-            async with TrioClient(path, timeout=0.2) as client:
-                await client.ping()
+            async with TrioClient(path, timeout=600) as client:
+                with client.timeout_of(0.2):
+                    await client.ping()
 
         with pytest.raises(Timeout):
             trio.run(on_trio)

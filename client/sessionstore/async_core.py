@@ -4,8 +4,9 @@
 # connecting, sending, receiving bytes, sleeping and closing.
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any, Self
 
 from .async_op_methods import AsyncOpMethods
 from .errors import ConnectionLost
@@ -35,6 +36,17 @@ class AsyncCore(AsyncOpMethods):
         self._conn = Connection(max_message_bytes=MAX_RESPONSE_BYTES, mode=Mode.CBOR)
 
     # -- the transport's part ------------------------------------------------------
+
+    @contextmanager
+    def timeout_of(self, seconds: float | None) -> Iterator[Self]:
+        """The calls made in the with block wait at most `seconds` for their reply (None:
+        without a limit); Timeout past it. The client's own timeout again after. Tasks
+        that share the client share the block's timeout while it lasts."""
+        before, self.timeout = self.timeout, seconds
+        try:
+            yield self
+        finally:
+            self.timeout = before
 
     async def connect(self) -> None:
         raise NotImplementedError

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .errors import ConnectionLost, NoDaemon, SessionStoreError, Timeout
@@ -61,6 +62,22 @@ class Client(OpMethods):
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+    @contextmanager
+    def timeout_of(self, seconds: float | None) -> Iterator[Client]:
+        """The calls made in the with block wait at most `seconds` for their reply (None:
+        without a limit); Timeout past it. The client's own timeout again after."""
+        before = self.timeout
+        self._set_timeout(seconds)
+        try:
+            yield self
+        finally:
+            self._set_timeout(before)
+
+    def _set_timeout(self, seconds: float | None) -> None:
+        self.timeout = seconds
+        if self._sock is not None:
+            self._sock.settimeout(seconds)
 
     # -- raw requests --------------------------------------------------------
 
