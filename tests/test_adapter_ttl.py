@@ -12,7 +12,7 @@ import math
 import os
 import re
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from agents import Agent, Runner
 from agents.testing import ScriptedModel, assistant_message
 from langgraph.checkpoint.base import empty_checkpoint
 
+from sessionstore.adapters import langgraph_saver_core, lifetime
 from sessionstore.agents import SessionStoreSession
 from sessionstore.client import Client
 from sessionstore.langgraph import SessionStoreSaver
@@ -34,7 +35,25 @@ from .waiting import until
 from .wall_clock import advance_past, daemon_now_ms
 
 TTL_MINUTES = 0.02  # 1.2 s
+STEP_MS = 300  # the time that passes between two writes (or reads) of a lifetime's tests
 PREFIX = "langgraph/"
+
+
+@pytest.fixture
+def clocks(running: DaemonProcess, monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """Time passing, for the daemon's expiry clock and the adapters' own (lifetime.py's
+    now_ms) together: moves both forward by so many ms."""
+    ahead = [0]
+    system = lifetime.now_ms
+    for module in (lifetime, langgraph_saver_core):
+        monkeypatch.setattr(module, "now_ms", lambda: system() + ahead[0])
+
+    def advance(by_ms: int) -> None:
+        with running.client() as client:
+            client.call("advance_clock", by_ms=by_ms)
+        ahead[0] += by_ms
+
+    return advance
 
 
 def _config(thread: str) -> Any:
@@ -75,7 +94,9 @@ def _assert_whole(client: Client, thread: str) -> dict[str, Any]:
     return life
 
 
-def test_a_thread_lives_while_it_is_written_and_goes_whole_after(running: DaemonProcess) -> None:
+def test_a_thread_lives_while_it_is_written_and_goes_whole_after(
+    running: DaemonProcess, clocks: Callable[[int], None]
+) -> None:
     saver = SessionStoreSaver(running.socket_path, ttl={"default_ttl": TTL_MINUTES})
     plain = SessionStoreSaver(running.socket_path)  # no ttl: its threads stay, and it
     graph = graph_child.build(saver)  # sees expiring threads expire too
@@ -90,6 +111,7 @@ def test_a_thread_lives_while_it_is_written_and_goes_whole_after(running: Daemon
         # written again and again past the first horizon's renewal point: the oldest
         # checkpoint stays, with its writes, and the thread stays whole throughout
         while _documents(client, "t")[0]["value"]["horizon"] == first_horizon:  # type: ignore[index]
+            clocks(STEP_MS)
             graph.invoke({"steps": []}, _config("t"))
             _assert_whole(client, "t")
         again = saver.get_tuple(first.config)
@@ -197,7 +219,9 @@ def test_a_write_without_a_ttl_after_expiry_is_read_at_once(running: DaemonProce
         }
 
 
-def test_refresh_on_read_keeps_a_read_thread_and_only_then(running: DaemonProcess) -> None:
+def test_refresh_on_read_keeps_a_read_thread_and_only_then(
+    running: DaemonProcess, clocks: Callable[[int], None]
+) -> None:
     ttl = {"default_ttl": TTL_MINUTES, "refresh_on_read": True}
     reader = SessionStoreSaver(running.socket_path, ttl=ttl)
     writer = SessionStoreSaver(running.socket_path, ttl={"default_ttl": TTL_MINUTES})
@@ -211,6 +235,7 @@ def test_refresh_on_read_keeps_a_read_thread_and_only_then(running: DaemonProces
         # read past the horizon's renewal point: each read renews the lifetime, and
         # the renewal extends every document
         while _documents(client, "read")[0]["value"]["horizon"] == first_horizon:  # type: ignore[index]
+            clocks(STEP_MS)
             assert reader.get_tuple(_config("read")) is not None
             assert len(list(reader.list(_config("read")))) > 1
             _assert_whole(client, "read")
@@ -316,7 +341,9 @@ def test_a_hostile_ttl_is_refused_when_the_adapter_is_made(
         SessionStoreSaver(running.socket_path, ttl={"default_ttll": 5})
 
 
-def test_an_agents_session_goes_whole_ttl_after_its_last_write(running: DaemonProcess) -> None:
+def test_an_agents_session_goes_whole_ttl_after_its_last_write(
+    running: DaemonProcess, clocks: Callable[[int], None]
+) -> None:
     async def turn(session: SessionStoreSession, number: int) -> None:
         model = ScriptedModel([[assistant_message(f"answer {number}")]])
         agent = Agent(name="assistant", instructions="Answer.", model=model)
@@ -330,9 +357,9 @@ def test_an_agents_session_goes_whole_ttl_after_its_last_write(running: DaemonPr
         try:
             await kept.add_items([{"role": "user", "content": "stays"}])  # type: ignore[list-item]
             await turn(session, 0)
-            started = time.monotonic()
             number = 1
-            while time.monotonic() - started < 2.5:  # past the first horizon's renewal
+            while number * STEP_MS < 2500:  # past the first horizon's renewal
+                clocks(STEP_MS)
                 await turn(session, number)
                 number += 1
             items = await session.get_items()
