@@ -21,6 +21,7 @@ from sessionstore.errors import SessionStoreError
 
 from .conftest import DaemonProcess, snapshot
 from .tools import require
+from .waiting import until
 
 pytestmark = pytest.mark.log_only  # the unit runs the embedded default
 
@@ -103,7 +104,7 @@ def test_a_hung_writer_stops_the_watchdog_pings(daemon: DaemonProcess) -> None:
 
     thread = threading.Thread(target=stuck_save, daemon=True)
     thread.start()
-    time.sleep(0.5)  # the writer is now blocked in its batch
+    until(lambda: "failpoint before-intent: hanging" in daemon.log(), "the writer stuck")
     daemon.notifications.clear()
     deadline = time.monotonic() + 2
     while time.monotonic() < deadline:

@@ -3,6 +3,7 @@
 # without the variable, hit() is a no-op.
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -10,6 +11,8 @@ import time
 from dataclasses import dataclass
 
 from .storage.errors import InjectedFault
+
+log = logging.getLogger("sessionstored.failpoints")
 
 POINTS = (
     "before-intent",
@@ -70,6 +73,7 @@ class Failpoints:
         if spec.action == "crash":
             os.kill(os.getpid(), signal.SIGKILL)  # as if killed: no cleanup, no buffers flushed
         elif spec.action == "hang":
+            log.warning("failpoint %s: hanging here, as a stuck disk would", point)
             threading.Event().wait()  # a stuck disk: the writer never comes back
         else:
             raise InjectedFault(point)
