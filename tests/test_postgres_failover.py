@@ -27,6 +27,7 @@ from sessionstore import snapshot_digest
 from sessionstore.client import Client
 from sessionstore.errors import ConnectionLost, SessionStoreError
 
+from . import waiting
 from .acked_writes import exported_digests
 from .conftest import DaemonProcess, snapshot
 from .postgres_server import (
@@ -42,7 +43,7 @@ from .postgres_server import (
 ROUNDS = 3
 WRITERS = 6
 STANDBY_NAME = "standby"
-LOAD_S = 1.5  # of load before the primary dies, and again once the new standby is in
+ACKS_PER_PHASE = 100  # writes acknowledged before the primary dies, and again after
 
 
 def _owned_dir(path: Path, run_as: str | None) -> Path:
@@ -134,6 +135,10 @@ class Load:
         self.threads = [threading.Thread(target=self._writer, args=(n,)) for n in range(WRITERS)]
         for thread in self.threads:
             thread.start()
+
+    def acknowledged(self) -> int:
+        with self.lock:
+            return sum(map(len, self.seqs.values()))
 
     def finish(self) -> None:
         self.stop.set()
@@ -234,7 +239,9 @@ def test_failover_to_a_synchronous_standby_loses_nothing_acknowledged(
         last_seq = [0, 0]
         for round_ in range(ROUNDS):
             load.start()
-            time.sleep(LOAD_S)
+            before = load.acknowledged()
+            waiting.until(lambda: load.acknowledged() >= before + ACKS_PER_PHASE,  # noqa: B023
+                          "writes before the primary dies")  # fmt: skip
             started = time.monotonic()
             primary.stop("immediate")  # the primary dies
             standby._run(str(standby.bin_dir / "pg_ctl"), "-D", str(standby.data_dir), "-w",
@@ -244,7 +251,9 @@ def test_failover_to_a_synchronous_standby_loses_nothing_acknowledged(
             replacement = _standby_of(standby, primary.data_dir.parent, primary.port)
             servers.append(replacement)
             _make_synchronous(standby)
-            time.sleep(LOAD_S)
+            after = load.acknowledged()
+            waiting.until(lambda: load.acknowledged() >= after + ACKS_PER_PHASE,  # noqa: B023
+                          "writes through the new primary", limit_s=120)  # fmt: skip
             load.finish()
             counts = _check(load, daemons, round_)
             for index, daemon in enumerate(daemons):
