@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -47,7 +46,7 @@ from typing import Any, Self, TypeVar
 from . import requests as r
 from .adapters import plans
 from .adapters.keyparts import key_part
-from .adapters.lifetime import every_item, required
+from .adapters.lifetime import every_item, now_ms, required
 from .adapters.ownership import Commit, one_txn
 from .adapters.plans import KIND, Plan
 from .asyncio_client import AsyncClient
@@ -84,15 +83,6 @@ class Unresolved:
     error: str | None
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _never() -> Plan[bool]:
-    return False
-    yield []  # a plan that sends nothing
-
-
 @dataclass(frozen=True)
 class Scope:
     """Where a session's effects are kept, and how they are written: by a stand-alone
@@ -100,8 +90,9 @@ class Scope:
 
     prefix: str
     write: Commit = one_txn  # (ops, require): a conflict on require raised as it came
-    # whether the session's lifetime has expired, leaving its effects as leftovers
-    expired: Callable[[], Plan[bool]] = _never
+    # whether the session's lifetime has expired, leaving its effects as leftovers; None:
+    # the effects expire one by one (ttl_s), or never
+    expired: Callable[[], Plan[bool]] | None = None
 
 
 class _LedgerPlans:
@@ -109,11 +100,14 @@ class _LedgerPlans:
 
     def __init__(self, scope: Scope, ttl_s: float | None = None) -> None:
         self.scope = scope
-        self.prefix = scope.prefix
         self.ttl_s = ttl_s
 
     def document(self, key: str) -> str:
-        return self.prefix + key_part(key)
+        return self.scope.prefix + key_part(key)
+
+    def _lapsed(self) -> Plan[bool]:
+        expired = self.scope.expired
+        return False if expired is None else (yield from expired())
 
     def _put(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
         return plans.put_op(self.document(key), value, ttl_s=self.ttl_s)
@@ -127,13 +121,13 @@ class _LedgerPlans:
         """(the done record, when an earlier run recorded it, else None; the intent this
         run wrote, or would have). UnresolvedEffect when an earlier run left it
         intended."""
-        intent = {"key": key, "state": INTENDED, "at_ms": _now_ms()}
+        intent = {"key": key, "state": INTENDED, "at_ms": now_ms()}
         document = self.document(key)
         try:
             yield from self._write([self._put(key, intent)], [required(document, None)])
         except Conflict:
             (record,) = yield [r.checkpoint_get(KIND, document)]
-            if record is not None and (yield from self.scope.expired()):
+            if record is not None and (yield from self._lapsed()):
                 # left by the session's expired lifetime: removed, as the sweep will (or
                 # removed meanwhile)
                 with contextlib.suppress(Conflict):
@@ -153,7 +147,7 @@ class _LedgerPlans:
         intended, the error recorded; or, neither, as it was."""
         key = intent["key"]
         if effect.done:
-            value = {**intent, "state": DONE, "result": effect.result, "done_at_ms": _now_ms()}
+            value = {**intent, "state": DONE, "result": effect.result, "done_at_ms": now_ms()}
         elif error is not None:
             value = {**intent, "error": repr(error)}
         else:
@@ -164,8 +158,8 @@ class _LedgerPlans:
             raise UnresolvedEffect(key, intent) from None
 
     def unresolved(self) -> Plan[list[Unresolved]]:
-        found = yield from every_item(self.prefix)
-        if found and (yield from self.scope.expired()):
+        found = yield from every_item(self.scope.prefix)
+        if found and (yield from self._lapsed()):
             return []
         return [
             Unresolved(item["value"]["key"], item["value"]["at_ms"], item["value"].get("error"))
@@ -174,8 +168,8 @@ class _LedgerPlans:
         ]
 
     def resolve(self, key: str, result: Any) -> Plan[None]:
-        value = {"key": key, "state": DONE, "at_ms": _now_ms(), "result": result,
-                 "done_at_ms": _now_ms(), "resolved": True}  # fmt: skip
+        value = {"key": key, "state": DONE, "at_ms": now_ms(), "result": result,
+                 "done_at_ms": now_ms(), "resolved": True}  # fmt: skip
         yield from self._write([self._put(key, value)])
 
     def retry(self, key: str) -> Plan[None]:

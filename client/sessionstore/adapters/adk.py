@@ -69,7 +69,7 @@ from ..errors import Conflict, TooLarge
 from . import plans
 from .keyparts import key_part
 from .lifetime import Items, digest_of, every_item
-from .ownership import LEASE_TTL_S, Owner, fenced_txn, take_over
+from .ownership import LEASE_TTL_S, fenced_txn, owner_of, take_over
 from .plans import KIND, SCAN_PAGE, Plan, delete_op, delete_prefix_op, socket_of
 
 T = TypeVar("T")
@@ -121,7 +121,7 @@ class SessionStoreSessionService(BaseSessionService):
         (ownership.py): a session another owner has taken over refuses its writes with
         StaleOwner."""
         self.prefix = prefix
-        self.owner = None if owner is None else Owner(owner, lease_ttl_s)
+        self.owner = owner_of(owner, lease_ttl_s)
         self.socket_path = socket_of(socket_path, client)
         self._clients = ClientPerLoop(self.socket_path, timeout, client)
         self.timeout = self._clients.timeout

@@ -41,7 +41,7 @@ from ..errors import Conflict, TooLarge
 from . import plans
 from .keyparts import key_part
 from .lifetime import Items, Lifetime, every_item, group_gone, lapsed, untimed
-from .ownership import LEASE_TTL_S, Commit, Owner, fenced_txn, one_txn, take_over
+from .ownership import LEASE_TTL_S, Commit, fenced_txn, one_txn, owner_of, take_over
 from .plans import KIND, TXN_OPS, Plan, delete_op, delete_prefix_op, socket_of
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class SessionStoreSession:
         loop); the caller closes it. owner: this session object's name as the session's
         owner (ownership.py): once another owner has taken the session over, its writes
         are refused with StaleOwner."""
-        self.owner = None if owner is None else Owner(owner, lease_ttl_s)
+        self.owner = owner_of(owner, lease_ttl_s)
         # "%owner", "%effects": no percent-encoded session id; never among the items
         self.owner_key = f"{prefix}%owner/{key_part(session_id)}"
         self.effects_prefix = f"{prefix}%effects/{key_part(session_id)}/"

@@ -209,7 +209,8 @@ class AdvancedSessionStoreSession(AdvancedSessionCore):
             heads = yield from every_item(f"{self._root}h/", values=False)
             used = [head["key"].replace("/h/", "/r/", 1) for head in heads]
             ops = [put_op(key, {}, if_absent=True) for key in used]
-            ops += [delete_prefix_op(f"{self._root}{part}/") for part in ("m", "h", "u", "f")]
+            ops += [delete_prefix_op(f"{self._root}{part}/") for part in ("m", "h", "u")]
+            ops.append(delete_prefix_op(self.effects_prefix))
             cleared = generation_of(generation) + 1
             ops.append(put_op(self._generation_key, {"generation": cleared}))
             require = [required(self._generation_key, generation)]

@@ -23,7 +23,7 @@ from . import plans
 from .agents import settings_of
 from .keyparts import key_part
 from .lifetime import Items, every_item
-from .ownership import LEASE_TTL_S, Owner, fenced_txn, take_over
+from .ownership import LEASE_TTL_S, fenced_txn, owner_of, take_over
 from .plans import (
     KIND,
     SCAN_PAGE,
@@ -136,8 +136,9 @@ class AdvancedSessionCore:
         self._logger = logger if logger is not None else log
         self._root = f"{prefix}{key_part(session_id)}/"
         self._generation_key = self._root + "g"
-        self.owner = None if owner is None else Owner(owner, lease_ttl_s)
+        self.owner = owner_of(owner, lease_ttl_s)
         self.owner_key = self._root + "o"  # the session's owner document (ownership.py)
+        self.effects_prefix = self._root + "f/"  # its tool effects (sessionstore.effects)
         # (current branch, clear generation); the generation is the session's as this
         # instance first reads it (None until then), as the SDK's reads it when it opens
         self._branch_state: BranchState = (MAIN, None)
@@ -156,7 +157,7 @@ class AdvancedSessionCore:
         """The session's tool-effect ledger (sessionstore.effects): its records are writes
         to the session, under its owner, and clear_session removes them."""
         runner = plans.Runner(self.socket_path, self.timeout, async_clients=self._clients)
-        return AsyncLedger.of_adapter(Scope(self._root + "f/", self._txn), runner)
+        return AsyncLedger.of_adapter(Scope(self.effects_prefix, self._txn), runner)
 
     async def take_over(self) -> None:
         """This session object's owner takes the session, at the next epoch: its previous

@@ -39,7 +39,7 @@ from .lifetime import (
     timed,
     untimed,
 )
-from .ownership import LEASE_TTL_S, Commit, Owner, fenced_txn, one_txn, take_over
+from .ownership import LEASE_TTL_S, Commit, fenced_txn, one_txn, owner_of, take_over
 from .plans import KIND, SCAN_PAGE, TXN_OPS, Plan, put_op
 
 T = TypeVar("T")
@@ -98,7 +98,7 @@ class SaverCore(plans.OnRunner, BaseCheckpointSaver[int]):
         super().__init__(serde=serde)
         self.keys = SaverKeys(prefix)
         self.lifetime = _lifetime(ttl)
-        self.owner = None if owner is None else Owner(owner, lease_ttl_s)
+        self.owner = owner_of(owner, lease_ttl_s)
         self._start_runner(socket_path, timeout, client)
 
     def take_over(self, thread_id: str) -> None:

@@ -95,6 +95,11 @@ class Owner:
         self.unowned.discard(document)
 
 
+def owner_of(name: str | None, lease_ttl_s: float) -> Owner | None:
+    """An adapter's owner, from its owner= and lease_ttl_s (None: no owner)."""
+    return None if name is None else Owner(name, lease_ttl_s)
+
+
 def take_over(owner: Owner | None, document: str) -> Plan[None]:
     """The adapter's owner takes the scope (Owner.take_over); TypeError for an adapter
     made without owner=."""

@@ -39,7 +39,7 @@ from ..errors import Conflict
 from . import plans
 from .keyparts import key_part
 from .lifetime import Items, every_item
-from .ownership import LEASE_TTL_S, Owner, fenced_txn, take_over
+from .ownership import LEASE_TTL_S, fenced_txn, owner_of, take_over
 from .plans import KIND, SCAN_PAGE, Plan, delete_op, delete_prefix_op, put_op
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class SessionStoreSessionRepository(plans.OnRunner, SessionRepository):
         this repository's name as the owner of the sessions it writes (ownership.py): a
         session another owner has taken over refuses its writes with StaleOwner."""
         self.prefix = prefix
-        self.owner = None if owner is None else Owner(owner, lease_ttl_s)
+        self.owner = owner_of(owner, lease_ttl_s)
         self._start_runner(socket_path, timeout, client)
 
     # -- keys -----------------------------------------------------------------------
@@ -155,8 +155,8 @@ class SessionStoreSessionRepository(plans.OnRunner, SessionRepository):
     def delete_session(self, session_id: str, **kwargs: Any) -> None:
         key = self._session_key(session_id)
         part = key_part(session_id)
-        ops = [delete_op(key)] + [
-            delete_prefix_op(f"{self.prefix}{kind}/{part}/") for kind in ("g", "m", "y", "f")
+        ops = [delete_op(key), delete_prefix_op(self._effects_prefix(session_id))] + [
+            delete_prefix_op(f"{self.prefix}{kind}/{part}/") for kind in ("g", "m", "y")
         ]
         if not self._txn(session_id, ops, [{"kind": KIND, "key": key, "exists": True}]):
             raise SessionException(f"Session {session_id} does not exist")

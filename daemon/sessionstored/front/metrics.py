@@ -43,6 +43,8 @@ from prometheus_client.core import (
 
 from sessionstore.wire.codes import ErrorCode
 
+from ..writer.writer import quantiles_ms
+
 log = logging.getLogger("sessionstored.metrics")
 
 LATENCY_BUCKETS_S = (
@@ -171,7 +173,7 @@ class Metrics:
             if code != "ok":
                 entry["errors"] += count
         for op, recent in self.recent.items():
-            requests[op].update(_quantiles_ms(list(recent)))
+            requests[op].update(quantiles_ms(list(recent)))
         return {"requests": requests}
 
     async def exposition(self, stats: dict[str, Any]) -> bytes:
@@ -187,15 +189,6 @@ class Metrics:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Scrape(counts, stats))
         return await trio.to_thread.run_sync(generate_latest, registry, limiter=self._rendering)
-
-
-def _quantiles_ms(values: list[float]) -> dict[str, float]:
-    values.sort()
-    last = len(values) - 1
-    return {
-        "p50_ms": round(values[last // 2] * 1000, 3),
-        "p99_ms": round(values[min(last, round(last * 0.99))] * 1000, 3),
-    }
 
 
 class _Scrape:

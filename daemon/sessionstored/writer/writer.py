@@ -96,6 +96,16 @@ class _BackgroundCompaction:
     copying: Future[None]
 
 
+def quantiles_ms(seconds: list[float]) -> dict[str, float]:
+    """The p50 and p99 of durations (sorted in place), in ms: what `stats` reports."""
+    seconds.sort()
+    last = len(seconds) - 1
+    return {
+        "p50_ms": round(seconds[last // 2] * 1000, 3),
+        "p99_ms": round(seconds[min(last, round(last * 0.99))] * 1000, 3),
+    }
+
+
 class Writer:
     def __init__(self, store: Engine, on_fatal: Callable[[str], None]) -> None:
         self.store = store
@@ -434,11 +444,9 @@ class Writer:
             "engine_ms_max": round(max(engine) * 1000, 3),
             "with_handoff_ms_p50": round(statistics.median(total) * 1000, 3),
         }
-        synced = sorted(s for s in syncs if s)
+        synced = [s for s in syncs if s]
         if synced:
-            figures["fdatasync_p50_ms"] = round(synced[(len(synced) - 1) // 2] * 1000, 3)
-            p99 = synced[min(len(synced) - 1, round((len(synced) - 1) * 0.99))]
-            figures["fdatasync_p99_ms"] = round(p99 * 1000, 3)
+            figures.update({f"fdatasync_{k}": v for k, v in quantiles_ms(synced).items()})
         return figures
 
     def stop_fatally(self, reason: str) -> None:
