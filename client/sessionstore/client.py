@@ -92,9 +92,19 @@ class Client(OpMethods):
             self.close()
             raise
 
+    @contextmanager
+    def _socket_errors(self) -> Iterator[None]:
+        """The socket's failures as the client's: Timeout, or ConnectionLost."""
+        try:
+            yield
+        except TimeoutError as error:  # the socket's timeout
+            raise Timeout(f"no reply within {self.timeout} s") from error
+        except (OSError, Refusal) as error:
+            raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error
+
     def _exchange(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         assert self._sock is not None
-        try:
+        with self._socket_errors():
             try:
                 self._sock.sendall(b"".join(self._conn.encode(req) for req in requests))
             except (BrokenPipeError, ConnectionResetError):
@@ -112,10 +122,6 @@ class Client(OpMethods):
                     self.close()
                     return replies + [replies[-1]] * (len(requests) - len(replies))
             return replies
-        except TimeoutError as error:  # the socket's timeout
-            raise Timeout(f"no reply within {self.timeout} s") from error
-        except (OSError, Refusal) as error:
-            raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error
 
     def _replies_left(self, count: int) -> list[dict[str, Any]]:
         """What the daemon answered before it closed (at most count replies)."""
@@ -155,16 +161,13 @@ class Client(OpMethods):
             [header] = streamer._send_raw([make("backup").request])
             result_of(make("backup"), header)
             yield header
-            while True:
-                message = streamer._read_message()
-                ended = backup_ended(message)
-                yield message
-                if ended:
-                    return
-        except TimeoutError as error:  # the socket's timeout
-            raise Timeout(f"no reply within {self.timeout} s") from error
-        except (OSError, Refusal) as error:
-            raise ConnectionLost(f"connection to {self.socket_path} lost: {error}") from error
+            with streamer._socket_errors():
+                while True:
+                    message = streamer._read_message()
+                    ended = backup_ended(message)
+                    yield message
+                    if ended:
+                        return
         finally:
             streamer.close()
 
