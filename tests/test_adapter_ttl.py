@@ -281,16 +281,18 @@ def test_reads_racing_the_expiry_see_a_checkpoint_with_all_its_writes_or_nothing
         since = client.stats()["seq"]
         until(lambda: len(seen) == len(readers) and all("o" in r for r in seen.values()),
               "every reader finding the thread")  # fmt: skip
-        advance_past(client, max(m["expires_at_ms"] for m in members))
-        unswept = {m["key"] for m in members}  # the readers go on through the sweep
+        advance_past(client, life["expires_at_ms"])  # the thread goes; its documents stay
+        until(lambda: all(r.endswith("x") for r in seen.values()), "every reader finding none")
+        stop.set()
+        for thread in readers:
+            thread.join()
+        advance_past(client, max(m["expires_at_ms"] for m in members))  # then the sweep
+        unswept = {m["key"] for m in members}
         for event in client.watch(since=since):
             if event.get("expired"):
                 unswept.discard(event["key"])
             if not unswept:
                 break
-    stop.set()
-    for thread in readers:
-        thread.join()
     assert not wrong
     # each reader found every checkpoint until the thread went, then none, never one again
     for reads in seen.values():
