@@ -49,7 +49,7 @@ def _payload(work: Path) -> Path:
     payload = work / "payload"
     (payload / "wheels").mkdir(parents=True)
     wheels = str(payload / "wheels")
-    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", wheels, str(REPO))
+    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", wheels, f"{REPO}[daemon]")
     shutil.copytree(REPO / "systemd", payload / "systemd")
     for name in ("run-in-vm", "run-power-cut", "vmcheck.py"):
         shutil.copy(HERE / name, payload / name)
