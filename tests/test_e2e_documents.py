@@ -359,3 +359,41 @@ def test_a_large_txn_is_read_off_the_loop_in_order_with_its_refusals(
     assert len(keys_of(scanned)) == 1000 and scanned["next"] is not None
     assert refused["error"]["code"] == "bad_request" and "ops[1500]" in refused["error"]["message"]
     assert pong["ok"]
+
+
+def test_a_scan_racing_removals_and_rewrites_pairs_each_key_with_its_own_value(
+    running: DaemonProcess,
+) -> None:
+    """Each item of a scan with values is one document as it was: its seq, digest and
+    value belong together, and a key removed under the scan is left out, never an
+    error. One client rewrites and removes the range while another scans it."""
+    path = running.socket_path
+    keys = [f"r/{n:02d}" for n in range(16)]
+    scans_wanted = 300
+    scans: list[dict[str, Any]] = []
+
+    def rewrite_and_remove() -> int:
+        rounds = 0
+        while len(scans) < scans_wanted:
+            rounds += 1
+            ops = [put(key, {"key": key, "round": rounds}) for key in keys]
+            assert one(path, {"op": "txn", "ops": ops}, Mode.CBOR)["ok"]
+            removal = {"op": "delete", "kind": "kv", "key": keys[rounds % len(keys)]}
+            assert one(path, {"op": "txn", "ops": [removal]}, Mode.CBOR)["ok"]
+        return rounds
+
+    def scan_until_enough() -> None:
+        scan = {"op": "checkpoint_scan", "kind": "kv", "prefix": "r/"}
+        while len(scans) < scans_wanted:
+            scans.append(one(path, scan, Mode.CBOR))
+
+    with ThreadPoolExecutor(2) as clients:
+        writer = clients.submit(rewrite_and_remove)
+        scanner = clients.submit(scan_until_enough)
+        scanner.result()
+        assert writer.result() > 1
+    for reply in scans:
+        assert reply["ok"], reply
+        for item in reply["items"]:
+            assert item["value"]["key"] == item["key"], item
+            assert item["digest"] == snapshot_digest(item["value"]), item

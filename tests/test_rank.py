@@ -296,3 +296,39 @@ def test_concurrent_rankings_of_large_vectors_stay_within_a_memory_bound(
     growth = _peak_rss_bytes(running.proc.pid) - before
     assert all(ranking == expected for ranking in rankings)
     assert growth < MEMORY_GROWTH_LIMIT_BYTES, f"peak RSS grew by {growth >> 20} MiB"
+
+
+def test_ranking_while_the_range_is_rewritten_and_removed_ranks_what_is_there(
+    running: DaemonProcess,
+) -> None:
+    """A document removed between a page's scan and its read is left out of the
+    ranking, never an error; one rewritten is ranked as rewritten."""
+    keys = [f"q/{n:02d}" for n in range(16)]
+    ranks_wanted = 200
+    rankings: list[dict[str, Any]] = []
+    ranking_over = threading.Event()
+
+    def rewrite_and_remove() -> int:
+        rounds = 0
+        with running.client() as client:
+            while not ranking_over.is_set():
+                rounds += 1
+                client.txn([_put(key, [_f32([1.0, rounds % 3])]) for key in keys])
+                client.txn([{"op": "delete", "kind": "kv", "key": keys[rounds % len(keys)]}])
+        return rounds
+
+    def rank_until_enough() -> None:
+        try:
+            with running.client() as client:
+                while len(rankings) < ranks_wanted:
+                    rankings.append(client.checkpoint_rank("kv", "q/", [1.0, 0.0], limit=16))
+        finally:
+            ranking_over.set()
+
+    with ThreadPoolExecutor(2) as clients:
+        writer = clients.submit(rewrite_and_remove)
+        clients.submit(rank_until_enough).result()
+        assert writer.result() > 1
+    for ranking in rankings:
+        assert {item["key"] for item in ranking["items"]} <= set(keys)
+        assert len(ranking["items"]) == ranking["ranked"] <= ranking["scanned"]

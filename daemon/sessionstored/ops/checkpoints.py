@@ -12,7 +12,7 @@ from sessionstore.wire.codes import ErrorCode
 from sessionstore.wire.protocol import RawCBOR, Request, ok_response
 from sessionstore.wire.shared import CanonicalItem, Refusal
 
-from ..storage.documents import NEVER, Entry, KeyRange
+from ..storage.documents import NEVER, Document, Entry, KeyRange
 from ..storage.mutations import Put, Remove, Txn
 from ..workers.offload import OFFLOAD_ABOVE_BYTES
 from .args import (
@@ -104,8 +104,7 @@ def checkpoint_scan(ops: OpContext, request: Request) -> Step:
     def read_values(found: list[tuple[str, Entry]]) -> list[dict[str, Any]]:
         docs = ops.store.read_entries(kind, found)
         return [
-            {**item_of(key, entry), "value": RawCBOR(doc.body)}
-            for (key, entry), doc in zip(found, docs, strict=True)
+            {**item_of(doc.id, doc), "value": RawCBOR(doc.body)} for doc in docs if doc is not None
         ]
 
     async def read() -> Response:
@@ -139,9 +138,9 @@ def checkpoint_scan(ops: OpContext, request: Request) -> Step:
     return Read(request, lambda: ops.guarded_read(request, read))
 
 
-def item_of(key: str, entry: Entry) -> dict[str, Any]:
-    digest = digest_text(entry.digest)
-    return {"key": key, "seq": entry.seq, "digest": digest, **expires_field(entry.expires_at_ms)}
+def item_of(key: str, generation: Entry | Document) -> dict[str, Any]:
+    digest, seq = digest_text(generation.digest), generation.seq
+    return {"key": key, "seq": seq, "digest": digest, **expires_field(generation.expires_at_ms)}
 
 
 def txn(ops: OpContext, request: Request) -> Step:

@@ -101,9 +101,9 @@ def checkpoint_rank(ops: OpContext, request: Request) -> Step:
     scorers: list[Scorer] = []  # one, made once numpy is known to load
 
     def score_page(page: list[tuple[str, Entry]]) -> list[tuple[float, str]]:
-        docs = ops.store.read_entries(kind, page)
+        docs = [doc for doc in ops.store.read_entries(kind, page) if doc is not None]
         held = [document_vectors(doc.body, field, len(query)) for doc in docs]
-        return scorers[0].scores([key for key, _ in page], held)
+        return scorers[0].scores([doc.id for doc in docs], held)
 
     async def read() -> Response:
         problem = await trio.to_thread.run_sync(numpy_problem)

@@ -117,7 +117,7 @@ class LogReads:
         for entry in entries:
             self.log.unpin(entry.segment)
 
-    def read_entries(self, kind: str, found: Sequence[tuple[str, Entry]]) -> list[Document]:
+    def read_entries(self, kind: str, found: Sequence[tuple[str, Entry]]) -> list[Document | None]:
         return [self.read_entry(kind, doc_id, entry) for doc_id, entry in found]
 
     def read_entry(self, kind: str, doc_id: str, entry: Entry) -> Document:

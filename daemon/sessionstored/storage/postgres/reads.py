@@ -128,8 +128,10 @@ class PgReads(PgConnection):
             raise CorruptRecord(f"postgresql ss_documents ({kind}, {doc_id!r})", 0, "gone")
         return doc
 
-    def read_entries(self, kind: str, found: Sequence[tuple[str, Entry]]) -> list[Document]:
-        """A scan's documents in one query instead of a round trip each."""
+    def read_entries(self, kind: str, found: Sequence[tuple[str, Entry]]) -> list[Document | None]:
+        """A scan's documents in one query instead of a round trip each: each row as it is
+        now (a write may have replaced it since the scan listed it), None for one removed
+        or expired since."""
         if not found:
             return []
         named = {key: doc_id for doc_id, _ in found for key in self._keys(kind, doc_id)}
@@ -139,14 +141,14 @@ class PgReads(PgConnection):
                 " WHERE kind = %s AND key = ANY(%s)",
                 (kind, list(named)),
             ).fetchall()
-        docs = {}
+        now_ms = epoch_ms()
+        docs: dict[str, Document] = {}
         for key, seq, digest, body, expires_at_ms in rows:
             doc_id = named[bytes(key)]
-            docs[doc_id] = self._document(kind, doc_id, seq, digest, body, expires_at_ms)
-        missing = next((doc_id for doc_id, _ in found if doc_id not in docs), None)
-        if missing is not None:
-            raise CorruptRecord(f"postgresql ss_documents ({kind}, {missing!r})", 0, "gone")
-        return [docs[doc_id] for doc_id, _ in found]
+            held = docs.get(doc_id)  # a rotation may hold it under both keys: the newest
+            if not expired(expires_at_ms, now_ms) and (held is None or seq > held.seq):
+                docs[doc_id] = self._document(kind, doc_id, seq, digest, body, expires_at_ms)
+        return [docs.get(doc_id) for doc_id, _ in found]
 
     def _read_with(self, conn: psycopg.Connection[Any], kind: str, doc_id: str) -> Document | None:
         row = self._row(conn, kind, doc_id, "seq, digest, body, expires_at_ms")
