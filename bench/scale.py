@@ -63,10 +63,10 @@ def build_history(state: Path, sessions: int, commits: int) -> float:
             batch.append(Put("s", session_id, body, digest_bytes_of_canonical(body)))
         store.commit(batch)
         done += len(batch)
-        if store.compaction_due():
+        if store.compactor.due():
             store.compact()
-        elif store.index_checkpoint_due():
-            store.write_index_checkpoint()
+        elif store.checkpointing.due():
+            store.checkpointing.write()
     store.close()
     os.sync()
     return time.monotonic() - started

@@ -3,7 +3,6 @@ from __future__ import annotations
 from typing import Any
 
 from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonical
-from sessionstored.storage.log.check import check
 from sessionstored.storage.log.recovery import RecoveryReport
 from sessionstored.storage.log.recovery import open_store as open_recovered
 from sessionstored.storage.log.store import Store
@@ -48,8 +47,8 @@ def open_with_report(fs: SimFileSystem, **kwargs: Any) -> tuple[Store, RecoveryR
 def snapshot_of(store: Store) -> dict[str, tuple[int, bytes]]:
     """Every committed session: id -> (seq, body), read back from the log."""
     out = {}
-    for doc_id, _entry in store.index.items("s"):
-        doc = store.read("s", doc_id)
+    for doc_id, _entry in store.state.index.items("s"):
+        doc = store.reads.read("s", doc_id)
         assert doc is not None
         out[doc_id] = (doc.seq, doc.body)
     return out
@@ -58,25 +57,25 @@ def snapshot_of(store: Store) -> dict[str, tuple[int, bytes]]:
 def all_documents(store: Store) -> dict[tuple[str, str], bytes]:
     """Every committed document of every kind: (kind, id) -> body, read back from the log."""
     out = {}
-    for kind in store.index.kinds():
-        for doc_id, _entry in store.index.items(kind):
-            doc = store.read(kind, doc_id)
+    for kind in store.state.index.kinds():
+        for doc_id, _entry in store.state.index.items(kind):
+            doc = store.reads.read(kind, doc_id)
             assert doc is not None
             out[(kind, doc_id)] = doc.body
     return out
 
 
 def assert_clean(store: Store) -> None:
-    checked, problems = check(store)
+    checked, problems = store.verify()
     assert problems == [], problems
-    assert checked == sum(store.index.count(k) for k in store.index.kinds())
+    assert checked == sum(store.state.index.count(k) for k in store.state.index.kinds())
     # and nothing indexed, earlier generations included, lies in a segment compaction
     # retired: a read handle kept open may still read it, but the next checkpoint unlinks it
-    rows = [(i, e) for k in store.index.kinds() for i, e in store.index.items(k)]
+    rows = [(i, e) for k in store.state.index.kinds() for i, e in store.state.index.items(k)]
     retired = [
         (i, e.seq, e.segment)
-        for i, e in rows + store.index.earlier_rows()
-        if e.segment not in store.log.used
+        for i, e in rows + store.state.index.earlier_rows()
+        if e.segment not in store.state.log.used
     ]
     assert retired == [], retired
 
@@ -88,8 +87,8 @@ def locate_record(state_dir: Any, kind: str, doc_id: str, key: Any = None) -> tu
 
     store, _ = open_recovered(RealFileSystem(), str(state_dir), key=key)
     try:
-        entry = store.index.get(kind, doc_id)
+        entry = store.state.index.get(kind, doc_id)
         assert entry is not None, (kind, doc_id)
-        return store.log.path(entry.segment), entry.offset, entry.length
+        return store.state.log.path(entry.segment), entry.offset, entry.length
     finally:
         store.close()

@@ -16,7 +16,6 @@ import pytest
 
 from sessionstored.storage.documents import KeyRange
 from sessionstored.storage.errors import CorruptRecord
-from sessionstored.storage.log.check import check
 from sessionstored.storage.log.segments import SEGMENT_HEADER_BYTES
 from sessionstored.storage.log.store import Store
 from sessionstored.storage.mutations import Put
@@ -52,13 +51,13 @@ def _build(key: Key | None) -> tuple[SimFileSystem, Model, list[tuple[str, int, 
     model: Model = {}
     spans = []
     for batch in BATCHES:
-        start = (store.log.active, store.log.offset)
+        start = (store.state.log.active, store.state.log.offset)
         result = store.commit_durably(batch)
         store.publish(result)
         assert all(outcome.ok for outcome in result.outcomes)
-        if store.log.active != start[0]:  # the first batch created the segment
-            start = (store.log.active, SEGMENT_HEADER_BYTES)
-        spans.append((store.log.path(start[0]), start[1], store.log.offset))
+        if store.state.log.active != start[0]:  # the first batch created the segment
+            start = (store.state.log.active, SEGMENT_HEADER_BYTES)
+        spans.append((store.state.log.path(start[0]), start[1], store.state.log.offset))
         for mutation in batch:
             if isinstance(mutation, Put):
                 model[mutation.id] = mutation.body
@@ -73,11 +72,11 @@ def _unidentified(problems: list[dict[str, Any]]) -> bool:
 
 
 def _assert_nothing_older(store: Store, model: Model, where: str) -> None:
-    _, problems = check(store)
+    _, problems = store.verify()
     told = _unidentified(problems)
     for doc_id in sorted({*model, "a", "b", "c", "d", "e"}):
         try:
-            doc = store.read("s", doc_id)
+            doc = store.reads.read("s", doc_id)
         except CorruptRecord:
             assert any(p.id in (doc_id, None) for p in problems), (where, doc_id)
             continue
@@ -86,7 +85,7 @@ def _assert_nothing_older(store: Store, model: Model, where: str) -> None:
             # only a document that no surviving byte names may be missing, and verify says so
             assert served is None and told, (where, doc_id, served, model.get(doc_id))
     try:
-        found, _ = store.scan(KeyRange("s"))
+        found, _ = store.reads.scan(KeyRange("s"))
     except CorruptRecord:
         return
     listed = {doc_id for doc_id, _ in found}
@@ -155,15 +154,15 @@ def test_the_documents_of_a_rotten_record_are_io_error_and_verify_lists_them(
         for doc_id in sorted({*model, "c", "d"}):
             if doc_id in hurt:
                 with pytest.raises(CorruptRecord):
-                    store.read("s", doc_id)
+                    store.reads.read("s", doc_id)
             else:
-                doc = store.read("s", doc_id)
+                doc = store.reads.read("s", doc_id)
                 assert (doc.body if doc else None) == model.get(doc_id), doc_id
-        _, problems = check(store)
+        _, problems = store.verify()
         assert {p.id for p in problems if p.problem == "damaged"} == hurt
         assert store.stats()["damaged_documents"] == len(hurt)
         with pytest.raises(CorruptRecord):
-            store.scan(KeyRange("s"))
+            store.reads.scan(KeyRange("s"))
         with pytest.raises(CorruptRecord, match="a backup would leave them out"):
             store.backup_snapshot()  # refused whole, rather than a backup missing documents
     finally:
@@ -175,7 +174,7 @@ def test_the_documents_of_a_rotten_record_are_io_error_and_verify_lists_them(
             result = store.commit_durably([put(doc_id, "healed")])
             store.publish(result)
         for doc_id in sorted(hurt):
-            doc = store.read("s", doc_id)
+            doc = store.reads.read("s", doc_id)
             assert doc is not None and doc.body == body_for(doc_id, "healed")
         assert store.stats()["damaged_documents"] == 0
         snapshot = store.backup_snapshot()
@@ -189,7 +188,7 @@ def test_the_documents_of_a_rotten_record_are_io_error_and_verify_lists_them(
     store = open_store(fs, key=key)
     try:
         assert store.stats()["damaged_documents"] == 0
-        assert {doc_id for doc_id, _ in store.scan(KeyRange("s"))[0]} == set(model) | hurt
+        assert {doc_id for doc_id, _ in store.reads.scan(KeyRange("s"))[0]} == set(model) | hurt
     finally:
         store.close()
 
@@ -205,11 +204,11 @@ def test_damage_that_hides_its_document_is_said_so_in_verify_and_at_start() -> N
     try:
         assert report.untold_damage == 1
         assert "no longer tell which document" in report.summary()
-        _, problems = check(store)
+        _, problems = store.verify()
         [problem] = [p for p in problems if p.problem == "damaged"]
         assert problem.id is None and problem.offset == second
         assert problem.error is not None and "unknown" in problem.error
-        doc = store.read("s", "a")
+        doc = store.reads.read("s", "a")
         assert doc is not None and doc.body == model["a"]  # the batch's other intent stands
     finally:
         store.close()

@@ -39,53 +39,59 @@ def _mostly_dead(**options: Any) -> Store:
 
 def test_the_plan_takes_dead_segments_never_the_active_one() -> None:
     store = _mostly_dead()
-    assert compaction.compaction_due(store)
-    work = compaction.plan(store)
+    assert store.compactor.due()
+    work = store.compactor.choose()
     assert work is not None and work.victims
-    assert store.log.active not in work.victims and set(work.victims) <= set(store.log.used)
+    assert store.state.log.active not in work.victims and set(work.victims) <= set(
+        store.state.log.used
+    )
     for number in work.victims:
-        live = store.index.live_bytes.get(number, 0)
-        assert (store.log.used[number] - live) / store.log.used[number] >= 0.4
-    rows = store.index.rows() + [(compaction.EARLIER, *row) for row in store.index.earlier_rows()]
+        live = store.state.index.live_bytes.get(number, 0)
+        assert (store.state.log.used[number] - live) / store.state.log.used[number] >= 0.4
+    rows = store.state.index.rows() + [
+        (compaction.EARLIER, *row) for row in store.state.index.earlier_rows()
+    ]
     in_victims = sorted((k, i, e.seq) for k, i, e in rows if e.segment in work.victims)
     assert sorted((k, i, e.seq) for k, i, e in work.moves) == in_victims
     assert any(k == compaction.EARLIER for k, _, _ in work.moves)  # earlier generations move too
     live_segments = {e.segment for _, _, e in rows}
-    dead_only = compaction.plan(store, dead_only=True)
+    dead_only = store.compactor.choose(dead_only=True)
     assert dead_only is not None and not set(dead_only.victims) & live_segments
-    everything = compaction.plan(store, everything=True)
+    everything = store.compactor.choose(everything=True)
     assert everything is not None and everything.moves  # the kept records must move
-    assert everything.number not in store.log.used
+    assert everything.number not in store.state.log.used
 
 
 def test_copy_then_switch_moves_the_live_records_and_retires_the_victims() -> None:
     store = _mostly_dead()
     before = snapshot_of(store)
-    work = compaction.plan(store, everything=True)
+    work = store.compactor.choose(everything=True)
     assert work is not None and work.moves
-    compaction.copy(store, work)
-    moved = compaction.switch(store, work)
+    store.compactor.copy(work)
+    moved = store.compactor.switch(work)
     assert moved == len(work.moves)
-    assert not set(work.victims) & set(store.log.used)
-    assert store.retiring == work.victims  # unlinked once a checkpoint no longer names them
+    assert not set(work.victims) & set(store.state.log.used)
+    assert (
+        store.checkpointing.retiring == work.victims
+    )  # unlinked once a checkpoint no longer names them
     assert snapshot_of(store) == before
-    store.write_index_checkpoint()
-    store.log.close_retired()
+    store.checkpointing.write()
+    store.state.log.close_retired()
     assert_clean(store)
 
 
 def test_a_document_rewritten_during_the_copy_keeps_its_newer_record() -> None:
     store = _mostly_dead(keep_generations=0)  # the record it replaced is dead: not moved
-    work = compaction.plan(store, everything=True)
+    work = store.compactor.choose(everything=True)
     assert work is not None and work.moves
     kind, doc_id, _ = work.moves[0]
-    compaction.copy(store, work)
+    store.compactor.copy(work)
     store.commit([put(doc_id, "rewritten meanwhile")])
-    newer = store.index.get(kind, doc_id)
-    moved = compaction.switch(store, work)
+    newer = store.state.index.get(kind, doc_id)
+    moved = store.compactor.switch(work)
     assert moved == len(work.moves) - 1
-    assert store.index.get(kind, doc_id) == newer
-    store.write_index_checkpoint()
+    assert store.state.index.get(kind, doc_id) == newer
+    store.checkpointing.write()
     assert_clean(store)
 
 
@@ -94,29 +100,29 @@ def test_a_session_saved_during_the_copy_keeps_the_generation_it_replaced() -> N
     time: it moves into the new segment with the others, and stays readable once the
     victims are unlinked, also after a crash and recovery."""
     store = _mostly_dead()
-    work = compaction.plan(store, everything=True)
+    work = store.compactor.choose(everything=True)
     assert work is not None
     doc_id = next(i for k, i, _ in work.moves if k == SESSION)
-    replaced = store.index.get(SESSION, doc_id)
+    replaced = store.state.index.get(SESSION, doc_id)
     assert replaced is not None
-    written = {replaced.seq: store.read_entry(SESSION, doc_id, replaced).body}
-    compaction.copy(store, work)
+    written = {replaced.seq: store.reads.read_entry(SESSION, doc_id, replaced).body}
+    store.compactor.copy(work)
     store.commit([put(doc_id, "saved meanwhile")])
     written[store.seq] = body_for(doc_id, "saved meanwhile")
-    moved = compaction.switch(store, work)
-    store.write_index_checkpoint()
-    store.log.close_retired()  # the victims are gone, and so are their read handles
+    moved = store.compactor.switch(work)
+    store.checkpointing.write()
+    store.state.log.close_retired()  # the victims are gone, and so are their read handles
     assert_clean(store)
-    earlier = store.index.generations(doc_id)[1]
+    earlier = store.state.index.generations(doc_id)[1]
     assert (earlier.seq, earlier.segment) == (replaced.seq, work.number)
     assert moved == len(work.moves)
-    fs = store.fs
+    fs = store.state.fs
     store.close()
     fs.crash("drop")
     recovered = open_store(fs)
     assert_clean(recovered)
-    generations = recovered.index.generations(doc_id)
-    bodies = {e.seq: recovered.read_entry(SESSION, doc_id, e).body for e in generations}
+    generations = recovered.state.index.generations(doc_id)
+    bodies = {e.seq: recovered.reads.read_entry(SESSION, doc_id, e).body for e in generations}
     assert {seq: bodies[seq] for seq in written} == written
 
 
@@ -125,13 +131,13 @@ def test_a_checkpoint_naming_a_segment_that_is_missing_is_refused_in_one_line() 
     compacted segment without the segment: recovery refuses, naming it, instead of serving
     the documents it held as unreadable."""
     store = _mostly_dead()
-    work = compaction.plan(store, everything=True)
+    work = store.compactor.choose(everything=True)
     assert work is not None
-    compaction.copy(store, work)
-    compaction.switch(store, work)
-    store.write_index_checkpoint()
-    store.log.close_retired()
-    fs, lost = store.fs, store.log.path(work.number)
+    store.compactor.copy(work)
+    store.compactor.switch(work)
+    store.checkpointing.write()
+    store.state.log.close_retired()
+    fs, lost = store.state.fs, store.state.log.path(work.number)
     store.close()
     fs.unlink(lost)
     with pytest.raises(StoreFormatError) as refused:

@@ -21,7 +21,7 @@ import cbor2
 import pytest
 
 from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonical
-from sessionstored.storage.log import compaction, segments
+from sessionstored.storage.log import segments
 from sessionstored.storage.log.store import Store
 from sessionstored.storage.mutations import (
     ANY,
@@ -114,17 +114,17 @@ def _run(
         if step == "compact":
             store.compact()
         elif step == "checkpoint":
-            store.write_index_checkpoint()
+            store.checkpointing.write()
         elif isinstance(step, tuple):  # planned, copied, a batch, then switched in
-            work = compaction.plan(store, everything=True)
+            work = store.compactor.choose(everything=True)
             assert work is not None
-            compaction.copy(store, work)
+            store.compactor.copy(work)
             _commit(store, step[1], model, inflight, kept)
             saved = {m.id for m in step[1]}
             assert any(k == SESSION and i in saved for k, i, _ in work.moves)
-            compaction.switch(store, work)
-            store.write_index_checkpoint()
-            store.log.close_retired()
+            store.compactor.switch(work)
+            store.checkpointing.write()
+            store.state.log.close_retired()
         else:
             _commit(store, step, model, inflight, kept)
     inflight.clear()
@@ -199,7 +199,7 @@ def _check_recovered(
     kept: Kept,
 ) -> None:
     assert_clean(store)
-    assert [n for n in store.fs.listdir(f"{ROOT}/tmp") if not n.startswith("spare-")] == []
+    assert [n for n in store.state.fs.listdir(f"{ROOT}/tmp") if not n.startswith("spare-")] == []
     assert store.seq >= acked_seq
     documents = all_documents(store)
     for key in set(model) | set(documents) | set(inflight):
@@ -219,12 +219,12 @@ def _check_generations(
     sessions = (
         {i for k, i in inflight if k == SESSION}
         | set(kept)
-        | {i for i, _ in store.index.items(SESSION)}
+        | {i for i, _ in store.state.index.items(SESSION)}
     )
     for session_id in sessions:
         listed = [
-            (entry.seq, store.read_generation(SESSION, session_id, entry).body)
-            for entry in store.generations(SESSION, session_id)
+            (entry.seq, store.reads.read_generation(SESSION, session_id, entry).body)
+            for entry in store.reads.generations(SESSION, session_id)
         ]
         expected = list(reversed(kept.get(session_id, [])))
         if landed and (SESSION, session_id) in inflight:
@@ -281,11 +281,11 @@ def test_crash_at_every_step_of_the_workload(
         again.close()
         fs.crash("drop")
         final = _recover_cleanly(fs, key)
-        assert final.read("s", "after") is not None
+        assert final.reads.read("s", "after") is not None
         assert_clean(final)
     made = _open(new_fs(), key)
     _run(made, {}, {})
-    assert made.log.segments_made[making.replace("-", "_")] >= 2  # the workload rotates
+    assert made.state.log.segments_made[making.replace("-", "_")] >= 2  # the workload rotates
 
 
 def test_crash_during_recovery_at_every_step() -> None:

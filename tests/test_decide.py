@@ -36,7 +36,11 @@ def test_accepted_changes_take_consecutive_seqs_in_commit_order() -> None:
     first = store.seq + 1
     batch: list[Mutation] = [put("b", 1), remove("never"), put("a", 2), remove("a")]
     outcomes, accepted, _ = decide_all(
-        LogCommittedState(store, store.max_document_bytes), batch, first, full=False, now_ms=NOW_MS
+        LogCommittedState(store.reads, store.max_document_bytes),
+        batch,
+        first,
+        full=False,
+        now_ms=NOW_MS,
     )
     assert [(position, change.id, seq) for position, change, seq in accepted] == [
         (0, "b", first),
@@ -51,10 +55,10 @@ def test_accepted_changes_take_consecutive_seqs_in_commit_order() -> None:
 def test_a_failed_expect_says_what_is_current() -> None:
     store = open_store(new_fs())
     store.commit([put("a", 1)])
-    entry = store.head("s", "a")
+    entry = store.reads.head("s", "a")
     assert entry is not None
     outcomes, accepted, _ = decide_all(
-        LogCommittedState(store, store.max_document_bytes),
+        LogCommittedState(store.reads, store.max_document_bytes),
         [put("a", 2, expect=b"\1" * 16), put("new", 1, expect=None), put("a", 3, expect=None)],
         store.seq + 1,
         full=False,
@@ -93,7 +97,7 @@ def test_a_lease_change_decides_for_itself_and_a_rewrite_sees_committed_bytes() 
     def refuse(_current: bytes | None, _source: bytes | None) -> bytes:
         raise Refusal(ErrorCode.NOT_FOUND, "no such thing", why="test")
 
-    state = LogCommittedState(store, store.max_document_bytes)
+    state = LogCommittedState(store.reads, store.max_document_bytes)
     outcomes, accepted, _ = decide_all(
         state,
         [
@@ -116,7 +120,7 @@ def test_a_lease_change_decides_for_itself_and_a_rewrite_sees_committed_bytes() 
 def test_a_full_disk_takes_only_removals() -> None:
     store = open_store(new_fs())
     store.commit([put("a", 1), put("b", 1)])
-    state = LogCommittedState(store, store.max_document_bytes)
+    state = LogCommittedState(store.reads, store.max_document_bytes)
     batch: list[Mutation] = [put("c", 1), remove("a"), Txn((), (TxnDelete("s", "b"),))]
     outcomes, accepted, results = decide_all(state, batch, store.seq + 1, full=True, now_ms=NOW_MS)
     assert outcomes[0] is not None and outcomes[0].code is ErrorCode.NO_SPACE
@@ -133,7 +137,7 @@ def _expiring(doc_id: str, n: int, expires_at_ms: int) -> Put:
 def test_an_expired_generation_is_absent_to_every_decision_but_the_sweeps() -> None:
     store = open_store(new_fs())
     store.commit([_expiring("gone", 1, NOW_MS), _expiring("alive", 1, NOW_MS + 1)])
-    gone, alive = store.head("s", "gone"), store.head("s", "alive")
+    gone, alive = store.reads.head("s", "gone"), store.reads.head("s", "alive")
     assert gone is not None and alive is not None and gone.expires_at_ms == NOW_MS
 
     def keep(current: bytes | None, _source: bytes | None) -> bytes:
@@ -147,7 +151,7 @@ def test_an_expired_generation_is_absent_to_every_decision_but_the_sweeps() -> N
         remove("never"),
     ]
     outcomes, accepted, _ = decide_all(
-        LogCommittedState(store, store.max_document_bytes),
+        LogCommittedState(store.reads, store.max_document_bytes),
         batch,
         store.seq + 1,
         full=False,
@@ -158,7 +162,7 @@ def test_an_expired_generation_is_absent_to_every_decision_but_the_sweeps() -> N
     assert isinstance(created, Put) and created.expires_at_ms == 0
     assert isinstance(rewritten, Put) and rewritten.expires_at_ms == NOW_MS + 1
     stale = decide_all(
-        LogCommittedState(store, store.max_document_bytes),
+        LogCommittedState(store.reads, store.max_document_bytes),
         [put("gone", 3, expect=gone.digest), Txn((Require("s", "gone", exists=True),), ())],
         store.seq + 1, full=False, now_ms=NOW_MS,
     )[0]  # fmt: skip
@@ -175,7 +179,7 @@ def test_the_sweep_removes_only_the_generation_that_expired() -> None:
         Expire("s", "never", NOW_MS),
     )
     _, accepted, results = decide_all(
-        LogCommittedState(store, store.max_document_bytes),
+        LogCommittedState(store.reads, store.max_document_bytes),
         [Sweep(due)],
         store.seq + 1,
         full=True,
@@ -185,7 +189,7 @@ def test_the_sweep_removes_only_the_generation_that_expired() -> None:
     assert position == 0 and isinstance(removal, Remove) and removal.expired
     assert results == {0: [{"expired": 1}]}
     nothing, _, _ = decide_all(
-        LogCommittedState(store, store.max_document_bytes),
+        LogCommittedState(store.reads, store.max_document_bytes),
         [Sweep(due[1:])],
         store.seq + 1,
         full=False,

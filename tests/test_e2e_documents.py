@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -369,29 +370,35 @@ def test_a_scan_racing_removals_and_rewrites_pairs_each_key_with_its_own_value(
     error. One client rewrites and removes the range while another scans it."""
     path = running.socket_path
     keys = [f"r/{n:02d}" for n in range(16)]
-    scans_wanted = 300
     scans: list[dict[str, Any]] = []
+    rounds_done = [0]
+    scanning_over = threading.Event()
 
-    def rewrite_and_remove() -> int:
-        rounds = 0
-        while len(scans) < scans_wanted:
-            rounds += 1
-            ops = [put(key, {"key": key, "round": rounds}) for key in keys]
-            assert one(path, {"op": "txn", "ops": ops}, Mode.CBOR)["ok"]
-            removal = {"op": "delete", "kind": "kv", "key": keys[rounds % len(keys)]}
-            assert one(path, {"op": "txn", "ops": [removal]}, Mode.CBOR)["ok"]
-        return rounds
+    def rewrite_and_remove() -> None:
+        try:
+            while not scanning_over.is_set():
+                rounds = rounds_done[0] + 1
+                ops = [put(key, {"key": key, "round": rounds}) for key in keys]
+                assert one(path, {"op": "txn", "ops": ops}, Mode.CBOR)["ok"]
+                removal = {"op": "delete", "kind": "kv", "key": keys[rounds % len(keys)]}
+                assert one(path, {"op": "txn", "ops": [removal]}, Mode.CBOR)["ok"]
+                rounds_done[0] = rounds
+        finally:
+            scanning_over.set()  # a failed write ends the scans too
 
     def scan_until_enough() -> None:
+        """At least 300 scans, over at least 30 rounds of the writer's."""
         scan = {"op": "checkpoint_scan", "kind": "kv", "prefix": "r/"}
-        while len(scans) < scans_wanted:
-            scans.append(one(path, scan, Mode.CBOR))
+        try:
+            while not scanning_over.is_set() and (len(scans) < 300 or rounds_done[0] < 30):
+                scans.append(one(path, scan, Mode.CBOR))
+        finally:
+            scanning_over.set()
 
     with ThreadPoolExecutor(2) as clients:
         writer = clients.submit(rewrite_and_remove)
-        scanner = clients.submit(scan_until_enough)
-        scanner.result()
-        assert writer.result() > 1
+        clients.submit(scan_until_enough).result()
+        writer.result()
     for reply in scans:
         assert reply["ok"], reply
         for item in reply["items"]:

@@ -12,7 +12,6 @@ import xxhash
 from sessionstore.wire.canonical import canonical_dumps, digest_bytes_of_canonical
 from sessionstored.storage.documents import Document
 from sessionstored.storage.errors import CorruptRecord, KeyFileError, StoreFormatError
-from sessionstored.storage.log.check import check
 from sessionstored.storage.log.metadata import REKEY_FILE
 from sessionstored.storage.log.records import HEADER, HEADER_BYTES, HEADER_CHECK, encode_data
 from sessionstored.storage.log.rekey import begin_rekey
@@ -105,13 +104,13 @@ def test_without_the_key_or_with_another_the_store_refuses_to_open() -> None:
 
 
 def _problem_ids(store: Store) -> list[str]:
-    return sorted(p.id or "" for p in check(store)[1])
+    return sorted(p.id or "" for p in store.verify()[1])
 
 
 def _record(store: Store, fs: SimFileSystem, doc_id: str) -> tuple[str, int, bytes]:
-    entry = store.index.get("s", doc_id)
+    entry = store.state.index.get("s", doc_id)
     assert entry is not None
-    path = store.log.path(entry.segment)
+    path = store.state.log.path(entry.segment)
     return path, entry.offset, fs.file_bytes(path)[entry.offset : entry.offset + entry.length]
 
 
@@ -136,13 +135,13 @@ def test_sealed_records_swapped_between_ids_do_not_open() -> None:
     (a_path, a_at, a_rec), (b_path, b_at, b_rec) = _record(store, fs, "a"), _record(store, fs, "b")
     _overwrite(fs, a_path, a_at, b_rec)  # the whole record: it names another document
     _overwrite(fs, b_path, b_at, _with_payload(b_rec, a_rec[HEADER_BYTES:]))  # only the payload
-    store.cache.discard("s", "a")
-    store.cache.discard("s", "b")
+    store.state.cache.discard("s", "a")
+    store.state.cache.discard("s", "b")
     with pytest.raises(CorruptRecord, match="holds another document"):
-        store.read("s", "a")
+        store.reads.read("s", "a")
     with pytest.raises(CorruptRecord, match="does not authenticate"):
-        store.read("s", "b")
-    assert store.read("s", "c") is not None
+        store.reads.read("s", "b")
+    assert store.reads.read("s", "c") is not None
     assert _problem_ids(store) == ["a", "b"]
 
 
@@ -154,17 +153,17 @@ def test_a_plaintext_or_foreign_key_record_in_a_sealed_store_is_never_served() -
         ("a", PLAINTEXT, "plaintext in an encrypted store"),
         ("b", Sealer(KEY_B), "sealed with another key"),
     ):
-        entry = store.index.get("s", doc_id)
-        doc = store.read("s", doc_id)
+        entry = store.state.index.get("s", doc_id)
+        doc = store.reads.read("s", doc_id)
         assert entry is not None and doc is not None
         injected = encode_data(
-            sealer, store.batch, Document("s", doc_id, doc.seq, doc.digest, doc.body)
+            sealer, store.state.batch, Document("s", doc_id, doc.seq, doc.digest, doc.body)
         )
-        _overwrite(fs, store.log.path(entry.segment), entry.offset, injected)
-        store.index.put("s", doc_id, entry._replace(length=len(injected)))
-        store.cache.discard("s", doc_id)
+        _overwrite(fs, store.state.log.path(entry.segment), entry.offset, injected)
+        store.state.index.put("s", doc_id, entry._replace(length=len(injected)))
+        store.state.cache.discard("s", doc_id)
         with pytest.raises(CorruptRecord, match=problem):
-            store.read("s", doc_id)
+            store.reads.read("s", doc_id)
     assert _problem_ids(store) == ["a", "b"]
 
 

@@ -46,8 +46,8 @@ def _entries(store: Store) -> int:
 
 def _all_due(store: Store, now_ms: int) -> list[Expire]:
     due: list[Expire] = []
-    while (upcoming := store.next_expiry_ms()) is not None and upcoming <= now_ms:
-        due += store.due_expirations(now_ms, LIMIT)
+    while (upcoming := store.expiry.next_ms()) is not None and upcoming <= now_ms:
+        due += store.expiry.due(now_ms, LIMIT)
     return due
 
 
@@ -78,13 +78,13 @@ def test_stale_entries_that_come_due_are_taken_a_bounded_number_per_call() -> No
     store.commit([_expiring(f"s{n}", 0, SOON_MS + n) for n in range(KEYS)])
     store.commit([_expiring(f"s{n}", 1, LATER_MS) for n in range(KEYS)])  # the first go stale
     calls = 0
-    while (upcoming := store.next_expiry_ms()) is not None and upcoming < LATER_MS:
+    while (upcoming := store.expiry.next_ms()) is not None and upcoming < LATER_MS:
         before = _entries(store)
-        assert store.due_expirations(LATER_MS - 1, LIMIT) == []
+        assert store.expiry.due(LATER_MS - 1, LIMIT) == []
         assert before - _entries(store) <= LIMIT
         calls += 1
     assert calls >= KEYS // LIMIT
-    assert len(store.due_expirations(LATER_MS, 2 * KEYS)) == KEYS
+    assert len(store.expiry.due(LATER_MS, 2 * KEYS)) == KEYS
 
 
 async def test_the_sweep_lets_others_run_between_passes_over_stale_entries() -> None:
@@ -105,7 +105,7 @@ async def test_the_sweep_lets_others_run_between_passes_over_stale_entries() -> 
         nursery.start_soon(another_client)
         due = await sweeper._due()
         nursery.cancel_scope.cancel()
-    assert due == [] and store.next_expiry_ms() == LATER_MS
+    assert due == [] and store.expiry.next_ms() == LATER_MS
     assert others_ran >= stale // DUE_PER_PASS // 2
 
 
@@ -114,21 +114,21 @@ def test_a_rewrite_moves_or_cancels_the_expiry_and_a_removal_drops_it() -> None:
     names = ("moved", "cancelled", "removed", "kept")
     store.commit([_expiring(name, 0, SOON_MS) for name in names])
     store.commit([_expiring("moved", 1, LATER_MS), put("cancelled", 1), remove("removed")])
-    assert store.due_expirations(SOON_MS, LIMIT) == [Expire("s", "kept", SOON_MS)]
-    assert store.due_expirations(LATER_MS, LIMIT) == [Expire("s", "moved", LATER_MS)]
-    assert store.next_expiry_ms() is None
+    assert store.expiry.due(SOON_MS, LIMIT) == [Expire("s", "kept", SOON_MS)]
+    assert store.expiry.due(LATER_MS, LIMIT) == [Expire("s", "moved", LATER_MS)]
+    assert store.expiry.next_ms() is None
 
 
 def test_a_failed_sweep_is_due_again_unless_the_document_was_written_since() -> None:
     store = open_store(new_fs())
     store.commit([_expiring("failed", 0, SOON_MS), _expiring("rewritten", 0, SOON_MS)])
-    taken = store.due_expirations(SOON_MS, LIMIT)
+    taken = store.expiry.due(SOON_MS, LIMIT)
     assert sorted(taken) == [Expire("s", "failed", SOON_MS), Expire("s", "rewritten", SOON_MS)]
     store.commit([_expiring("rewritten", 1, LATER_MS)])
     for expire in taken:
-        store.retry_expiration(expire)
-    assert store.due_expirations(SOON_MS, LIMIT) == [Expire("s", "failed", SOON_MS)]
-    assert store.due_expirations(LATER_MS, LIMIT) == [Expire("s", "rewritten", LATER_MS)]
+        store.expiry.retry(expire)
+    assert store.expiry.due(SOON_MS, LIMIT) == [Expire("s", "failed", SOON_MS)]
+    assert store.expiry.due(LATER_MS, LIMIT) == [Expire("s", "rewritten", LATER_MS)]
 
 
 def test_a_restart_schedules_each_live_expiry_once() -> None:
@@ -213,7 +213,7 @@ async def test_a_generation_the_writer_finds_unexpired_stays_scheduled() -> None
         with mock.patch.object(sweeper_module, "epoch_ms", lambda: SOON_MS):
             assert await sweeper.sweep_round()
         nursery.cancel_scope.cancel()
-    assert sweeper.expired == 1 and store.head("s", "gone") is None
-    assert store.head("s", "later") is not None
-    assert store.next_expiry_ms() == SOON_MS
-    assert store.due_expirations(SOON_MS, LIMIT) == [Expire("s", "later", SOON_MS)]
+    assert sweeper.expired == 1 and store.reads.head("s", "gone") is None
+    assert store.reads.head("s", "later") is not None
+    assert store.expiry.next_ms() == SOON_MS
+    assert store.expiry.due(SOON_MS, LIMIT) == [Expire("s", "later", SOON_MS)]

@@ -13,7 +13,6 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sessionstore.wire.codes import ErrorCode
-from sessionstored.storage.log import compaction
 from sessionstored.storage.log.store import Store
 from sessionstored.storage.mutations import SESSION, Rewrite
 
@@ -52,11 +51,11 @@ class Model:
 
 def assert_matches(store: Store, model: Model) -> None:
     for session_id in IDS:
-        entries = store.generations(SESSION, session_id)
+        entries = store.reads.generations(SESSION, session_id)
         kept = model.kept(session_id)
         assert [e.seq for e in entries] == [seq for seq, _ in kept], session_id
         for entry, (_, body) in zip(entries, kept, strict=True):
-            assert store.read_generation(SESSION, session_id, entry).body == body
+            assert store.reads.read_generation(SESSION, session_id, entry).body == body
             assert entry.committed_at_ms > 0
 
 
@@ -117,16 +116,16 @@ def test_earlier_generations_follow_the_model(keep: int, steps: list[tuple[str, 
         elif action == "compact":
             store.compact()
         elif action == "compact_while_saving":  # planned, copied, a save, switched in
-            work = compaction.plan(store, everything=True)
+            work = store.compactor.choose(everything=True)
             if work is not None:
-                compaction.copy(store, work)
+                store.compactor.copy(work)
             save(session_id, n)
             if work is not None:
-                compaction.switch(store, work)
-                store.write_index_checkpoint()
-                store.log.close_retired()
+                store.compactor.switch(work)
+                store.checkpointing.write()
+                store.state.log.close_retired()
         elif action == "checkpoint":
-            store.write_index_checkpoint()
+            store.checkpointing.write()
         elif action in ("restart", "power_loss"):
             store.close()
             if action == "power_loss":
@@ -153,7 +152,7 @@ def test_a_revert_crashed_at_every_syscall_is_all_or_nothing() -> None:
     while True:
         fs = new_fs()
         store, saved = _with_generations(fs)
-        before = [e.seq for e in store.generations(SESSION, "s")]
+        before = [e.seq for e in store.reads.generations(SESSION, "s")]
         fs.arm(step)
         try:
             store.commit([revert("s", saved[0].seq)])
@@ -162,8 +161,8 @@ def test_a_revert_crashed_at_every_syscall_is_all_or_nothing() -> None:
             finished = False
         fs.crash("drop")
         store = open_store(fs, keep_generations=3)
-        after = [e.seq for e in store.generations(SESSION, "s")]
-        current = store.read(SESSION, "s")
+        after = [e.seq for e in store.reads.generations(SESSION, "s")]
+        current = store.reads.read(SESSION, "s")
         assert current is not None
         if after == before:  # the revert did not reach its sync
             assert current.body == body_for("s", 2)

@@ -62,7 +62,7 @@ def _load_into_sim(state: Path) -> SimFileSystem:
 def _matches(store: Store, expected: dict[str, Any]) -> None:
     documents = {f"{k}:{i}": body.hex() for (k, i), body in all_documents(store).items()}
     assert documents == expected["bodies"]
-    heads = {f"{k}:{i}": [e.seq, e.digest.hex()] for k, i, e in store.index.rows()}
+    heads = {f"{k}:{i}": [e.seq, e.digest.hex()] for k, i, e in store.state.index.rows()}
     assert heads == expected["documents"]
     assert store.seq == expected["seq"]
     assert store.lease is not None and store.lease["holder"] == "h1"

@@ -96,7 +96,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule()
     def compact_if_due(self) -> None:
-        if self.store.compaction_due():
+        if self.store.compactor.due():
             self.store.compact()
 
     @rule(mode=st.sampled_from(CRASH_MODES))
@@ -110,7 +110,7 @@ class StoreMachine(RuleBasedStateMachine):
     def matches_model(self) -> None:
         assert {k: v for k, (_s, v) in snapshot_of(self.store).items()} == self.model
         assert self.store.seq == self.seq
-        ids, _ = self.store.list_sessions("", None, 100)
+        ids, _ = self.store.reads.list_sessions("", None, 100)
         assert ids == sorted(self.model, key=lambda s: s.encode())
 
     def teardown(self) -> None:

@@ -177,7 +177,7 @@ async def test_the_read_cache_is_used_only_on_the_event_loop(harness: Harness) -
     is not thread-safe) is touched only by the event loop's thread."""
     store = harness.ops.store
     watching = _ThreadWatchingCache(DocumentCache(1024 * 1024))
-    store.cache = watching
+    store.state.cache = watching
     large, small = 200 * 1024, 2 * 1024  # over and under the size read in a thread
     generation = {f"d{n}": 0 for n in range(12)}
     committed = dict(generation)  # what a read must see at least: acknowledged saves
@@ -245,7 +245,7 @@ async def test_scans_and_loads_racing_compaction_never_miss_a_segment(harness: H
         nursery.start_soon(churn)
         for _ in range(3):
             nursery.start_soon(scan)
-    assert harness.ops.store.log._pins == {}  # every pin released
+    assert harness.ops.store.state.log._pins == {}  # every pin released
 
 
 def test_a_reply_counts_the_stored_bytes_it_carries_wherever_they_are() -> None:

@@ -260,11 +260,11 @@ def test_a_daemon_that_slipped_past_the_check_stops_at_its_next_batch_or_follow(
         with pytest.raises(FatalStorageError, match="sealed with key id"):
             stores[0].commit_durably([put("b", 2)])
         with pytest.raises(OSError, match="sealed with key id"):  # not a false not_found
-            stores[1].head("s", "a")
+            stores[1].reads.head("s", "a")
         with pytest.raises(FatalStorageError, match="sealed with key id"):
-            stores[1].follow()  # which stops the daemon
+            stores[1].follower.follow()  # which stops the daemon
         with pytest.raises(OSError):
-            stores[1].head("s", "a")
+            stores[1].reads.head("s", "a")
     finally:
         for store in stores:
             store.close()

@@ -16,9 +16,11 @@ from .storage_helpers import new_fs, open_store, put, remove
 
 
 def _log(fs: SimFileSystem, store: Store) -> list[Segment]:
-    numbers = sorted(store.log.used)
+    numbers = sorted(store.state.log.used)
     return [
-        Segment(n, store.log.path(n), fs.file_bytes(store.log.path(n)), SEGMENT_HEADER_BYTES)
+        Segment(
+            n, store.state.log.path(n), fs.file_bytes(store.state.log.path(n)), SEGMENT_HEADER_BYTES
+        )
         for n in numbers
     ]
 
@@ -59,7 +61,7 @@ def test_committed_batches_come_back_in_order_with_their_intents() -> None:
     ]
     removal = result.batches[2].intents[0]
     assert (removal.id, removal.digest, removal.size) == ("b", None, 0)
-    entry = store.index.get("s", "a")
+    entry = store.state.index.get("s", "a")
     assert entry is not None
     written = result.batches[1].intents[0]
     assert (written.segment, written.offset, written.length) == (
@@ -67,32 +69,32 @@ def test_committed_batches_come_back_in_order_with_their_intents() -> None:
         entry.offset,
         entry.length,
     )
-    assert result.end == (store.log.active, store.log.offset)
+    assert result.end == (store.state.log.active, store.state.log.offset)
     assert (result.last_seq, result.corruption, result.torn) == (4, [], None)
 
 
 def test_a_batch_whose_commit_record_never_landed_is_a_torn_tail() -> None:
     fs, store = _three_batches()
-    path = store.log.path(store.log.active)
+    path = store.state.log.path(store.state.log.active)
     data = bytearray(fs.file_bytes(path))
     records = _records(bytes(data))
     [(start, _)] = [(offset, h) for offset, h in records if h.batch == 3 and h.type == REMOVAL]
     [(commit_at, _)] = [(offset, h) for offset, h in records if h.batch == 3 and h.type == COMMIT]
-    end = store.log.offset
+    end = store.state.log.offset
     data[commit_at:end] = bytes(end - commit_at)  # a torn write: zeros where it did not land
     fs.set_file_bytes(path, bytes(data))
     result = _read_back(fs, store)
     assert [b.batch for b in result.batches] == [1, 2]
     assert result.rolled_back == 1 and result.corruption == []
     assert result.torn is not None and result.torn["offset"] == start
-    assert result.end == (store.log.active, start)
+    assert result.end == (store.state.log.active, start)
 
 
 def test_rot_in_an_acknowledged_batch_is_corruption_never_a_torn_tail() -> None:
     fs, store = _three_batches()
-    entry = store.index.get("s", "a")  # batch 2's data record, followed by batch 3
+    entry = store.state.index.get("s", "a")  # batch 2's data record, followed by batch 3
     assert entry is not None
-    path = store.log.path(entry.segment)
+    path = store.state.log.path(entry.segment)
     data = bytearray(fs.file_bytes(path))
     data[entry.offset + entry.length - 5] ^= 0xFF  # inside its payload
     fs.set_file_bytes(path, bytes(data))
@@ -115,14 +117,14 @@ def _last_batch_of_three_records() -> tuple[SimFileSystem, Store, list[tuple[int
     store.commit([put("a", 1)])
     store.commit([put("b", 1)])
     store.commit([put("c", 1), put("d", 1)])
-    data = fs.file_bytes(store.log.path(store.log.active))
+    data = fs.file_bytes(store.state.log.path(store.state.log.active))
     last = [(offset, h) for offset, h in _records(data) if h.batch == 3]
     assert [h.type == COMMIT for _, h in last] == [False, False, True]
     return fs, store, last
 
 
 def _overwrite(fs: SimFileSystem, store: Store, offset: int, new: bytes) -> str:
-    path = store.log.path(store.log.active)
+    path = store.state.log.path(store.state.log.active)
     data = bytearray(fs.file_bytes(path))
     data[offset : offset + len(new)] = new
     fs.set_file_bytes(path, bytes(data))
@@ -141,7 +143,7 @@ def test_a_hole_of_zeros_among_the_last_batchs_intact_records_is_a_torn_tail() -
     assert result.corruption == []
     assert result.torn is not None and result.torn["offset"] == first
     assert (result.last_batch, result.last_seq) == (2, 2)  # its commit record goes too
-    assert result.end == (store.log.active, first)
+    assert result.end == (store.state.log.active, first)
 
 
 def test_rot_among_the_last_batchs_intact_records_is_corruption() -> None:
@@ -163,13 +165,13 @@ def test_damage_past_the_last_intact_commit_with_nothing_after_is_a_torn_tail() 
     """Rule: damage after the last intact commit record, with nothing intact after it,
     is always a torn tail, zeros or not: no acknowledged batch lies there."""
     fs, store, _ = _last_batch_of_three_records()
-    end = store.log.offset
+    end = store.state.log.offset
     _overwrite(fs, store, end, b"\x13\x37" * 40)  # garbage, not zeros
     result = _read_back(fs, store)
     assert [b.batch for b in result.batches] == [1, 2, 3]
     assert result.corruption == [] and result.rolled_back == 0
     assert result.torn is not None and result.torn["offset"] == end
-    assert result.end == (store.log.active, end)
+    assert result.end == (store.state.log.active, end)
 
 
 def test_a_rotted_commit_record_followed_by_a_later_batch_means_committed() -> None:
@@ -195,11 +197,11 @@ def test_the_scan_goes_on_past_corruption_to_every_later_batch() -> None:
     the next batch is appended after the last of them."""
     fs, store, _ = _last_batch_of_three_records()
     store.commit([put("e", 1)])
-    entry = store.index.get("s", "b")  # batch 2's record
+    entry = store.state.index.get("s", "b")  # batch 2's record
     assert entry is not None
     _overwrite(fs, store, entry.offset + 4, b"\x00\x11\x22\x33")
     result = _read_back(fs, store)
     assert [b.batch for b in result.batches] == [1, 2, 3, 4]
     assert [d.id for d in result.batches[1].damaged] == ["b"]
-    assert result.end == (store.log.active, store.log.offset)
+    assert result.end == (store.state.log.active, store.state.log.offset)
     assert (result.last_batch, result.last_seq) == (4, 5)

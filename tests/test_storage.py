@@ -21,7 +21,6 @@ from sessionstored.storage.errors import (
     StoreFormatError,
     StoreLocked,
 )
-from sessionstored.storage.log import compaction
 from sessionstored.storage.log.fs import RealFileSystem
 from sessionstored.storage.log.records import HEADER_BYTES, encode_removal
 from sessionstored.storage.log.recovery import open_store as open_real
@@ -43,7 +42,7 @@ from .storage_helpers import (
 
 
 def _active_path(store: Store) -> str:
-    return store.log.path(store.log.active)
+    return store.state.log.path(store.state.log.active)
 
 
 def _flip(fs: SimFileSystem, path: str, offset: int) -> None:
@@ -57,14 +56,14 @@ def test_a_torn_tail_is_cut_and_a_broken_copy_kept() -> None:
     store = open_store(fs)
     store.commit([put("a", 1)])
     store.commit([put("a", 2)])
-    path, end = _active_path(store), store.log.offset
+    path, end = _active_path(store), store.state.log.offset
     store.close()
     good = fs.file_bytes(path)
     half_record = encode_removal(PLAINTEXT, 3, 3, "s", "a")[:30]
     for torn in (half_record, b"\xa5SL2\xff\xff", b"\x01" * 40):
         fs.set_file_bytes(path, good[:end] + torn + good[end + len(torn) :])
         recovered, report = open_with_report(fs)
-        assert recovered.read("s", "a").body == body_for("a", 2)
+        assert recovered.reads.read("s", "a").body == body_for("a", 2)
         assert report.corruption == [] and report.torn_tail is not None
         assert report.torn_tail["offset"] == end
         assert fs.file_bytes(path) == good, "the torn bytes are zeroed"
@@ -86,19 +85,19 @@ def test_an_uncommitted_last_batch_is_rolled_back_and_its_space_reused() -> None
 
     store = open_store(fs, failpoint=failpoint)
     store.commit([put("a", 1)])
-    start = store.log.offset
+    start = store.state.log.offset
     failing["on"] = True
     [outcome] = store.commit([put("a", 2)])
     assert outcome.code == "io_error" and store.seq == 1
-    assert store.log.offset == start, "the failed batch is rewound"
+    assert store.state.log.offset == start, "the failed batch is rewound"
     assert fs.file_bytes(_active_path(store))[start : start + 64] == bytes(64)
     failing["on"] = False
     [outcome] = store.commit([put("b", 3)])
     assert outcome.seq == 2, "seq counts committed mutations only"
     store.close()
     recovered = open_store(fs)
-    assert recovered.read("s", "a").body == body_for("a", 1)
-    assert recovered.read("s", "b").body == body_for("b", 3)
+    assert recovered.reads.read("s", "a").body == body_for("a", 1)
+    assert recovered.reads.read("s", "b").body == body_for("b", 3)
     assert_clean(recovered)
 
 
@@ -115,9 +114,9 @@ def test_bit_rot_in_a_replayed_record_is_reported_and_hides_only_its_document(
 ) -> None:
     fs = new_fs()
     store = _five_sessions_in_the_log(fs)
-    entry = store.index.get("s", "s2")
+    entry = store.state.index.get("s", "s2")
     assert entry is not None
-    path = store.log.path(entry.segment)
+    path = store.state.log.path(entry.segment)
     store.close()
     offset = entry.offset + (HEADER_BYTES + 40 if where == "payload" else 20)
     _flip(fs, path, offset)
@@ -125,35 +124,35 @@ def test_bit_rot_in_a_replayed_record_is_reported_and_hides_only_its_document(
     assert {c["path"] for c in report.corruption} == {path}
     assert report.corruption[0]["offset"] == entry.offset
     for n in (0, 1, 3, 4):
-        assert recovered.read("s", f"s{n}").body == body_for(f"s{n}", n)
+        assert recovered.reads.read("s", f"s{n}").body == body_for(f"s{n}", n)
     _checked, problems = recovered.verify()
     # the header survived, or was repaired from its checksum: it names the document,
     # which is io_error, never stale
     with pytest.raises(CorruptRecord) as caught:
-        recovered.read("s", "s2")
+        recovered.reads.read("s", "s2")
     assert caught.value.path == path and caught.value.offset == entry.offset
     assert [(p.problem, p.id) for p in problems] == [("damaged", "s2")]
     assert report.seq == 5 and recovered.seq == 5
     [outcome] = recovered.commit([put("s2", 9)])
-    assert outcome.ok and recovered.read("s", "s2").body == body_for("s2", 9)
+    assert outcome.ok and recovered.reads.read("s", "s2").body == body_for("s2", 9)
 
 
 def test_bit_rot_in_a_checkpointed_record_is_io_error_naming_file_and_offset() -> None:
     fs = new_fs()
     store = _five_sessions_in_the_log(fs)
-    store.write_index_checkpoint()
-    entry = store.index.get("s", "s3")
+    store.checkpointing.write()
+    entry = store.state.index.get("s", "s3")
     assert entry is not None
     store.close()
-    path = store.log.path(entry.segment)
+    path = store.state.log.path(entry.segment)
     _flip(fs, path, entry.offset + entry.length - 3)
     recovered, report = open_with_report(fs)
     assert report.corruption == [], "nothing before the checkpoint is rescanned"
     with pytest.raises(CorruptRecord) as caught:
-        recovered.read("s", "s3")
+        recovered.reads.read("s", "s3")
     assert caught.value.path == path
     assert caught.value.offset == entry.offset + HEADER_BYTES
-    assert recovered.read("s", "s4").body == body_for("s4", 4)
+    assert recovered.reads.read("s", "s4").body == body_for("s4", 4)
     _, problems = recovered.verify()
     assert [(p.problem, p.id, p.file) for p in problems] == [("unreadable", "s3", path)]
 
@@ -162,9 +161,9 @@ def test_a_batch_that_reuses_seqs_fails_closed() -> None:
     fs = new_fs()
     store = open_store(fs)
     store.commit([put("a", 1)])
-    first_batch_end = store.log.offset
+    first_batch_end = store.state.log.offset
     store.commit([put("b", 2)])
-    end, path = store.log.offset, _active_path(store)
+    end, path = store.state.log.offset, _active_path(store)
     store.close()
     data = bytearray(fs.file_bytes(path))
     replayed = data[SEGMENT_HEADER_BYTES:first_batch_end]
@@ -173,8 +172,8 @@ def test_a_batch_that_reuses_seqs_fails_closed() -> None:
     recovered, report = open_with_report(fs)
     assert any("duplicate sequence" in c["reason"] for c in report.corruption)
     with pytest.raises(CorruptRecord):
-        recovered.read("s", "a")
-    assert recovered.read("s", "b").body == body_for("b", 2)
+        recovered.reads.read("s", "a")
+    assert recovered.reads.read("s", "b").body == body_for("b", 2)
 
 
 def test_a_full_disk_refuses_saves_keeps_deletes_and_recovers() -> None:
@@ -191,16 +190,16 @@ def test_a_full_disk_refuses_saves_keeps_deletes_and_recovers() -> None:
     [deleted] = store.commit([remove("s0")])
     assert deleted.ok, "a removal goes into the segment's reserve"
     with pytest.raises(DiskFull):
-        store.write_index_checkpoint()
-    assert not store.failed
+        store.checkpointing.write()
+    assert not store.state.failed
     assert_clean(store)
     fs.full_after_bytes = None
     [outcome] = store.commit([put("after", 1)])
     assert outcome.ok
     store.close()
     recovered = open_store(fs)
-    assert recovered.read("s", "s0") is None
-    assert recovered.read("s", "after").body == body_for("after", 1)
+    assert recovered.reads.read("s", "s0") is None
+    assert recovered.reads.read("s", "after").body == body_for("after", 1)
     assert_clean(recovered)
 
 
@@ -220,13 +219,13 @@ def test_compaction_on_a_full_disk_answers_no_space_and_changes_nothing() -> Non
         store.commit([put(f"kept{n}", "k" * 2000)])
     for n in range(3):
         store.commit([put("kept0", ["again", n, "k" * 2000])])  # some dead, mostly live
-    while store.log.active == 1:
+    while store.state.log.active == 1:
         store.commit([put("newer", "n" * 2000)])
     _disk_full_for_saves(store, fs, room=0)
-    before = store.log.size_bytes
+    before = store.state.log.size_bytes
     with pytest.raises(DiskFull):
         store.compact()
-    assert store.log.size_bytes == before and not store.failed
+    assert store.state.log.size_bytes == before and not store.state.failed
     assert_clean(store)
     fs.full_after_bytes = None
     result = store.compact()
@@ -240,10 +239,10 @@ def test_compaction_on_a_full_disk_still_drops_wholly_dead_segments() -> None:
     for n in range(60):
         store.commit([put(f"s{n % 3}", "x" * 2000)])
     _disk_full_for_saves(store, fs, room=16 * 1024)
-    before = store.log.size_bytes
+    before = store.state.log.size_bytes
     result = store.compact()  # no room to copy anything: the dead segments go all the same
     assert result.records_moved == 0 and result.wal_bytes_after < before
-    assert not store.failed
+    assert not store.state.failed
     assert_clean(store)
 
 
@@ -259,7 +258,7 @@ def _is_waiting(thread: threading.Thread) -> bool:
 def test_a_rotation_waits_for_the_spare_being_filled_on_a_nearly_full_disk() -> None:
     fs = new_fs()
     store = open_store(fs, segment_bytes=64 * 1024)
-    while not store.log.want_spare():
+    while not store.state.log.want_spare():
         store.commit([put(f"s{store.seq}", "x" * 2000)])
     fs.full_after_bytes = fs._used_bytes() + 64 * 1024 + 16 * 1024  # room for one segment
     filling, release = threading.Event(), threading.Event()
@@ -272,7 +271,7 @@ def test_a_rotation_waits_for_the_spare_being_filled_on_a_nearly_full_disk() -> 
         plain_write(fd, data)
 
     fs.write = gated_write  # type: ignore[method-assign]
-    spare = threading.Thread(target=store.log.prepare_spare)
+    spare = threading.Thread(target=store.state.log.prepare_spare)
     spare.start()
     assert filling.wait(30)
     outcomes: list[Any] = []
@@ -306,7 +305,7 @@ def test_an_fsync_failure_is_fatal(target: str) -> None:
         fs.fail_fsync_paths.add(f"{ROOT}/tmp")
         fs.fail_fsync_paths.add(f"{ROOT}/ckpt")
         with pytest.raises(FatalStorageError):
-            store.write_index_checkpoint()
+            store.checkpointing.write()
     with pytest.raises(FatalStorageError, match="failed earlier"):
         store.commit([put("a", 3)])
 
@@ -316,11 +315,13 @@ def test_segments_rotate_and_every_generation_survives() -> None:
     store = open_store(fs, segment_bytes=64 * 1024)
     for n in range(100):
         store.commit([put(f"s{n % 7}", ["v", n, "z" * 1500])])
-    assert len(store.log.used) > 2
+    assert len(store.state.log.used) > 2
     store.close()
     recovered = open_store(fs, segment_bytes=64 * 1024)
     for n in range(93, 100):
-        assert recovered.read("s", f"s{n % 7}").body == body_for(f"s{n % 7}", ["v", n, "z" * 1500])
+        assert recovered.reads.read("s", f"s{n % 7}").body == body_for(
+            f"s{n % 7}", ["v", n, "z" * 1500]
+        )
     assert_clean(recovered)
 
 
@@ -333,7 +334,7 @@ def test_new_segments_are_zero_filled_after_small_commits_preallocated_after_lar
     fs = new_fs()
     store = open_store(fs, segment_bytes=256 * 1024)
     _commit_rounds(store, 200, 1, 1500, "small")  # ~1.6 KB a commit
-    made = store.log.segments_made
+    made = store.state.log.segments_made
     assert made["zero_filled"] >= 1 and made["preallocated"] == 0
     _commit_rounds(store, 40, 10, 6000, "large")  # ~60 KB a commit
     assert made["preallocated"] >= 1
@@ -345,7 +346,7 @@ def test_new_segments_are_zero_filled_after_small_commits_preallocated_after_lar
     for tag, rounds, puts, value_bytes in (("large", 40, 10, 6000), ("again", 200, 1, 1500)):
         for k in range(puts):
             expected = body_for(f"{tag}{k}", [tag, rounds - 1, "v" * value_bytes])
-            assert recovered.read("s", f"{tag}{k}").body == expected
+            assert recovered.reads.read("s", f"{tag}{k}").body == expected
     assert_clean(recovered)
 
 
@@ -360,12 +361,12 @@ def test_a_file_system_that_cannot_preallocate_gets_zero_filled_segments() -> No
     fs.makedirs_durable(ROOT)
     store = open_store(fs, segment_bytes=64 * 1024)
     _commit_rounds(store, 40, 10, 6000, "large")
-    assert store.log.commit_bytes_mean > 48 * 1024
-    assert store.log.segments_made["preallocated"] == 0
-    assert store.log.segments_made["zero_filled"] >= 2
+    assert store.state.log.commit_bytes_mean > 48 * 1024
+    assert store.state.log.segments_made["preallocated"] == 0
+    assert store.state.log.segments_made["zero_filled"] >= 2
     assert [n for n in fs.listdir(f"{ROOT}/tmp") if not n.startswith("spare-")] == []
     store.close()
-    assert open_store(fs, segment_bytes=64 * 1024).read("s", "large9") is not None
+    assert open_store(fs, segment_bytes=64 * 1024).reads.read("s", "large9") is not None
 
 
 def test_compaction_keeps_space_within_twice_the_live_bytes() -> None:
@@ -373,15 +374,15 @@ def test_compaction_keeps_space_within_twice_the_live_bytes() -> None:
     store = open_store(fs, segment_bytes=32 * 1024)
     for round_ in range(30):
         store.commit([put(f"s{n}", [round_, "q" * 1000]) for n in range(80)])
-        if store.compaction_due():
-            compaction.compact(store, everything=False)
-    live = sum(e.length for _, _, e in store.index.rows())
-    on_disk = sum(v for n, v in store.log.used.items() if n != store.log.active)
+        if store.compactor.due():
+            store.compactor.compact(everything=False)
+    live = sum(e.length for _, _, e in store.state.index.rows())
+    on_disk = sum(v for n, v in store.state.log.used.items() if n != store.state.log.active)
     assert on_disk <= 2 * live
     store.close()
     recovered = open_store(fs, segment_bytes=32 * 1024)
     for n in range(80):
-        assert recovered.read("s", f"s{n}").body == body_for(f"s{n}", [29, "q" * 1000])
+        assert recovered.reads.read("s", f"s{n}").body == body_for(f"s{n}", [29, "q" * 1000])
     assert_clean(recovered)
 
 
@@ -392,14 +393,14 @@ def test_a_damaged_checkpoint_falls_back_to_its_twin() -> None:
     for n in range(40):
         store.commit([put("filler", ["f" * 2000, n])])
     store.compact()
-    assert 1 not in store.log.used, "the first segment was compacted away"
+    assert 1 not in store.state.log.used, "the first segment was compacted away"
     store.close()
     first, second = sorted(fs.listdir(f"{ROOT}/ckpt"))
     _flip(fs, f"{ROOT}/ckpt/{first}", 30)
     recovered, report = open_with_report(fs)
     assert len(report.checkpoint_problems) == 1 and first in report.checkpoint_problems[0]
-    assert recovered.read("s", "s1") is None
-    assert recovered.read("s", "s4").body == body_for("s4", 4)
+    assert recovered.reads.read("s", "s1") is None
+    assert recovered.reads.read("s", "s4").body == body_for("s4", 4)
     recovered.close()
     _flip(fs, f"{ROOT}/ckpt/{second}", 30)
     with pytest.raises(StoreFormatError, match="every index checkpoint is damaged"):
@@ -412,7 +413,7 @@ def test_without_a_checkpoint_the_whole_log_replays() -> None:
     store.close()
     recovered, report = open_with_report(fs)
     assert report.batches_replayed == 5 and report.checkpoint_seq == 0
-    assert recovered.read("s", "s4").body == body_for("s4", 4)
+    assert recovered.reads.read("s", "s4").body == body_for("s4", 4)
 
 
 def test_a_second_open_on_the_same_directory_is_refused(tmp_path: Path) -> None:
@@ -441,7 +442,7 @@ def test_symlinks_are_refused_for_directories_and_files(tmp_path: Path) -> None:
     (root / "log").unlink()
     store, _ = open_real(RealFileSystem(), str(root))
     store.commit([put("a", 1)])
-    path = Path(store.log.path(store.log.active))
+    path = Path(store.state.log.path(store.state.log.active))
     store.close()
     target = outside / "segment"
     target.write_bytes(path.read_bytes())
@@ -455,8 +456,8 @@ def test_symlinks_are_refused_for_directories_and_files(tmp_path: Path) -> None:
 def test_preallocated_segments_on_the_real_file_system(tmp_path: Path) -> None:
     store, _ = open_real(RealFileSystem(), str(tmp_path), segment_bytes=1024 * 1024)
     _commit_rounds(store, 60, 16, 4000, "s")  # ~64 KB a commit
-    assert store.log.segments_made["preallocated"] >= 1
-    active, offset, size = store.log.active, store.log.offset, store.log.size
+    assert store.state.log.segments_made["preallocated"] >= 1
+    active, offset, size = store.state.log.active, store.state.log.offset, store.state.log.size
     store.close()
     path = tmp_path / "log" / f"{active:016x}.seg"
     assert os.stat(path).st_blocks * 512 >= size  # its room is taken before it is used
@@ -466,7 +467,7 @@ def test_preallocated_segments_on_the_real_file_system(tmp_path: Path) -> None:
     recovered, report = open_real(RealFileSystem(), str(tmp_path))
     assert report.corruption == []
     for k in range(16):
-        assert recovered.read("s", f"s{k}").body == body_for(f"s{k}", ["s", 59, "v" * 4000])
+        assert recovered.reads.read("s", f"s{k}").body == body_for(f"s{k}", ["s", 59, "v" * 4000])
     assert_clean(recovered)
     recovered.close()
 
@@ -479,7 +480,7 @@ def test_the_real_file_system_round_trip(tmp_path: Path) -> None:
     store.close()
     recovered, report = open_real(RealFileSystem(), str(tmp_path))
     assert report.corruption == []
-    assert recovered.read("s", "s9").body == body_for("s9", ["x" * 3000, 299])
+    assert recovered.reads.read("s", "s9").body == body_for("s9", ["x" * 3000, 299])
     assert_clean(recovered)
     assert all(os.path.getsize(tmp_path / "log" / n) > 0 for n in os.listdir(tmp_path / "log"))
     recovered.close()

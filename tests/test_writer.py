@@ -44,7 +44,7 @@ async def test_concurrent_saves_are_group_committed() -> None:
     assert len(results) == 64 and all(o.ok for o in results)
     assert sorted(o.seq for o in results) == list(range(1, 65))
     assert writer.batches == 1, "saves queued together are committed as one batch"
-    assert store.read("s", "c7").body == body_for("c7", 7)
+    assert store.reads.read("s", "c7").body == body_for("c7", 7)
 
 
 async def test_same_id_twice_in_one_drain_commits_in_order() -> None:
@@ -59,7 +59,7 @@ async def test_same_id_twice_in_one_drain_commits_in_order() -> None:
             await job.wait()
         writer.close()
     assert [j.outcome.seq for j in jobs if j.outcome] == [1, 2, 3, 4, 5]
-    assert store.read("s", "same").body == body_for("same", 4)
+    assert store.reads.read("s", "same").body == body_for("same", 4)
 
 
 @pytest.mark.parametrize("per_batch", [1, 2], ids=["lone, waited on the loop", "through trio"])
@@ -117,7 +117,7 @@ async def test_fatal_error_fails_the_batch_and_everything_after() -> None:
     fatal: list[str] = []
     writer = Writer(store, on_fatal=fatal.append)
     store.commit([put("before", 0)])
-    fs.fail_fsync_paths.add(store.log.path(store.log.active))
+    fs.fail_fsync_paths.add(store.state.log.path(store.state.log.active))
     results: list[Outcome] = []
     async with trio.open_nursery() as nursery:
         nursery.start_soon(writer.run)
@@ -144,10 +144,10 @@ async def test_the_writer_compacts_checkpoints_and_prepares_spares_by_itself() -
     assert all(o.ok for o in results) and len(results) == 320
     assert writer.compactions > 0 and writer.checkpoints > 0
     for n in range(8):
-        assert store.read("s", f"s{n}").body == body_for(f"s{n}", [39, "w" * 1500])
+        assert store.reads.read("s", f"s{n}").body == body_for(f"s{n}", [39, "w" * 1500])
     assert_clean(store)
-    live = sum(store.index.live_bytes.values())  # documents and earlier generations kept
-    assert sum(store.log.used.values()) <= 2 * live + 2 * store.log.segment_bytes
+    live = sum(store.state.index.live_bytes.values())  # documents and earlier generations kept
+    assert sum(store.state.log.used.values()) <= 2 * live + 2 * store.state.log.segment_bytes
 
 
 async def test_the_watchdog_pings_on_trios_clock(

@@ -46,7 +46,7 @@ COMPILED_GROUPS: dict[str, tuple[str, ...]] = {
         "storage/history.py",
         "storage/log/store.py",
         "storage/log/store_reads.py",
-        "storage/log/store_parts.py",
+        "storage/log/state.py",
         "storage/log/records.py",
         "storage/log/index.py",
         "storage/log/segments.py",

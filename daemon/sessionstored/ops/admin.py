@@ -87,7 +87,7 @@ async def stats_snapshot(ops: OpContext) -> dict[str, Any]:
     """What `stats` answers (and /metrics reads at each scrape)."""
     store_stats = await ops.query(ops.store.stats)
     return {
-        "sessions": await ops.query(ops.store.session_count),
+        "sessions": await ops.query(ops.store.reads.session_count),
         "seq": ops.store.acknowledged_seq,
         "uptime_s": round(time.monotonic() - ops.started, 3),
         "watchers": ops.broadcaster.watchers,

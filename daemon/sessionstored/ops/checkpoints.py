@@ -102,14 +102,14 @@ def checkpoint_scan(ops: OpContext, request: Request) -> Step:
     refresh = refresh_arg(args)
 
     def read_values(found: list[tuple[str, Entry]]) -> list[dict[str, Any]]:
-        docs = ops.store.read_entries(kind, found)
+        docs = ops.store.reads.read_entries(kind, found)
         return [
             {**item_of(doc.id, doc), "value": RawCBOR(doc.body)} for doc in docs if doc is not None
         ]
 
     async def read() -> Response:
         wanted = KeyRange(kind, prefix, after, before, limit, reverse)
-        found, more = await ops.query(ops.store.scan, wanted)
+        found, more = await ops.query(ops.store.reads.scan, wanted)
         if values:
             total = 0
             for count, (_, entry) in enumerate(found):

@@ -111,7 +111,7 @@ class OpContext:
         return fn(*args)
 
     def current_lease(self) -> Awaitable[dict[str, Any] | None]:
-        return self.query(self.store.current_lease)
+        return self.query(self.store.reads.current_lease)
 
     def read_document(self, kind: str, doc_id: str) -> Callable[[], Awaitable[Document | None]]:
         """A reader of the committed generation; returns the Document or None. A large
@@ -120,15 +120,17 @@ class OpContext:
 
         async def read() -> Document | None:
             if self.store.blocking_reads:
-                return await trio.to_thread.run_sync(self.store.read, kind, doc_id)
-            entry = self.store.head(kind, doc_id)
+                return await trio.to_thread.run_sync(self.store.reads.read, kind, doc_id)
+            entry = self.store.reads.head(kind, doc_id)
             if entry is None or entry.size <= OFFLOAD_ABOVE_BYTES:
-                return self.store.read(kind, doc_id)
-            hit = self.store.cached(kind, doc_id, entry)
+                return self.store.reads.read(kind, doc_id)
+            hit = self.store.reads.cached(kind, doc_id, entry)
             if hit is not None:
                 return hit
-            doc = await self.read_off_loop([entry], self.store.read_entry, kind, doc_id, entry)
-            self.store.remember(doc)
+            doc = await self.read_off_loop(
+                [entry], self.store.reads.read_entry, kind, doc_id, entry
+            )
+            self.store.reads.remember(doc)
             return doc
 
         return read
@@ -138,26 +140,26 @@ class OpContext:
         session does not exist; Refusal compacted when it is no longer kept."""
         store = self.store
         if store.blocking_reads:
-            entries = await trio.to_thread.run_sync(store.generations, kind, doc_id)
+            entries = await trio.to_thread.run_sync(store.reads.generations, kind, doc_id)
         else:
-            entries = store.generations(kind, doc_id)
+            entries = store.reads.generations(kind, doc_id)
         entry = generation_at(entries, at, doc_id)
         if entry is None:
             return None
         if store.blocking_reads:
-            return await trio.to_thread.run_sync(store.read_generation, kind, doc_id, entry)
+            return await trio.to_thread.run_sync(store.reads.read_generation, kind, doc_id, entry)
         if entry.size <= OFFLOAD_ABOVE_BYTES:  # as a load's: a small one on the loop
-            return store.read_generation(kind, doc_id, entry)
-        return await self.read_off_loop([entry], store.read_generation, kind, doc_id, entry)
+            return store.reads.read_generation(kind, doc_id, entry)
+        return await self.read_off_loop([entry], store.reads.read_generation, kind, doc_id, entry)
 
     async def read_off_loop(self, entries: Sequence[Entry], fn: Callable[..., T], *args: Any) -> T:
         """fn(*args) in a thread, reading these entries: their files stay alive meanwhile,
         however compaction goes on."""
-        self.store.pin(entries)
+        self.store.reads.pin(entries)
         try:
             return await trio.to_thread.run_sync(fn, *args)
         finally:
-            self.store.unpin(entries)
+            self.store.reads.unpin(entries)
 
     async def guarded_read(
         self, request: Request, produce: Callable[[], Awaitable[Response]]

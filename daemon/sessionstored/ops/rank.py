@@ -101,7 +101,7 @@ def checkpoint_rank(ops: OpContext, request: Request) -> Step:
     scorers: list[Scorer] = []  # one, made once numpy is known to load
 
     def score_page(page: list[tuple[str, Entry]]) -> list[tuple[float, str]]:
-        docs = [doc for doc in ops.store.read_entries(kind, page) if doc is not None]
+        docs = [doc for doc in ops.store.reads.read_entries(kind, page) if doc is not None]
         held = [document_vectors(doc.body, field, len(query)) for doc in docs]
         return scorers[0].scores([doc.id for doc in docs], held)
 
@@ -116,7 +116,7 @@ def checkpoint_rank(ops: OpContext, request: Request) -> Step:
         after: str | None = None
         while True:
             wanted = KeyRange(kind, prefix, after, None, RANK_SCAN_KEYS, False)
-            found, more = await ops.query(ops.store.scan, wanted)
+            found, more = await ops.query(ops.store.reads.scan, wanted)
             scanned += len(found)
             if scanned > RANK_MAX_DOCUMENTS:
                 message = f"the prefix holds over {RANK_MAX_DOCUMENTS} documents to rank"

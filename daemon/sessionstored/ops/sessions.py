@@ -113,7 +113,7 @@ def history(ops: OpContext, request: Request) -> Step:
         )
 
     async def read() -> Response:
-        entries = await ops.query(ops.store.generations, SESSION, session_id)
+        entries = await ops.query(ops.store.reads.generations, SESSION, session_id)
         return ok_response(
             request,
             generations=[
@@ -134,7 +134,7 @@ def head(ops: OpContext, request: Request) -> Step:
     session_id = id_arg(request.args, "session_id")
 
     async def read() -> Response:
-        entry = await ops.query(ops.store.head, SESSION, session_id)
+        entry = await ops.query(ops.store.reads.head, SESSION, session_id)
         if entry is None:
             return ok_response(request, found=False, digest=None, seq=None, size=None)
         return ok_response(
@@ -153,7 +153,7 @@ def exists(ops: OpContext, request: Request) -> Step:
     session_id = id_arg(request.args, "session_id")
 
     async def read() -> Response:
-        found = await ops.query(ops.store.head, SESSION, session_id)
+        found = await ops.query(ops.store.reads.head, SESSION, session_id)
         return ok_response(request, exists=found is not None)
 
     return Read(request, lambda: ops.guarded_read(request, read))
@@ -170,7 +170,7 @@ def list_sessions(ops: OpContext, request: Request) -> Step:
         raise Refusal(ErrorCode.BAD_REQUEST, f"limit must be an integer from 1 to {LIST_MAX_LIMIT}")
 
     async def read() -> Response:
-        ids, cursor = await ops.query(ops.store.list_sessions, prefix, after, limit)
+        ids, cursor = await ops.query(ops.store.reads.list_sessions, prefix, after, limit)
         return ok_response(request, ids=ids, next=cursor)
 
     return Read(request, lambda: ops.guarded_read(request, read))

@@ -2,9 +2,11 @@
 # embedded log (log/store.py) or PostgreSQL (postgres/store.py). The daemon
 # names an engine's class only where it starts one (cli.py).
 #
-# Reads never wait for the writer: the log's come from the event loop
-# (blocking_reads False), PostgreSQL's from threads (True: network round
-# trips). Everything else comes from the single writer, one call at a time.
+# An engine is made of parts, each an object of its own: reads (never waiting
+# for the writer: the log's from the event loop, blocking_reads False;
+# PostgreSQL's from threads, True: network round trips) and expiry (what the
+# sweep removes). Everything else comes from the single writer, one call at a
+# time.
 #
 # What only one engine has is a capability, None on the other:
 #   maintenance  the log's upkeep between batches: a spare segment ready for
@@ -94,14 +96,29 @@ class CompactionRun(Protocol):
     def switch(self) -> int: ...
 
 
-class LogMaintenance(Protocol):
+class Spares(Protocol):  # the log's segments (segments.Log)
     def close_retired(self) -> None: ...  # read handles of segments compaction replaced
     def want_spare(self) -> bool: ...
     def prepare_spare(self) -> None: ...  # a background thread's: prepares a spare segment
-    def compaction_due(self) -> bool: ...
-    def plan_compaction(self, *, dead_only: bool = False) -> CompactionRun | None: ...
-    def index_checkpoint_due(self) -> bool: ...
-    def write_index_checkpoint(self) -> str: ...  # an index checkpoint's path
+
+
+class Compactions(Protocol):
+    def due(self) -> bool: ...
+    def plan(self, *, dead_only: bool = False) -> CompactionRun | None: ...
+
+
+class IndexCheckpointing(Protocol):
+    def due(self) -> bool: ...
+    def write(self) -> str: ...  # an index checkpoint's path
+
+
+class LogMaintenance(Protocol):
+    @property
+    def segments(self) -> Spares: ...
+    @property
+    def compaction(self) -> Compactions: ...
+    @property
+    def checkpoints(self) -> IndexCheckpointing: ...
 
 
 class Follower(Protocol):
@@ -109,26 +126,11 @@ class Follower(Protocol):
     def follow(self) -> bool: ...  # other hosts' commits into history; True when any
 
 
-class Engine(Protocol):
-    blocking_reads: bool
-    batches_in_flight: int  # commit_durably may run in this many threads at once
-    local_commits: bool  # a commit is a local write and sync, never a network round trip
-    seq: int  # the watch history's: every change up to it is in history
-    history: History
-    sealer: Sealer
-    lease: dict[str, Any] | None  # the writer lease as the last published batch left it
-    keep_generations: int  # earlier generations of each session kept (generations.py)
+class Reads(Protocol):
+    """The committed state, read without waiting for the writer: the log's from its index
+    in memory (the readers' thread, the event loop's in the daemon), PostgreSQL's one
+    statement at a time on pooled connections (any thread)."""
 
-    @property
-    def maintenance(self) -> LogMaintenance | None: ...
-    @property
-    def follower(self) -> Follower | None: ...
-    @property
-    def acknowledged_seq(self) -> int: ...  # at least seq: every seq this daemon acknowledged
-    @property
-    def encrypted(self) -> bool: ...
-
-    # reads (the readers' thread)
     def head(self, kind: str, doc_id: str) -> Entry | None: ...
     def read(self, kind: str, doc_id: str, *, cached: bool = True) -> Document | None: ...
     def read_entry(self, kind: str, doc_id: str, entry: Entry) -> Document: ...  # any thread
@@ -153,12 +155,47 @@ class Engine(Protocol):
     def session_count(self) -> int: ...
     def current_lease(self) -> dict[str, Any] | None: ...
 
-    # expiry: what the sweep removes, and when next (on the event loop; in a thread when
-    # blocking_reads, as a query is)
-    def next_expiry_ms(self) -> int | None: ...
+
+class Expiry(Protocol):
+    """What the sweep removes, and when next (on the event loop; in a thread when
+    blocking_reads, as a query is)."""
+
+    def next_ms(self) -> int | None: ...
     # at most limit due documents, from at most limit entries looked at (stale ones too)
-    def due_expirations(self, now_ms: int, limit: int) -> list[Expire]: ...
-    def retry_expiration(self, expire: Expire) -> None: ...
+    def due(self, now_ms: int, limit: int) -> list[Expire]: ...
+    def retry(self, expire: Expire) -> None: ...  # one the sweep did not remove
+
+
+class Engine(Protocol):
+    blocking_reads: bool
+    local_commits: bool  # a commit is a local write and sync, never a network round trip
+
+    @property
+    def reads(self) -> Reads: ...
+    @property
+    def expiry(self) -> Expiry: ...
+
+    @property
+    def batches_in_flight(self) -> int: ...  # commit_durably may run in this many threads
+    @property
+    def seq(self) -> int: ...  # the watch history's: every change up to it is in history
+    @property
+    def history(self) -> History: ...
+    @property
+    def sealer(self) -> Sealer: ...
+    @property
+    def lease(self) -> dict[str, Any] | None: ...  # as the last published batch left it
+    @property
+    def keep_generations(self) -> int: ...  # earlier generations of each session kept
+    @property
+    def maintenance(self) -> LogMaintenance | None: ...
+    @property
+    def follower(self) -> Follower | None: ...
+    @property
+    def acknowledged_seq(self) -> int: ...  # at least seq: every seq this daemon acknowledged
+    @property
+    def encrypted(self) -> bool: ...
+
     def stats(self) -> dict[str, Any]: ...
     def backup_snapshot(self) -> BackupSnapshot: ...  # the readers' thread
 

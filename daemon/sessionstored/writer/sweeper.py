@@ -68,27 +68,25 @@ class Sweeper:
 
     def _offer_again(self, due: list[Expire]) -> None:
         for expire in due:
-            self.store.retry_expiration(expire)
+            self.store.expiry.retry(expire)
 
     async def _due(self) -> list[Expire]:
         if self.store.blocking_reads:  # a query (PostgreSQL): off the event loop
-            return await trio.to_thread.run_sync(
-                self.store.due_expirations, epoch_ms(), SWEEP_BATCH
-            )
+            return await trio.to_thread.run_sync(self.store.expiry.due, epoch_ms(), SWEEP_BATCH)
         # from the schedule, on the event loop: a pass takes at most DUE_PER_PASS of its
         # entries, stale ones counted, and the loop serves others between passes
         due: list[Expire] = []
         while len(due) < SWEEP_BATCH:
             now = epoch_ms()
-            due += self.store.due_expirations(now, DUE_PER_PASS)
-            upcoming = self.store.next_expiry_ms()
+            due += self.store.expiry.due(now, DUE_PER_PASS)
+            upcoming = self.store.expiry.next_ms()
             if upcoming is None or upcoming > now:
                 break
             await trio.sleep(0)
         return due
 
     def _idle_s(self) -> float:
-        upcoming = self.store.next_expiry_ms()
+        upcoming = self.store.expiry.next_ms()
         if upcoming is None:
             return SWEEP_IDLE_S
         return min(SWEEP_IDLE_S, max(0.0, (upcoming - epoch_ms()) / 1000))

@@ -293,7 +293,7 @@ class Writer:
 
     def _close_retired(self) -> None:
         if self.store.maintenance is not None:
-            self.store.maintenance.close_retired()
+            self.store.maintenance.segments.close_retired()
 
     async def _commit(self, jobs: list[MutationJob], thread: WriterThread) -> None:
         if not jobs:
@@ -358,21 +358,21 @@ class Writer:
         upkeep = self.store.maintenance
         if upkeep is None:  # PostgreSQL keeps its own files
             return
-        if self._spare is None and upkeep.want_spare():
-            self._spare = self._background.submit(upkeep.prepare_spare)
+        if self._spare is None and upkeep.segments.want_spare():
+            self._spare = self._background.submit(upkeep.segments.prepare_spare)
         elif self._spare is not None and self._spare.done():
             error = self._spare.exception()
             self._spare = None
             if error is not None:
                 log.warning("could not prepare a spare log segment: %s", error)
         await self._settle_compaction(wait=False)
-        if self.failed is None and self._compaction is None and upkeep.compaction_due():
+        if self.failed is None and self._compaction is None and upkeep.compaction.due():
             # the plan reads every index entry: in the writer's thread, not the event loop's
             # (a million entries held every client's reply for 2.6 s, bench/expiry.py)
-            run = await self._call(upkeep.plan_compaction)
+            run = await self._call(upkeep.compaction.plan)
             if run is not None:
                 self._compaction = _BackgroundCompaction(run, self._background.submit(run.copy))
-        if self.failed is None and upkeep.index_checkpoint_due():
+        if self.failed is None and upkeep.checkpoints.due():
             await self._checkpoint(upkeep, "checkpoint")
 
     async def _settle_compaction(self, *, wait: bool) -> None:
@@ -388,7 +388,7 @@ class Writer:
         work: CompactionRun | None = running.run
         if isinstance(error, DiskFull):
             work = await self._call(  # no copying: what fits
-                lambda: upkeep.plan_compaction(dead_only=True)
+                lambda: upkeep.compaction.plan(dead_only=True)
             )
             log.warning("disk full: compaction drops only wholly dead segments (%s)", error)
         elif isinstance(error, InjectedFault):
@@ -411,14 +411,14 @@ class Writer:
 
     async def _checkpoint(self, upkeep: LogMaintenance, what: str) -> None:
         try:
-            path = await self._call(upkeep.write_index_checkpoint)
+            path = await self._call(upkeep.checkpoints.write)
         except (DiskFull, InjectedFault) as error:
             log.warning("%s skipped: %s", what, error)
             return
         except FatalStorageError as error:
             self._fatal(str(error), [])
             return
-        upkeep.close_retired()
+        upkeep.segments.close_retired()
         self.checkpoints += 1
         await self._call(self.collector.settle)
         log.info("%s at seq %d: %s", what, self.store.seq, path)

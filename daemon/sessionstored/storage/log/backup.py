@@ -11,27 +11,28 @@ from collections.abc import Iterator
 
 from ..documents import SESSION, Document, Entry
 from ..errors import CorruptRecord
-from .store_parts import StoreParts
+from .state import LogState
+from .store_reads import pin, read_entry, unpin
 
 CHUNK_DOCUMENTS = 256
 
 
 class LogBackup:
-    def __init__(self, store: StoreParts) -> None:
-        if store.damaged:
-            row = next(iter(store.damaged.values()))
+    def __init__(self, state: LogState) -> None:
+        if state.damaged:
+            row = next(iter(state.damaged.values()))
             message = (
-                f"{len(store.damaged)} documents are damaged (verify lists them): a backup "
+                f"{len(state.damaged)} documents are damaged (verify lists them): a backup "
                 "would leave them out"
             )
             raise CorruptRecord(row.file, row.offset, message)
-        self.store = store
-        self._seq = store.seq
-        rows = store.index.rows()
-        rows += [(SESSION, doc_id, entry) for doc_id, entry in store.index.earlier_rows()]
+        self.state = state
+        self._seq = state.seq
+        rows = state.index.rows()
+        rows += [(SESSION, doc_id, entry) for doc_id, entry in state.index.earlier_rows()]
         self._rows = rows
         self._pinned: list[Entry] = list({e.segment: e for _, _, e in rows}.values())
-        store.pin(self._pinned)
+        pin(state, self._pinned)
 
     @property
     def seq(self) -> int:
@@ -46,7 +47,7 @@ class LogBackup:
         for start in range(0, len(self._rows), CHUNK_DOCUMENTS):
             yield [
                 dataclasses.replace(
-                    self.store.read_entry(kind, doc_id, entry),
+                    read_entry(self.state, kind, doc_id, entry),
                     committed_at_ms=entry.committed_at_ms,
                 )
                 for kind, doc_id, entry in self._rows[start : start + CHUNK_DOCUMENTS]
@@ -54,5 +55,5 @@ class LogBackup:
 
     def close(self) -> None:
         if self._pinned:
-            self.store.unpin(self._pinned)
+            unpin(self.state, self._pinned)
             self._pinned = []

@@ -120,15 +120,15 @@ def _legacy_wal_seq(fs: FileSystem, directory: str, sealer: Sealer) -> int:
 
 
 def migrate_v1(store: Store, metadata: StoreMetadata) -> str:
-    fs, root, sealer = store.fs, store.root, store.sealer
+    fs, root, sealer = store.state.fs, store.state.root, store.sealer
     if metadata.bridge is not None:
         raise StoreFormatError(
             f"{root}: a format-1 store with an unfinished key rotation; finish the rotation "
             "with the sessionstored version that started it, then start this one"
         )
     log.warning("%s: migrating the store from format 1 (a file per generation) to the log", root)
-    for name in fs.listdir(store.log.directory):
-        fs.unlink(f"{store.log.directory}/{name}")
+    for name in fs.listdir(store.state.log.directory):
+        fs.unlink(f"{store.state.log.directory}/{name}")
     for name in fs.listdir(f"{root}/{CKPT_DIR}"):
         if generation_of(name) is not None:
             fs.unlink(f"{root}/{CKPT_DIR}/{name}")

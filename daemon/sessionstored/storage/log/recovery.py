@@ -146,7 +146,7 @@ def open_store(
 
 
 def _prepare_layout(store: Store, report: RecoveryReport) -> RekeyBridge | None:
-    fs, root = store.fs, store.root
+    fs, root = store.state.fs, store.state.root
     if not fs.is_dir(root):
         raise StoreFormatError(f"{root}: state directory missing or not a directory")
     lock_fd = fs.lock_exclusive(f"{root}/{LOCK_FILE}")
@@ -184,7 +184,7 @@ def _sweep_temps(fs: FileSystem, root: str) -> int:
 
 
 def _segment_roles(store: Store, report: RecoveryReport) -> dict[int, int]:
-    fs, directory = store.fs, store.log.directory
+    fs, directory = store.state.fs, store.state.log.directory
     roles: dict[int, int] = {}
     for name in fs.listdir(directory):
         number = segment_number(name)
@@ -209,11 +209,11 @@ def _choose_base(
     store: Store, report: RecoveryReport, roles: dict[int, int]
 ) -> tuple[IndexCheckpointState | None, set[int]]:
     """The newest intact checkpoint, and every segment that some intact checkpoint names."""
-    intact, report.checkpoint_problems = store.checkpoints.load_all()
+    intact, report.checkpoint_problems = store.checkpointing.files.load_all()
     if intact and [s.generation for s in intact[:2]] == [intact[0].generation] * 2:
         # both copies of the newest generation are whole: finish its pruning, so that an
         # interrupted one leaves nothing for the next crash to add to
-        store.checkpoints.prune(keep_generation=intact[0].generation)
+        store.checkpointing.files.prune(keep_generation=intact[0].generation)
         intact = intact[:2]
     named = {number for state in intact for number in state.segments}
     if intact:
@@ -222,9 +222,9 @@ def _choose_base(
         appends = sorted(n for n, role in roles.items() if role == APPEND)
         if COMPACTED in roles.values() or (appends and appends[0] != 1):
             raise StoreFormatError(
-                f"{store.root}: every index checkpoint is damaged "
+                f"{store.state.root}: every index checkpoint is damaged "
                 f"({report.checkpoint_problems[0]}) and the log no longer reaches back to the "
-                f"first batch; restore {store.checkpoints.directory} from a backup"
+                f"first batch; restore {store.checkpointing.files.directory} from a backup"
             )
     return None, named
 
@@ -256,7 +256,7 @@ def _shared_history(base: IndexCheckpointState) -> list[Committed]:
 
 def _cut_torn_tail(store: Store, torn: dict[str, Any]) -> None:
     """Keep a copy of the torn bytes, then zero them so the next batch starts clean."""
-    fs, path, offset, length = store.fs, torn["path"], torn["offset"], torn["dropped_bytes"]
+    fs, path, offset, length = store.state.fs, torn["path"], torn["offset"], torn["dropped_bytes"]
     if length == 0:
         return
     fd = fs.open_read_write(path)
@@ -272,7 +272,7 @@ def _cut_torn_tail(store: Store, torn: dict[str, Any]) -> None:
             fs.fsync(copy)
         finally:
             fs.close(copy)
-        fs.fsync_dir(store.log.directory)
+        fs.fsync_dir(store.state.log.directory)
         torn["broken_copy"] = broken
         fs.pwrite(fd, bytes(length), offset)
         fs.fdatasync(fd)  # the cut is durable before anything is appended after it
@@ -284,7 +284,7 @@ def recover(store: Store) -> RecoveryReport:
     started = time.monotonic()
     report = RecoveryReport()
     bridge = _prepare_layout(store, report)
-    report.temps_removed = _sweep_temps(store.fs, store.root)
+    report.temps_removed = _sweep_temps(store.state.fs, store.state.root)
     roles = _segment_roles(store, report)
     base, named = _choose_base(store, report, roles)
     replayed, retiring = _plan_replay(store, report, roles, base, named)
@@ -292,8 +292,8 @@ def recover(store: Store) -> RecoveryReport:
     segments = [
         Segment(
             n,
-            store.log.path(n),
-            store.fs.read_file(store.log.path(n), 1 << 40),
+            store.state.log.path(n),
+            store.state.fs.read_file(store.state.log.path(n), 1 << 40),
             position[1] if n == position[0] else SEGMENT_HEADER_BYTES,
         )
         for n in replayed
@@ -316,7 +316,7 @@ def recover(store: Store) -> RecoveryReport:
     if result.torn is not None:
         _cut_torn_tail(store, result.torn)
         report.torn_tail = result.torn
-    since = _resume_log(store.log, segments, roles, result, base)
+    since = _resume_log(store.state.log, segments, roles, result, base)
     recovered = Recovered(
         index, history, result.last_seq, result.last_batch, damaged, base, since, retiring
     )
@@ -331,12 +331,13 @@ def recover(store: Store) -> RecoveryReport:
     if bridge is not None:
         rekey = finish_rekey(store, bridge)
         report.rekey_finished = f"{rekey.bridge}, {rekey.describe()} resealed"
-    report.damaged_documents = len(store.damaged)
-    report.untold_damage = sum(1 for row in store.damaged.values() if row.id is None)
+    report.damaged_documents = len(store.state.damaged)
+    report.untold_damage = sum(1 for row in store.state.damaged.values() if row.id is None)
     report.seq = store.seq
-    report.documents = sum(store.index.count(k) for k in store.index.kinds())
-    report.checkpoint_seq = store.checkpoint_seq
-    reserve.ensure(store)  # the room a full disk's compaction starts from, if there is room
+    report.documents = sum(store.state.index.count(k) for k in store.state.index.kinds())
+    report.checkpoint_seq = store.checkpointing.seq
+    # the room a full disk's compaction starts from, if there is room
+    reserve.ensure(store.state, store.checkpointing.files)
     report.duration_ms = (time.monotonic() - started) * 1000
     return report
 
@@ -351,7 +352,7 @@ def _plan_replay(
     """The append segments to replay from the checkpoint's position, and the segments
     only an older checkpoint names (unlinked after the next one). Segments nothing
     names are removed: a compaction's that no checkpoint adopted."""
-    log = store.log
+    log = store.state.log
     position = base.position if base else (0, 0)
     missing = sorted(n for n in (base.segments if base else ()) if n not in roles)
     if missing:  # a segment is unlinked only after a newer checkpoint no longer names it

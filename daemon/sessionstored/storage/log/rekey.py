@@ -39,7 +39,7 @@ def begin_rekey(
     """Rotate an open store (no rotation pending) from its key to `new`."""
     old = store.sealer.seal_with
     bridge = RekeyBridge.between(old, new)
-    write_durably(store.fs, store.root, REKEY_FILE, bridge.encode())
+    write_durably(store.state.fs, store.state.root, REKEY_FILE, bridge.encode())
     store.set_sealer(Sealer.for_rotation(old, new))
     return finish_rekey(store, bridge, progress)
 
@@ -49,19 +49,19 @@ def finish_rekey(
 ) -> RekeyReport:
     """Steps 2-4, from wherever an earlier attempt stopped. The store is open and idle."""
     report = RekeyReport(bridge.describe())
-    if store.log.offset != SEGMENT_HEADER_BYTES:
-        store.log.rotate(0)  # nothing after this point is written under the old key
-    work = compaction.plan(store, all_segments=True)
+    fs, root, log, compactor = store.state.fs, store.state.root, store.state.log, store.compactor
+    if log.offset != SEGMENT_HEADER_BYTES:
+        log.rotate(0)  # nothing after this point is written under the old key
+    work = compactor.choose(all_segments=True)
     if work is not None:
-        compaction.copy(store, work, reseal=True, progress=progress)
-        moved = compaction.switch(store, work)
+        compactor.copy(work, reseal=True, progress=progress)
+        moved = compactor.switch(work)
         report.resealed, report.earlier = moved - work.earlier_moved, work.earlier_moved
-    store.write_index_checkpoint()
-    store.log.close_retired()
+    store.checkpointing.write()
+    log.close_retired()
     new = store.sealer.seal_with
-    fs = store.fs
-    write_durably(fs, store.root, FORMAT_FILE, format_text(new.key_id_hex if new else None))
-    fs.unlink(f"{store.root}/{REKEY_FILE}")
-    fs.fsync_dir(store.root)
+    write_durably(fs, root, FORMAT_FILE, format_text(new.key_id_hex if new else None))
+    fs.unlink(f"{root}/{REKEY_FILE}")
+    fs.fsync_dir(root)
     store.set_sealer(Sealer(new))
     return report

@@ -13,41 +13,42 @@
 from __future__ import annotations
 
 from .fs import ENOSPC_ERRNOS
-from .store_parts import StoreParts
+from .index_checkpoint import IndexCheckpoints
+from .state import LogState
 
 RESERVE_NAME = "compaction-reserve"
 RESERVE_SLACK_BYTES = 64 * 1024  # segment headers, the directories' own blocks
 RESERVE_WRITE_BYTES = 64 * 1024
 
 
-def reserve_path(store: StoreParts) -> str:
-    return f"{store.root}/{RESERVE_NAME}"
+def reserve_path(state: LogState) -> str:
+    return f"{state.root}/{RESERVE_NAME}"
 
 
-def wanted_bytes(store: StoreParts) -> int:
-    return store.log.segment_size_now() // 2 + checkpoint_room(store)
+def wanted_bytes(state: LogState, checkpoints: IndexCheckpoints) -> int:
+    return state.log.segment_size_now() // 2 + checkpoint_room(checkpoints)
 
 
-def checkpoint_room(store: StoreParts) -> int:
+def checkpoint_room(checkpoints: IndexCheckpoints) -> int:
     """What writing the next index checkpoint needs: two copies, as big as the last."""
-    return 2 * store.checkpoints.newest_bytes() + RESERVE_SLACK_BYTES
+    return 2 * checkpoints.newest_bytes() + RESERVE_SLACK_BYTES
 
 
-def held_bytes(store: StoreParts) -> int:
-    path = reserve_path(store)
-    return store.fs.file_size(path) if store.fs.exists(path) else 0
+def held_bytes(state: LogState) -> int:
+    path = reserve_path(state)
+    return state.fs.file_size(path) if state.fs.exists(path) else 0
 
 
-def ensure(store: StoreParts) -> bool:
+def ensure(state: LogState, checkpoints: IndexCheckpoints) -> bool:
     """Make the reserve if it is missing and there is room; False if there is not."""
-    fs, path = store.fs, reserve_path(store)
+    fs, path = state.fs, reserve_path(state)
     if fs.exists(path):
         return True
-    size = wanted_bytes(store)
-    free = fs.free_bytes(store.root)
+    size = wanted_bytes(state, checkpoints)
+    free = fs.free_bytes(state.root)
     if free is not None and free < 2 * size:
         return False  # a nearly full disk: leave the room to the data
-    temp = f"{store.log.tmp_dir}/{RESERVE_NAME}.tmp"
+    temp = f"{state.log.tmp_dir}/{RESERVE_NAME}.tmp"
     if fs.exists(temp):
         fs.unlink(temp)
     fd = fs.create_exclusive(temp)
@@ -65,16 +66,16 @@ def ensure(store: StoreParts) -> bool:
         raise
     fs.close(fd)
     fs.rename(temp, path)
-    fs.fsync_dir(store.root)
+    fs.fsync_dir(state.root)
     return True
 
 
-def release(store: StoreParts) -> int:
+def release(state: LogState) -> int:
     """Give the reserve's blocks back to the file system; the bytes freed."""
-    fs, path = store.fs, reserve_path(store)
+    fs, path = state.fs, reserve_path(state)
     if not fs.exists(path):
         return 0
     size = fs.file_size(path)
     fs.unlink(path)
-    fs.fsync_dir(store.root)
+    fs.fsync_dir(state.root)
     return size

@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from ..documents import Document
 from ..errors import RestoreRefused
 from ..sealing import Key, Sealer
-from .check import check
 from .compacted_build import write_compacted_store
 from .fs import FileSystem
 from .recovery import open_store
@@ -37,7 +36,7 @@ def restore_log(
     written = write_compacted_store(fs, building, Sealer(key), documents, seq)
     store, _ = open_store(fs, building, key=key)
     try:
-        _, problems = check(store)
+        _, problems = store.verify()
         if problems or store.seq != seq:
             raise RestoreRefused(f"{building}: the restored store does not check: {problems}")
     finally:

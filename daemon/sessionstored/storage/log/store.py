@@ -21,7 +21,6 @@
 # failed sync, the page cache can no longer be trusted to hold what we wrote).
 from __future__ import annotations
 
-import errno
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,19 +51,21 @@ from ..mutations import (
     split_batches,
 )
 from ..sealing import Key, Sealer
-from . import compaction, reserve
+from . import reserve
 from .backup import LogBackup
 from .cache import DEFAULT_CAPACITY_BYTES, DocumentCache
 from .check import check
+from .checkpointing import Checkpointing
+from .compaction import Compactor
 from .durable import Failpoint, no_failpoint
-from .expiries import Expiries
 from .fs import ENOSPC_ERRNOS, FileSystem
 from .index import Index, Prepared
 from .index_checkpoint import DamageRow, IndexCheckpoints, IndexCheckpointState
-from .maintenance import Upkeep
 from .records import Commit, encode_commit, encode_data, encode_removal
 from .segments import DEFAULT_SEGMENT_BYTES, Log
+from .state import LogState
 from .store_reads import LogCommittedState, LogReads
+from .sweeping import LogExpiry
 
 DEFAULT_MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
 DEFAULT_HISTORY_CHANGES = 100_000
@@ -107,7 +108,20 @@ class StoreOptions(TypedDict, total=False):
     key: Key | None
 
 
-class Store(LogReads):
+@dataclass(frozen=True)
+class LogUpkeep:
+    """What the writer keeps between batches (engine.LogMaintenance)."""
+
+    segments: Log
+    compaction: Compactor
+    checkpoints: Checkpointing
+
+
+class Store:
+    """The engine: its parts share one LogState (state.py) and are objects of their own:
+    reads (store_reads.py), expiry (sweeping.py), checkpointing (checkpointing.py) and
+    compaction (compaction.py); here are set-up, the commit path and publish()."""
+
     blocking_reads = False  # reads come from the in-memory index and the page cache
     batches_in_flight = 1  # one append and sync at a time: the log's order is the commit order
     local_commits = True
@@ -129,34 +143,61 @@ class Store(LogReads):
         failpoint: Failpoint = no_failpoint,
         key: Key | None = None,
     ) -> None:
-        self.fs = fs
-        self.root = root
         self.max_document_bytes = max_document_bytes
-        self.history_changes = history_changes
-        self.checkpoint_every = checkpoint_every
-        self.checkpoint_every_bytes = checkpoint_every_bytes
-        self.compact_dead_share = compact_dead_share
-        self.keep_generations = keep_generations
-        self.failpoint = failpoint
         self.key = key
-        self.sealer = Sealer(key)
-        self.log = Log(fs, root, segment_bytes)
-        self.checkpoints = IndexCheckpoints(fs, root, self.sealer)
-        self.index = Index()
-        self.expiries = Expiries()
-        self.cache = DocumentCache(read_cache_bytes)
-        self._upkeep = Upkeep(self)
-        self.history = History(history_changes)
-        self.seq = 0
-        self.batch = 0  # number of the last batch written
-        self.lease: dict[str, Any] | None = None
-        self.damaged: dict[int, DamageRow] = {}  # id hash -> a committed record found damaged
-        self.checkpoint_seq = 0
-        self.checkpoint_generation = 0
-        self.bytes_since_checkpoint = 0
-        self.retiring: list[int] = []  # segments to unlink once a checkpoint no longer names them
+        sealer = Sealer(key)
+        self.state = LogState(
+            fs,
+            root,
+            sealer,
+            Log(fs, root, segment_bytes),
+            History(history_changes),
+            DocumentCache(read_cache_bytes),
+            keep_generations,
+            failpoint,
+        )
+        self.reads = LogReads(self.state)
+        self.expiry = LogExpiry(self.state)
+        self.checkpointing = Checkpointing(
+            self.state,
+            IndexCheckpoints(fs, root, sealer),
+            every_changes=checkpoint_every,
+            every_bytes=checkpoint_every_bytes,
+            history_changes=history_changes,
+        )
+        self.compactor = Compactor(self.state, self.checkpointing, compact_dead_share)
+        self.maintenance = LogUpkeep(self.state.log, self.compactor, self.checkpointing)
         self._lock_fd: int | None = None
-        self._failed = False
+
+    # -- what the daemon reads of the state (engine.Engine) ---------------------------
+
+    @property
+    def seq(self) -> int:
+        return self.state.seq
+
+    @property
+    def acknowledged_seq(self) -> int:
+        return self.state.seq  # one writer: what it publishes is what it acknowledged
+
+    @property
+    def history(self) -> History:
+        return self.state.history
+
+    @property
+    def sealer(self) -> Sealer:
+        return self.state.sealer
+
+    @property
+    def lease(self) -> dict[str, Any] | None:
+        return self.state.lease
+
+    @property
+    def keep_generations(self) -> int:
+        return self.state.keep_generations
+
+    @property
+    def encrypted(self) -> bool:
+        return self.state.sealer.encrypted
 
     # -- set-up (recovery.py) ---------------------------------------------------
 
@@ -164,32 +205,27 @@ class Store(LogReads):
         self._lock_fd = fd
 
     def set_sealer(self, sealer: Sealer) -> None:
-        self.sealer = sealer
-        self.checkpoints.sealer = sealer
+        self.state.sealer = sealer
+        self.checkpointing.files.sealer = sealer
 
     def adopt(self, recovered: Recovered) -> None:
-        self.index = recovered.index
-        self.index.trim_earlier(self.keep_generations)
-        self.expiries.rebuild(self.index)
-        self.history.clear()
-        self.history.extend(recovered.history)
-        self.seq = recovered.seq
-        self.batch = recovered.batch
-        self.damaged = recovered.damaged
-        checkpoint = recovered.checkpoint
-        self.checkpoint_seq = checkpoint.seq if checkpoint else 0
-        self.checkpoint_generation = checkpoint.generation if checkpoint else 0
-        self.bytes_since_checkpoint = recovered.bytes_since_checkpoint
-        self.retiring = list(recovered.retiring)
-        self.cache = DocumentCache(self.cache.capacity_bytes)
-        self.lease = None
-        if self.index.get(LEASE, LEASE_ID) is not None or self.damage_of(LEASE, LEASE_ID):
-            doc = self.read(LEASE, LEASE_ID, cached=False)  # CorruptRecord if damaged
-            self.lease = cbor2.loads(doc.body) if doc else None
-
-    @property
-    def encrypted(self) -> bool:
-        return self.sealer.encrypted
+        state = self.state
+        state.index = recovered.index
+        state.index.trim_earlier(state.keep_generations)
+        state.expiries.rebuild(state.index)
+        state.history.clear()
+        state.history.extend(recovered.history)
+        state.seq = recovered.seq
+        state.batch = recovered.batch
+        state.damaged = recovered.damaged
+        self.checkpointing.adopt(
+            recovered.checkpoint, recovered.bytes_since_checkpoint, recovered.retiring
+        )
+        state.cache = DocumentCache(state.cache.capacity_bytes)
+        state.lease = None
+        if state.index.get(LEASE, LEASE_ID) is not None or state.damage_of(LEASE, LEASE_ID):
+            doc = self.reads.read(LEASE, LEASE_ID, cached=False)  # CorruptRecord if damaged
+            state.lease = cbor2.loads(doc.body) if doc else None
 
     # -- the commit path (the writer's thread only) ---------------------------------
 
@@ -204,21 +240,20 @@ class Store(LogReads):
 
     def commit_durably(self, mutations: Sequence[Mutation]) -> Batch:
         """Make one batch durable (see split_batches for what may share one). Then publish()."""
-        if self._failed:
-            raise FatalStorageError("the store failed earlier and must be reopened")
-        state = LogCommittedState(self, self.max_document_bytes)
+        self.state.refuse_if_failed()
+        decided_on = LogCommittedState(self.reads, self.max_document_bytes)
         now_ms = epoch_ms()
         outcomes, accepted, txn_results = decide_all(
-            state, mutations, self.seq + 1, full=False, now_ms=now_ms
+            decided_on, mutations, self.state.seq + 1, full=False, now_ms=now_ms
         )
-        batch = LogBatch([], last_seq=self.seq)
+        batch = LogBatch([], last_seq=self.state.seq)
         try:
             if accepted:
                 try:
                     self._write_batch(accepted, outcomes, batch, now_ms)
                 except DiskFull:
                     outcomes, accepted, txn_results = decide_all(
-                        state, mutations, self.seq + 1, full=True, now_ms=now_ms
+                        decided_on, mutations, self.state.seq + 1, full=True, now_ms=now_ms
                     )
                     if accepted:
                         self._write_batch(accepted, outcomes, batch, now_ms)
@@ -226,12 +261,13 @@ class Store(LogReads):
             for position, _, _ in accepted:
                 outcomes[position] = refused(ErrorCode.NO_SPACE, "disk full")
         except FatalStorageError:
-            self._failed = True
+            self.state.failed = True
             raise
         batch.outcomes = fold_txn_results(outcomes, txn_results)
         assert len(batch.outcomes) == len(mutations)
-        if self.index.wants_prepare(batch.changes):  # publish() then applies it cheaply
-            batch.prepared = self.index.prepare(batch.changes)
+        index = self.state.index
+        if index.wants_prepare(batch.changes):  # publish() then applies it cheaply
+            batch.prepared = index.prepare(batch.changes)
         return batch
 
     def _write_batch(
@@ -241,18 +277,19 @@ class Store(LogReads):
         batch: Batch,
         committed_at_ms: int,
     ) -> None:
-        number = self.batch + 1
+        state, log = self.state, self.state.log
+        number = state.batch + 1
         records: list[bytes] = []
         for _, change, seq in accepted:
             if isinstance(change, Put):
                 doc = Document(
                     change.kind, change.id, seq, change.digest, change.body, change.expires_at_ms
                 )
-                records.append(encode_data(self.sealer, number, doc))
+                records.append(encode_data(state.sealer, number, doc))
             else:
                 records.append(
                     encode_removal(
-                        self.sealer, number, seq, change.kind, change.id, expired=change.expired
+                        state.sealer, number, seq, change.kind, change.id, expired=change.expired
                     )
                 )
         intents = b"".join(records)
@@ -260,33 +297,33 @@ class Store(LogReads):
         commit = encode_commit(Commit(number, first_seq, last_seq, len(records), committed_at_ms))
         only_removals = all(isinstance(change, Remove) for _, change, _ in accepted)
         needed = len(intents) + len(commit)
-        if not self.log.fits(needed, only_removals=only_removals):
+        if not log.fits(needed, only_removals=only_removals):
             try:
-                self.log.rotate(needed)
+                log.rotate(needed)
             except OSError as error:
                 if isinstance(error, DiskFull):
                     raise
                 raise FatalStorageError(f"cannot start a new log segment: {error}") from error
-        segment, start = self.log.active, self.log.offset
+        segment, start = log.active, log.offset
         try:
-            self.failpoint("before-intent")
-            self.log.write(intents)
-            self.failpoint("after-intent")
-            self.failpoint("before-commit-record")
-            self.log.write(commit)
+            state.failpoint("before-intent")
+            log.write(intents)
+            state.failpoint("after-intent")
+            state.failpoint("before-commit-record")
+            log.write(commit)
         except OSError as error:
             self._undo(start, error, accepted, outcomes)
             return
         synced_from = time.perf_counter()
         try:
-            self.log.sync()
+            log.sync()
         except OSError as error:
             raise FatalStorageError(f"fdatasync of the log failed: {error}") from error
         batch.sync_s = time.perf_counter() - synced_from
-        self.batch = number
-        self.bytes_since_checkpoint += needed
+        state.batch = number
+        self.checkpointing.bytes_since += needed
         try:
-            self.failpoint("after-commit-record")
+            state.failpoint("after-commit-record")
         except OSError as error:  # durable but unanswered: stop, recovery keeps it
             raise FatalStorageError(f"after the commit record: {error}") from error
 
@@ -317,7 +354,7 @@ class Store(LogReads):
     ) -> None:
         """The batch failed before its sync: rewind the log and refuse every change."""
         try:
-            self.log.rewind(start)
+            self.state.log.rewind(start)
         except OSError as rewind_error:
             raise FatalStorageError(f"cannot rewind the log: {rewind_error}") from error
         if isinstance(error, InjectedFault):
@@ -331,158 +368,94 @@ class Store(LogReads):
 
     def publish(self, batch: Batch) -> None:
         """Make a durable batch visible to readers (the event loop's thread in the daemon)."""
+        state = self.state
         prepared = batch.prepared if isinstance(batch, LogBatch) else None
         replaced = self._replaced_sessions(batch.changes)
-        self.index.apply(batch.changes, prepared)
+        state.index.apply(batch.changes, prepared)
         for doc_id, old, removed in replaced:
-            self.index.retain(doc_id, old, removed, self.keep_generations)
+            state.index.retain(doc_id, old, removed, state.keep_generations)
         if prepared is not None:
-            self.cache.discard_all(prepared.removed)
+            state.cache.discard_all(prepared.removed)
         else:
             for kind, doc_id, entry in batch.changes:
                 if entry is None:
-                    self.cache.discard(kind, doc_id)
-        if self.damaged:
+                    state.cache.discard(kind, doc_id)
+        if state.damaged:
             for kind, doc_id, _entry in batch.changes:
-                for id_hash in self.sealer.id_hashes(kind, doc_id):
-                    self.damaged.pop(id_hash, None)
+                for id_hash in state.sealer.id_hashes(kind, doc_id):
+                    state.damaged.pop(id_hash, None)
         for kind, doc_id, entry in batch.changes:
-            self.expiries.schedule(kind, doc_id, NEVER if entry is None else entry.expires_at_ms)
-        self.history.extend(batch.committed)
+            state.expiries.schedule(kind, doc_id, NEVER if entry is None else entry.expires_at_ms)
+        state.history.extend(batch.committed)
         if batch.lease_body is not None:
-            self.lease = cbor2.loads(batch.lease_body)
-        self.seq = batch.last_seq
+            state.lease = cbor2.loads(batch.lease_body)
+        state.seq = batch.last_seq
 
     def _replaced_sessions(
         self, changes: Sequence[tuple[str, str, Entry | None]]
     ) -> list[tuple[str, Entry | None, bool]]:
         """Each session change's id, the generation it replaced, and whether it removed
         the session: what the earlier generations kept need (none kept: nothing)."""
-        if not self.keep_generations and not self.index.earlier:
+        index = self.state.index
+        if not self.state.keep_generations and not index.earlier:
             return []
         replaced: list[tuple[str, Entry | None, bool]] = []
         latest: dict[str, Entry | None] = {}
         for kind, doc_id, entry in changes:
             if kind != SESSION:
                 continue
-            old = latest[doc_id] if doc_id in latest else self.index.get(SESSION, doc_id)
+            old = latest[doc_id] if doc_id in latest else index.get(SESSION, doc_id)
             replaced.append((doc_id, old, entry is None))
             latest[doc_id] = entry
         return replaced
 
-    # -- checkpoints (the writer's thread, between batches) ------------------------------
-
-    def index_checkpoint_due(self) -> bool:
-        return (
-            self.seq - self.checkpoint_seq >= self.checkpoint_every
-            or self.bytes_since_checkpoint >= self.checkpoint_every_bytes
-        )
-
-    def checkpoint_state(self) -> IndexCheckpointState:
-        return IndexCheckpointState(
-            generation=self.checkpoint_generation + 1,
-            seq=self.seq,
-            batch=self.batch,
-            position=(self.log.active, self.log.offset),
-            next_segment=self.log.next_number,
-            segments=dict(self.log.used),
-            index=self.index,
-            history=self.history.after(0, self.history_changes),
-            damaged=list(self.damaged.values()),
-        )
-
-    def write_index_checkpoint(self) -> str:
-        """Write an index checkpoint, then remove segments that no checkpoint names.
-        DiskFull (the store goes on) or InjectedFault (before-rename) change nothing;
-        any other error is FatalStorageError."""
-        if self._failed:
-            raise FatalStorageError("the store failed earlier and must be reopened")
-        state = self.checkpoint_state()
-        try:
-            path = self.checkpoints.write(state, self.failpoint)
-        except InjectedFault as fault:
-            if fault.point == "before-rename":
-                raise
-            self._failed = True
-            raise FatalStorageError(f"index checkpoint: {fault}") from fault
-        except OSError as error:
-            if error.errno in ENOSPC_ERRNOS:
-                raise DiskFull(errno.ENOSPC, "no space for an index checkpoint") from None
-            self._failed = True
-            raise FatalStorageError(f"index checkpoint failed: {error}") from error
-        self.checkpoint_generation = state.generation
-        self.checkpoint_seq = state.seq
-        self.bytes_since_checkpoint = 0
-        if self.retiring:
-            retired, self.retiring = self.retiring, []
-            self.log.forget(retired)
-            try:
-                self.log.remove(retired)
-            except OSError as error:
-                self._failed = True
-                raise FatalStorageError(f"removing compacted segments failed: {error}") from error
-        return path
-
-    def retire(self, segments: Sequence[int]) -> None:
-        """Segments the log no longer holds: unlinked once a checkpoint no longer names
-        them (the newest one still may)."""
-        self.retiring.extend(segments)
-
     def fail(self) -> None:
-        self._failed = True
+        self.state.failed = True
 
     @property
     def failed(self) -> bool:
-        return self._failed
+        return self.state.failed
 
     def close(self) -> None:
         try:
-            self.log.close()
+            self.state.log.close()
         except OSError as error:
             raise FatalStorageError(f"closing the log failed: {error}") from error
         finally:
             if self._lock_fd is not None:
-                self.fs.close(self._lock_fd)
+                self.state.fs.close(self._lock_fd)
                 self._lock_fd = None
 
     def backup_snapshot(self) -> LogBackup:
-        return LogBackup(self)
-
-    @property
-    def maintenance(self) -> Upkeep:
-        """Segments, spares, checkpoints and compaction: what the writer keeps."""
-        return self._upkeep
+        return LogBackup(self.state)
 
     def verify(self) -> tuple[int, list[Problem]]:
-        return check(self)
-
-    def compaction_due(self) -> bool:
-        return compaction.compaction_due(self)
+        return check(self.state, self.checkpointing.retiring)
 
     def compact(self) -> CompactResult:
-        if self._failed:
-            raise FatalStorageError("the store failed earlier and must be reopened")
-        return compaction.compact(self)
+        self.state.refuse_if_failed()
+        return self.compactor.compact()
 
     def stats(self) -> dict[str, Any]:
-        dead, used = compaction.dead_bytes(self)
+        state, log = self.state, self.state.log
+        dead, used = self.compactor.dead_bytes()
         return {
-            "state_dir": self.root,  # `sessionstore where` asks the daemon, not the defaults
-            "wal_bytes": self.log.size_bytes,
-            "live_bytes": sum(self.index.live_bytes.values()),
-            "log_segments": len(self.log.used),
+            "state_dir": state.root,  # `sessionstore where` asks the daemon, not the defaults
+            "wal_bytes": log.size_bytes,
+            "live_bytes": sum(state.index.live_bytes.values()),
+            "log_segments": len(log.used),
             "log_dead_bytes": dead,
             "log_dead_share": round(dead / used, 3) if used else 0.0,
-            "log_segments_made": dict(self.log.segments_made),  # by how: zero_filled, preallocated
-            "checkpoint_seq": self.checkpoint_seq,
-            "history_oldest_seq": self.history.oldest_seq(),
-            "damaged_documents": len(self.damaged),
-            "expiry_schedule_entries": len(self.expiries),
-            "compaction_reserve_bytes": reserve.held_bytes(self),
-            "sealed_with_key_id": self.sealer.key_id_hex,
+            "log_segments_made": dict(log.segments_made),  # by how: zero_filled, preallocated
+            "checkpoint_seq": self.checkpointing.seq,
+            "history_oldest_seq": state.history.oldest_seq(),
+            "damaged_documents": len(state.damaged),
+            "expiry_schedule_entries": len(state.expiries),
+            "compaction_reserve_bytes": reserve.held_bytes(state),
+            "sealed_with_key_id": state.sealer.key_id_hex,
             "read_cache": {
-                "bytes": self.cache.used_bytes,
-                "hits": self.cache.hits,
-                "misses": self.cache.misses,
+                "bytes": state.cache.used_bytes,
+                "hits": state.cache.hits,
+                "misses": state.cache.misses,
             },
         }

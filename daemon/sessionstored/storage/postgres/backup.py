@@ -10,11 +10,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
+from psycopg import IsolationLevel
 
 from sessionstore.wire.canonical import digest_bytes_of_canonical
 
 from ..documents import SESSION, Document
-from ..errors import CorruptRecord
+from ..errors import CorruptRecord, DatabaseUnavailable
+from .connection import PgDatabase, first_line, redacted
 
 CHUNK_ROWS = 256
 
@@ -24,7 +26,7 @@ OpenField = Callable[[bytes, bytes, str], bytes]  # (sealed, what it is, where) 
 
 class PgBackup:
     """conn: in a REPEATABLE READ, READ ONLY transaction that already read seq and the
-    count of documents (PgStore.backup_snapshot); the snapshot owns it from here."""
+    count of documents (snapshot()); the snapshot owns it from here."""
 
     def __init__(
         self, conn: psycopg.Connection[Any], seq: int, documents: int, open_field: OpenField
@@ -76,3 +78,21 @@ class PgBackup:
         if not self._conn.closed:
             self._conn.rollback()
             self._conn.close()
+
+
+def snapshot(db: PgDatabase) -> PgBackup:
+    """A connection of its own, so the pool's readers go on, in one REPEATABLE READ,
+    READ ONLY transaction: every row of the backup is of that snapshot."""
+    conn = db.connect()
+    try:
+        conn.isolation_level = IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+        row = conn.execute("SELECT seq FROM ss_counter").fetchone()
+        counted = conn.execute(
+            "SELECT (SELECT count(*) FROM ss_documents) + (SELECT count(*) FROM ss_generations)"
+        ).fetchone()
+    except psycopg.Error as error:
+        conn.close()
+        raise DatabaseUnavailable(f"{redacted(db.url)}: {first_line(error)}") from error
+    seq, documents = (int(row[0]) if row else 0), (int(counted[0]) if counted else 0)
+    return PgBackup(conn, seq, documents, db.open)

@@ -68,14 +68,14 @@ from .batch_state import (
     PgCommittedState,
     Row,
     RowCache,
-    Sealing,
     documents_read,
     guessed_absent,
     lock_id,
     rows_to_read,
 )
 from .binary_arrays import bools, byteas, int4s, int8s, texts
-from .connection import CountedConnection
+from .connection import CountedConnection, PgDatabase
+from .reads import PgReads
 from .schema import WRITERS_LOCK
 
 MAX_OPTIMISTIC_TRIES = 8  # then the batch runs exclusive, which always succeeds
@@ -169,8 +169,14 @@ class _Plan:
 
 
 class BatchCommitter:
-    def __init__(self, store: Sealing, failpoint: Callable[[str], None] | None) -> None:
-        self.store = store
+    """Commits the store's batches: seals and keys rows with db, reads what an exclusive
+    batch ranges over through reads; the row cache is its own."""
+
+    def __init__(
+        self, db: PgDatabase, reads: PgReads, failpoint: Callable[[str], None] | None
+    ) -> None:
+        self.db = db
+        self.reads = reads
         self.cache = RowCache()
         self.failpoint = failpoint
         self.timing = Timing()
@@ -196,8 +202,8 @@ class BatchCommitter:
                 continue
             what = kind.encode()
             where = f"ss_documents ({kind}, key {row[1].hex()})"
-            plain_digest = self.store._open(bytes(digest), b"digest:" + what, where)
-            plain_body = None if body is None else self.store._open(body, b"body:" + what, where)
+            plain_digest = self.db.open(bytes(digest), b"digest:" + what, where)
+            plain_body = None if body is None else self.db.open(body, b"body:" + what, where)
             if plain_body is not None and digest_bytes_of_canonical(plain_body) != plain_digest:
                 raise CorruptRecord(f"postgresql {where}", 0, "body digest mismatch")
             found[row] = Known(seq, plain_digest, size, plain_body, expires_at_ms)
@@ -222,7 +228,7 @@ class BatchCommitter:
         bodies: set[Row] = set()
         for kind, doc_id in documents:
             needs_body = (kind, doc_id) in body_docs
-            for key in self.store._keys(kind, doc_id):
+            for key in self.db.keys(kind, doc_id):
                 row = (kind, key)
                 known = None if row in fresh else self.cache.get(row)
                 if known is None and row not in fresh and (kind, doc_id) in maybe_new:
@@ -241,7 +247,7 @@ class BatchCommitter:
         def reread(row: Row) -> Known:
             return self._read(conn, [row], {row})[row]
 
-        return PgCommittedState(self.store, rows, reread)
+        return PgCommittedState(self.db, self.reads, rows, reread)
 
     # -- committing -------------------------------------------------------------------
 
@@ -287,20 +293,20 @@ class BatchCommitter:
         """Under the writers' lock, held for the session from the first statement until
         the batch has committed: three round trips, each statement in autocommit."""
         self.timing.exclusive += 1
-        wanted, bodies = rows_to_read(self.store, mutations)
+        wanted, bodies = rows_to_read(self.db, mutations)
         try:
             held = conn.execute(HOLD_WRITERS, _rows_named(wanted, bodies)).fetchall()
             counter, epoch = held[0][0], held[0][1]
-            rekeyed = epoch != self.store.key_epoch
-            self.store._check_keying(conn, epoch)
+            rekeyed = epoch != self.db.key_epoch
+            self.db.check_keying(conn, epoch)
             if rekeyed:  # the rows it read were named under the keys held before
                 self.cache.clear()
-                wanted, bodies = rows_to_read(self.store, mutations)
+                wanted, bodies = rows_to_read(self.db, mutations)
                 rows = self._read(conn, wanted, bodies)
             else:
                 rows = self._known([row[2:] for row in held if row[2] is not None])
             state = PgCommittedState(
-                self.store, rows, lambda row: self._read(conn, [row], {row})[row]
+                self.db, self.reads, rows, lambda row: self._read(conn, [row], {row})[row]
             )
             state.scan_conn = conn
             outcomes, accepted, txn_results = decide_all(
@@ -319,21 +325,21 @@ class BatchCommitter:
 
     def _rekeyed(self, conn: psycopg.Connection[Any]) -> None:
         row = conn.execute("SELECT key_epoch FROM ss_counter WHERE one = 1").fetchone()
-        self.store._check_keying(conn, row[0] if row else 0)
+        self.db.check_keying(conn, row[0] if row else 0)
         self.cache.clear()
 
     def _plan(self, accepted: list[Any], offset: int) -> _Plan:
-        store = self.store
+        db = self.db
         plan = _Plan(offset)
         final: dict[tuple[str, str], tuple[Put | Remove, int, tuple[Any, ...] | None]] = {}
         for _, change, seq in accepted:
             ordinal = seq - offset
             row = None
             if isinstance(change, Put):  # the change's name and digest are the row's
-                row = store._document_row(change.kind, change.id, change.body, change.digest, 0)
+                row = db.document_row(change.kind, change.id, change.body, change.digest, 0)
                 _, _, name, _, digest, _, size = row
             else:
-                name = store._seal(change.id.encode(), b"name:" + change.kind.encode())
+                name = db.seal(change.id.encode(), b"name:" + change.kind.encode())
                 digest, size = None, 0
             expired = isinstance(change, Remove) and change.expired
             for column, value in zip(
@@ -342,7 +348,7 @@ class BatchCommitter:
                 column.append(value)
             final[(change.kind, change.id)] = (change, ordinal, row)
         for (kind, doc_id), (change, ordinal, row) in final.items():
-            keys = store._keys(kind, doc_id)
+            keys = db.keys(kind, doc_id)
             plan.locks.add(lock_id(kind, keys[0]))
             removed = keys[1:] if row is not None else keys
             for key in removed:
@@ -386,7 +392,7 @@ class BatchCommitter:
         put_kinds_array, put_keys_array = texts(put_kinds), byteas(put_keys)
         stage_args = (
             exclusive,
-            self.store.key_epoch,
+            self.db.key_epoch,
             int8s(sorted(plan.locks)),
             texts([kind for kind, _ in consulted]),
             byteas([key for _, key in consulted]),
@@ -400,7 +406,7 @@ class BatchCommitter:
             byteas(digests),
             int4s(sizes),
             int8s(expires),
-            self.store.keep_generations,
+            self.db.keep_generations,
             byteas(plan.kept[0]),
             byteas(plan.kept[1]),
         )

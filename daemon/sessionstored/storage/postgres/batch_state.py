@@ -8,12 +8,12 @@ import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import cbor2
 import psycopg
 
-from ..documents import Document, Entry, Found, KeyRange
+from ..documents import Entry, Found, KeyRange
 from ..generations import generation_at
 from ..mutations import (
     ANY,
@@ -26,6 +26,8 @@ from ..mutations import (
     Txn,
 )
 from ..txn import TxnDelete, TxnPut
+from .connection import PgDatabase
+from .reads import PgReads
 
 Row = tuple[str, bytes]  # (kind, key column)
 
@@ -82,30 +84,6 @@ class RowCache:
             self._rows.clear()
 
 
-class Sealing(Protocol):
-    """What a batch needs of the store: its key columns and sealing, its keying."""
-
-    max_document_bytes: int
-    keep_generations: int
-
-    def _keys(self, kind: str, doc_id: str) -> list[bytes]: ...
-    def _seal(self, data: bytes, what: bytes) -> bytes: ...
-    def _document_row(
-        self, kind: str, doc_id: str, body: bytes, digest: bytes, seq: int
-    ) -> tuple[Any, ...]: ...
-    def _open(self, data: bytes, what: bytes, where: str) -> bytes: ...
-    def _scan_with(self, conn: psycopg.Connection[Any], wanted: KeyRange) -> Found: ...
-    def _check_keying(self, conn: psycopg.Connection[Any], epoch: int) -> None: ...
-    def _generations_with(
-        self, conn: psycopg.Connection[Any], kind: str, doc_id: str
-    ) -> list[Entry]: ...
-    def _read_generation_with(
-        self, conn: psycopg.Connection[Any], kind: str, doc_id: str, entry: Entry
-    ) -> Document: ...
-    @property
-    def key_epoch(self) -> int: ...
-
-
 def documents_read(
     mutations: Sequence[Mutation],
 ) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
@@ -148,13 +126,22 @@ def guessed_absent(mutations: Sequence[Mutation]) -> set[tuple[str, str]]:
 
 class PgCommittedState:
     """The committed state as a batch decides on it (decide.py's CommittedState): rows
-    from the cache or read, each one consulted remembered with its seq for ss_stage."""
+    from the cache or read, each one consulted remembered with its seq for ss_stage;
+    an exclusive batch reads ranges and earlier generations through reads, on its own
+    connection (scan_conn)."""
 
-    def __init__(self, store: Sealing, rows: dict[Row, Known], reread: Callable[[Row], Known]):
-        self.store = store
+    def __init__(
+        self,
+        db: PgDatabase,
+        reads: PgReads,
+        rows: dict[Row, Known],
+        reread: Callable[[Row], Known],
+    ) -> None:
+        self.db = db
+        self.reads = reads
         self.rows = rows
         self.reread = reread
-        self.max_document_bytes = store.max_document_bytes
+        self.max_document_bytes = db.max_document_bytes
         self.consulted: dict[Row, int] = {}
         self.lease: dict[str, Any] | None = None
         body = self.body(LEASE, LEASE_ID)
@@ -170,7 +157,7 @@ class PgCommittedState:
 
     def _present(self, kind: str, doc_id: str) -> Known | None:
         found = None
-        for key in self.store._keys(kind, doc_id):
+        for key in self.db.keys(kind, doc_id):
             known = self._row((kind, key))
             if found is None and known.digest is not None:
                 found = known
@@ -192,19 +179,19 @@ class PgCommittedState:
     def body_at(self, kind: str, doc_id: str, at: int) -> bytes | None:
         """Only an exclusive batch reads an earlier generation: under the writers' lock."""
         assert self.scan_conn is not None, "an earlier generation is read only exclusive"
-        entries = self.store._generations_with(self.scan_conn, kind, doc_id)
+        entries = self.reads.generations_with(self.scan_conn, kind, doc_id)
         entry = generation_at(entries, at, doc_id)
         if entry is None:
             return None
-        return self.store._read_generation_with(self.scan_conn, kind, doc_id, entry).body
+        return self.reads.read_generation_with(self.scan_conn, kind, doc_id, entry).body
 
     def scan(self, wanted: KeyRange) -> Found:
         """Only an exclusive batch scans (delete_prefix): under the writers' lock."""
         assert self.scan_conn is not None, "a range is read only by an exclusive batch"
-        return self.store._scan_with(self.scan_conn, wanted)
+        return self.reads.scan_with(self.scan_conn, wanted)
 
 
-def rows_to_read(store: Sealing, mutations: Sequence[Mutation]) -> tuple[list[Row], set[Row]]:
+def rows_to_read(db: PgDatabase, mutations: Sequence[Mutation]) -> tuple[list[Row], set[Row]]:
     """Every row a batch decides on, the lease's among them (read afresh under the
     writers' lock: the cache may be behind), and those whose bodies it needs."""
     documents, body_documents = documents_read(mutations)
@@ -213,7 +200,7 @@ def rows_to_read(store: Sealing, mutations: Sequence[Mutation]) -> tuple[list[Ro
     rows: list[Row] = []
     bodies: set[Row] = set()
     for kind, doc_id in sorted(documents):
-        for key in store._keys(kind, doc_id):
+        for key in db.keys(kind, doc_id):
             rows.append((kind, key))
             if (kind, doc_id) in body_documents:
                 bodies.add((kind, key))

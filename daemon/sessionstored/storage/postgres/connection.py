@@ -1,12 +1,13 @@
-# What every part of the PostgreSQL engine stands on (store.py says how it works): its
-# connections (the writer's, each batch thread's, the follower's, a pool for reads),
-# the keys it seals with and how it follows a rotation (keying.py), and the start
-# report. A database that does not answer is DatabaseUnreachable (retry), one that
-# refuses is DatabaseRefused (give up), a read that fails is DatabaseUnavailable.
+# The one object every part of the PostgreSQL engine shares (store.py says how it
+# works): its connections (the writer's, each batch thread's, a pool for reads), the
+# keys it seals with and how it follows a rotation (keying.py), the committed state
+# the parts read and move (seq, the watch history, the lease, the batches), and the
+# start report. A database that does not answer is DatabaseUnreachable (retry), one
+# that refuses is DatabaseRefused (give up), a read that fails is DatabaseUnavailable.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -113,7 +114,11 @@ class PgReport:
         return f"{self.database}: {made}{self.documents} documents, seq {self.seq}"
 
 
-class PgConnection:
+class PgDatabase:
+    """The database as the engine's parts share it (store.py builds one and hands it to
+    each): connections, sealing under the keys the database says, and the committed state
+    every part reads and moves."""
+
     def __init__(
         self,
         url: str,
@@ -124,7 +129,6 @@ class PgConnection:
         history_changes: int = 100_000,
         keep_generations: int = DEFAULT_KEEP_GENERATIONS,
         max_document_bytes: int = 256 * 1024 * 1024,
-        failpoint: Callable[[str], None] | None = None,
         batches_in_flight: int = 1,
     ) -> None:
         self.keep_generations = keep_generations
@@ -132,35 +136,29 @@ class PgConnection:
         self.url = url
         self.password = password
         self.held = [k for k in (key, previous_key) if k is not None]
-        self.sealer = Sealer(key)  # until open() reads what the database says (keying.py)
+        self.sealer = Sealer(key)  # until the store opens and reads what the database says
         self.keying = Keying(key.key_id_hex if key else "")
-        self._key_epoch = -1
+        self.key_epoch = -1
         self.history = History(history_changes)
         self.history_changes = history_changes
         self.max_document_bytes = max_document_bytes
+        # the committed state: the store's batches move it, the follower appends the
+        # commits of every host to the history up to seq
         self.seq = 0
-        self._acknowledged = 0
+        self.acknowledged = 0  # the highest seq this daemon acknowledged (batches, restore)
         self.lease: dict[str, Any] | None = None
-        self.batches = 0
+        self.batches = 0  # committed by this daemon; the follower trims every so many
+        self.announce = False  # this daemon committed since the follower's last NOTIFY
+        self.failed = False  # the daemon is stopping after a fatal error: nothing more
+        self.keying_refused: str | None = None  # why this daemon must stop (keying.py)
         self._writer: psycopg.Connection[Any] | None = None
-        self._failed = False
-        self._keying_refused: str | None = None  # why this daemon must stop (keying.py)
-        self._follow_lock = threading.Lock()
         self._pool: ConnectionPool[Any] | None = None
-        self._failpoint = failpoint
         self._batch_conns = threading.local()  # the writer's threads', one each
         self._opened: list[psycopg.Connection[Any]] = []  # every one, to close
-        self._follower: psycopg.Connection[Any] | None = None
-        self._sweep_lock = threading.Lock()
-        self._sweeper: psycopg.Connection[Any] | None = None  # holds SWEEPER_LOCK once taken
-        self._sweeping = False
-        self._announce = False  # this daemon committed since the last NOTIFY
-        self._announcer_pid = 0  # the backend that sends them: the listener skips its own
-        self._trimmed_at_batch = 0
 
     # -- connections ---------------------------------------------------------------
 
-    def _connect(
+    def connect(
         self, connection: type[psycopg.Connection[Any]] = psycopg.Connection, **options: Any
     ) -> psycopg.Connection[Any]:
         kwargs: dict[str, Any] = {**self._connection_options(), **options}
@@ -188,17 +186,37 @@ class PgConnection:
     def _connection_options(self) -> dict[str, Any]:
         return {**CONNECTION_OPTIONS, "application_name": application_name(self.held)}
 
-    def _writer_conn(self) -> psycopg.Connection[Any]:
+    def open_pool(self) -> None:
+        """The readers' connections, opened once the schema is there."""
+        # autocommit: each read statement sees what committed before it, as it would in
+        # a READ COMMITTED transaction, and a connection goes back to the pool without
+        # the ROLLBACK round trip that ending such a transaction costs
+        options = {**self._connection_options(), "autocommit": True}
+        if self.password is not None:
+            options["password"] = self.password
+        self._pool = ConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=READ_POOL_CONNECTIONS,
+            kwargs=options,
+            open=True,
+            timeout=READ_TIMEOUT_S,
+            # a pooled connection the server ended (a restart) is replaced before a read
+            # gets it, instead of failing that read: one empty query per checkout
+            check=ConnectionPool.check_connection,
+        )
+
+    def writer_conn(self) -> psycopg.Connection[Any]:
         """Autocommit: a batch is one statement, committed as it ends (batch.py), or an
         explicit transaction."""
         if self._writer is None or self._writer.closed or self._writer.broken:
-            self._writer = self._connect(autocommit=True)
+            self._writer = self.connect(autocommit=True)
         return self._writer
 
-    def _batch_conn(self) -> CountedConnection:
+    def batch_conn(self) -> CountedConnection:
         conn: CountedConnection | None = getattr(self._batch_conns, "conn", None)
         if conn is None or conn.closed or conn.broken:
-            opened = self._connect(CountedConnection, autocommit=True)
+            opened = self.connect(CountedConnection, autocommit=True)
             assert isinstance(opened, CountedConnection)
             conn = self._batch_conns.conn = opened
             for setting in ROWS_BY_KEY:
@@ -206,17 +224,12 @@ class PgConnection:
             self._opened = [c for c in self._opened if not c.closed] + [conn]
         return conn
 
-    def _follower_conn(self) -> psycopg.Connection[Any]:
-        if self._follower is None or self._follower.closed or self._follower.broken:
-            self._follower = self._connect(autocommit=True)
-        return self._follower
-
     @contextmanager
-    def _reader(self) -> Iterator[psycopg.Connection[Any]]:
+    def reader(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection; a database that fails or does not answer is an OSError
         (DatabaseUnavailable), which a read answers as io_error."""
         assert self._pool is not None, "open() first"
-        if self._failed:
+        if self.failed:
             raise DatabaseUnavailable("the daemon is stopping after a fatal error")
         try:
             with self._pool.connection() as conn:
@@ -224,87 +237,85 @@ class PgConnection:
         except (psycopg.Error, PoolTimeout) as error:
             raise DatabaseUnavailable(f"{redacted(self.url)}: {first_line(error)}") from error
 
-    def _adopt(self, keying: Keying) -> None:
-        self.sealer = keying.sealer(self.held)
-        self.keying = keying
-
-    def _check_keying(self, conn: psycopg.Connection[Any], epoch: int) -> None:
-        """A rotation started or ended (key_epoch moved): seal with the key the database
-        says from now on, or stop the daemon if it lacks that key."""
-        if epoch == self._key_epoch:
-            return
-        try:
-            self._adopt(read_keying(conn))
-        except KeyingRefused as error:
-            self._keying_refused = str(error)
-            self.fail()
-            raise FatalStorageError(str(error)) from None
-        self._key_epoch = epoch
-
-    def _check_missing(self, conn: psycopg.Connection[Any]) -> None:
-        """A row not found, in a daemon holding one key: a rotation that began unseen
-        could have moved it under a key this daemon lacks. Then the read is io_error, not
-        a false not_found, and the daemon stops (follow())."""
-        if len(self.held) != 1:
-            return
-        epoch = conn.execute("SELECT key_epoch FROM ss_counter").fetchone()
-        try:
-            self._check_keying(conn, epoch[0] if epoch else 0)
-        except FatalStorageError as error:
-            raise DatabaseUnavailable(str(error)) from None
-
     def close(self) -> None:
-        for conn in (self._writer, self._follower, self._sweeper, *self._opened):
+        """The writer's, the batches' and the pool's connections (each part closes its own)."""
+        for conn in (self._writer, *self._opened):
             if conn is not None:
                 conn.close()
-        self._writer = self._follower = self._sweeper = None
+        self._writer = None
         self._opened = []
         if self._pool is not None:
             self._pool.close()
             self._pool = None
 
+    # -- keying ----------------------------------------------------------------------
+
+    def adopt(self, keying: Keying) -> None:
+        """Seals as keying says; KeyingRefused if this daemon lacks a key it needs."""
+        self.sealer = keying.sealer(self.held)
+        self.keying = keying
+
+    def check_keying(self, conn: psycopg.Connection[Any], epoch: int) -> None:
+        """A rotation started or ended (key_epoch moved): seal with the key the database
+        says from now on, or stop the daemon if it lacks that key."""
+        if epoch == self.key_epoch:
+            return
+        try:
+            self.adopt(read_keying(conn))
+        except KeyingRefused as error:
+            self.keying_refused = str(error)
+            self.failed = True
+            raise FatalStorageError(str(error)) from None
+        self.key_epoch = epoch
+
+    def check_missing(self, conn: psycopg.Connection[Any]) -> None:
+        """A row not found, in a daemon holding one key: a rotation that began unseen
+        could have moved it under a key this daemon lacks. Then the read is io_error, not
+        a false not_found, and the daemon stops (following.py)."""
+        if len(self.held) != 1:
+            return
+        epoch = conn.execute("SELECT key_epoch FROM ss_counter").fetchone()
+        try:
+            self.check_keying(conn, epoch[0] if epoch else 0)
+        except FatalStorageError as error:
+            raise DatabaseUnavailable(str(error)) from None
+
     @property
     def encrypted(self) -> bool:
         return self.sealer.encrypted
-
-    @property
-    def key_epoch(self) -> int:
-        return self._key_epoch
 
     # -- sealing ------------------------------------------------------------------
 
     def _key(self, kind: str, doc_id: str) -> bytes:
         return row_key(self.sealer.seal_with, kind, doc_id)
 
-    def _keys(self, kind: str, doc_id: str) -> list[bytes]:
+    def keys(self, kind: str, doc_id: str) -> list[bytes]:
+        """A document's key column under each key held, the sealing key's first."""
         return row_keys(self.sealer, self.held, kind, doc_id)
 
-    def _document_row(
+    def document_row(
         self, kind: str, doc_id: str, body: bytes, digest: bytes, seq: int
     ) -> tuple[Any, ...]:
         """An ss_documents row: the key a keyed hash of the id, the rest sealed."""
         what = kind.encode()
-        name = self._seal(doc_id.encode(), b"name:" + what)
-        sealed_body = self._seal(body, b"body:" + what)
+        name = self.seal(doc_id.encode(), b"name:" + what)
+        sealed_body = self.seal(body, b"body:" + what)
         return (kind, self._key(kind, doc_id), name, sealed_body,
-                self._seal(digest, b"digest:" + what), seq, len(body))  # fmt: skip
+                self.seal(digest, b"digest:" + what), seq, len(body))  # fmt: skip
 
-    def _seal(self, data: bytes, what: bytes) -> bytes:
+    def seal(self, data: bytes, what: bytes) -> bytes:
         return self.sealer.seal(data, what) if self.sealer.encrypted else data
 
-    def _open(self, data: bytes, what: bytes, where: str) -> bytes:
+    def open(self, data: bytes, what: bytes, where: str) -> bytes:
+        """A sealed field's plaintext; CorruptRecord when it does not open."""
         try:
             return self.sealer.open(data, what) if self.sealer.encrypted else data
         except SealError as error:
             raise CorruptRecord(f"postgresql {where}", 0, error.reason) from None
 
-    def _entry(
+    def entry(
         self, kind: str, doc_id: str, seq: int, digest: bytes, size: int, expires_at_ms: int
     ) -> Entry:
         where = f"ss_documents ({kind}, {doc_id!r})"
-        plain = self._open(digest, b"digest:" + kind.encode(), where)
+        plain = self.open(digest, b"digest:" + kind.encode(), where)
         return Entry(seq, plain, size, 0, 0, 0, expires_at_ms)
-
-    def fail(self) -> None:
-        """The daemon is stopping after a fatal error: nothing more is committed."""
-        self._failed = True

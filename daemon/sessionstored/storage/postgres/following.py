@@ -1,5 +1,5 @@
 # Every host's commits, followed in seq order from ss_changes into this daemon's
-# watch history (NOTIFY only wakes it), and a backup's consistent snapshot.
+# watch history (NOTIFY only wakes it), and ss_changes trimmed to the history kept.
 from __future__ import annotations
 
 import threading
@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from psycopg import IsolationLevel
 
 from ..errors import (
     DatabaseRefused,
@@ -16,8 +15,7 @@ from ..errors import (
     FatalStorageError,
 )
 from ..mutations import Committed
-from .backup import PgBackup
-from .connection import PgConnection, first_line, redacted
+from .connection import PgDatabase, first_line, redacted
 from .schema import (
     NOTIFY_CHANNEL,
 )
@@ -27,16 +25,24 @@ RETENTION_EVERY_BATCHES = 500
 LISTEN_CHECK_STOP_S = 0.25  # the listener looks at its stop event this often
 
 
-class PgFollowing(PgConnection):
-    # -- following every host's commits -------------------------------------------
+class PgFollowing:
+    """The engine's follower part: follow() moves db's seq and history on, on a connection
+    of its own; listen() wakes it whenever any host commits."""
+
+    def __init__(self, db: PgDatabase) -> None:
+        self.db = db
+        self._follow_lock = threading.Lock()
+        self._follower: psycopg.Connection[Any] | None = None
+        self._announcer_pid = 0  # the backend that sends NOTIFY: the listener skips its own
+        self._trimmed_at_batch = 0
 
     def follow(self) -> bool:
-        """Append the commits after self.seq, in seq order, to the watch history; then,
+        """Append the commits after db.seq, in seq order, to the watch history; then,
         off the writer's path, wake the other hosts (NOTIFY) for this daemon's own
         commits, and trim ss_changes to the retention now and then. One round trip a
         page, on a connection of its own."""
-        if self._keying_refused is not None:  # a read saw it first
-            raise FatalStorageError(self._keying_refused)
+        if self.db.keying_refused is not None:  # a read saw it first
+            raise FatalStorageError(self.db.keying_refused)
         with self._follow_lock:
             try:
                 return self._follow(self._follower_conn())
@@ -44,9 +50,17 @@ class PgFollowing(PgConnection):
                 if self._follower is not None:
                     self._follower.close()
                 self._follower = None
-                raise DatabaseUnavailable(f"{redacted(self.url)}: {first_line(error)}") from error
+                raise DatabaseUnavailable(
+                    f"{redacted(self.db.url)}: {first_line(error)}"
+                ) from error
+
+    def _follower_conn(self) -> psycopg.Connection[Any]:
+        if self._follower is None or self._follower.closed or self._follower.broken:
+            self._follower = self.db.connect(autocommit=True)
+        return self._follower
 
     def _follow(self, conn: psycopg.Connection[Any]) -> bool:
+        db = self.db
         moved = False
         while True:
             rows = conn.execute(
@@ -54,58 +68,41 @@ class PgFollowing(PgConnection):
                 " c.expired"
                 " FROM ss_counter k LEFT JOIN LATERAL (SELECT * FROM ss_changes"
                 " WHERE seq > %s ORDER BY seq LIMIT %s) c ON true",
-                (self.seq, FOLLOW_PAGE),
+                (db.seq, FOLLOW_PAGE),
             ).fetchall()
-            self._check_keying(conn, rows[0][0] if rows else 0)
+            db.check_keying(conn, rows[0][0] if rows else 0)
             if not rows or rows[0][1] is None:
                 break
             changes = []
             for _, seq, kind, name, digest, at_ms, size, swept in rows:
                 what = kind.encode()
-                doc_id = self._open(bytes(name), b"name:" + what, "ss_changes").decode()
+                doc_id = db.open(bytes(name), b"name:" + what, "ss_changes").decode()
                 plain = (
                     None
                     if digest is None
-                    else self._open(bytes(digest), b"digest:" + what, "ss_changes")
+                    else db.open(bytes(digest), b"digest:" + what, "ss_changes")
                 )
                 changes.append(Committed(seq, kind, doc_id, plain, at_ms, size, swept))
-            self.history.extend(changes)
-            self.seq = rows[-1][1]
+            db.history.extend(changes)
+            db.seq = rows[-1][1]
             moved = True
             if len(rows) < FOLLOW_PAGE:
                 break
-        if self._announce:
-            self._announce = False
+        if db.announce:
+            db.announce = False
             self._announcer_pid = conn.info.backend_pid
-            conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(self.seq)))
-        if self.batches - self._trimmed_at_batch >= RETENTION_EVERY_BATCHES:
-            self._trimmed_at_batch = self.batches
-            self._trim(conn, self.seq)
+            conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(db.seq)))
+        if db.batches - self._trimmed_at_batch >= RETENTION_EVERY_BATCHES:
+            self._trimmed_at_batch = db.batches
+            self.trim(conn, db.seq)
         return moved
-
-    def backup_snapshot(self) -> PgBackup:
-        """A connection of its own, so the pool's readers go on, in one REPEATABLE READ,
-        READ ONLY transaction: every row of the backup is of that snapshot."""
-        conn = self._connect()
-        try:
-            conn.isolation_level = IsolationLevel.REPEATABLE_READ
-            conn.read_only = True
-            row = conn.execute("SELECT seq FROM ss_counter").fetchone()
-            counted = conn.execute(
-                "SELECT (SELECT count(*) FROM ss_documents) + (SELECT count(*) FROM ss_generations)"
-            ).fetchone()
-        except psycopg.Error as error:
-            conn.close()
-            raise DatabaseUnavailable(f"{redacted(self.url)}: {first_line(error)}") from error
-        seq, documents = (int(row[0]) if row else 0), (int(counted[0]) if counted else 0)
-        return PgBackup(conn, seq, documents, self._open)
 
     def listen(self, stop: threading.Event, wake: Callable[[], None]) -> None:
         """Call wake() whenever any host commits (NOTIFY), until stop is set. A thread's
         loop; a lost connection is reopened after a second."""
         while not stop.is_set():
             try:
-                with self._connect(autocommit=True) as conn:
+                with self.db.connect(autocommit=True) as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     while not stop.is_set():
                         for note in conn.notifies(timeout=LISTEN_CHECK_STOP_S, stop_after=1):
@@ -114,9 +111,14 @@ class PgFollowing(PgConnection):
             except (psycopg.Error, DatabaseUnreachable, DatabaseRefused):
                 stop.wait(1.0)
 
-    def _trim(self, conn: psycopg.Connection[Any], last_seq: int) -> int:
+    def trim(self, conn: psycopg.Connection[Any], last_seq: int) -> int:
         """ss_changes down to the last history_changes changes before last_seq."""
         cursor = conn.execute(
-            "DELETE FROM ss_changes WHERE seq <= %s", (last_seq - self.history_changes,)
+            "DELETE FROM ss_changes WHERE seq <= %s", (last_seq - self.db.history_changes,)
         )
         return cursor.rowcount
+
+    def close(self) -> None:
+        if self._follower is not None:
+            self._follower.close()
+        self._follower = None

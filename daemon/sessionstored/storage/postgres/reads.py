@@ -20,35 +20,40 @@ from ..errors import (
     CorruptRecord,
 )
 from ..mutations import LEASE, LEASE_ID, SESSION
-from .connection import PgConnection
+from .connection import PgDatabase
 
 
-class PgReads(PgConnection):
-    # -- reads (any thread; each takes a pooled connection) --------------------------
+class PgReads:
+    """The engine's reads part: any thread, each read on a pooled connection of db's.
+    read_lease and the *_with methods read on a connection given: the store's as it
+    opens, an exclusive batch's under the writers' lock (batch_state.py)."""
+
+    def __init__(self, db: PgDatabase) -> None:
+        self.db = db
 
     def head(self, kind: str, doc_id: str) -> Entry | None:
         """The committed generation's entry, None once it expired."""
-        with self._reader() as conn:
+        with self.db.reader() as conn:
             entry = self._head_with(conn, kind, doc_id)
         return None if entry is None or expired(entry.expires_at_ms, epoch_ms()) else entry
 
     def _head_with(self, conn: psycopg.Connection[Any], kind: str, doc_id: str) -> Entry | None:
         row = self._row(conn, kind, doc_id, "seq, digest, size, expires_at_ms")
-        return None if row is None else self._entry(kind, doc_id, *row)
+        return None if row is None else self.db.entry(kind, doc_id, *row)
 
     def _row(
         self, conn: psycopg.Connection[Any], kind: str, doc_id: str, columns: str
     ) -> tuple[Any, ...] | None:
         """A document's row under either key (the current key's first), or None; a row
         missing is checked against a rotation this daemon has not seen (keying.py)."""
-        keys = self._keys(kind, doc_id)
+        keys = self.db.keys(kind, doc_id)
         row = conn.execute(
             f"SELECT {columns} FROM ss_documents"
             " WHERE kind = %s AND key = ANY(%s) ORDER BY key = %s DESC LIMIT 1",
             (kind, keys, keys[0]),
         ).fetchone()
         if row is None:
-            self._check_missing(conn)
+            self.db.check_missing(conn)
         return row
 
     def generations(self, kind: str, doc_id: str) -> list[Entry]:
@@ -57,38 +62,38 @@ class PgReads(PgConnection):
         shrank holds more until its next save trims them."""
         if kind != SESSION:
             return []
-        with self._reader() as conn:
-            return self._generations_with(conn, kind, doc_id)
+        with self.db.reader() as conn:
+            return self.generations_with(conn, kind, doc_id)
 
-    def _generations_with(
+    def generations_with(
         self, conn: psycopg.Connection[Any], kind: str, doc_id: str
     ) -> list[Entry]:
-        keys = self._keys(kind, doc_id)
+        keys = self.db.keys(kind, doc_id)
         rows = conn.execute(
             "(SELECT seq, digest, size, expires_at_ms, committed_at_ms, true FROM ss_documents"
             "  WHERE kind = %s AND key = ANY(%s))"
             " UNION ALL (SELECT seq, digest, size, expires_at_ms, committed_at_ms, false"
             "  FROM ss_generations WHERE kind = %s AND key = ANY(%s) ORDER BY seq DESC LIMIT %s)"
             " ORDER BY 6 DESC, 1 DESC",
-            (kind, keys, kind, keys, self.keep_generations),
+            (kind, keys, kind, keys, self.db.keep_generations),
         ).fetchall()
         if not rows or not rows[0][5] or expired(rows[0][3], epoch_ms()):
             return []  # no session (its leftovers, if any, go with its next removal or save)
         where = f"ss_documents ({kind}, {doc_id!r})"
         return [
-            Entry(seq, self._open(digest, b"digest:" + kind.encode(), where), size, 0, 0, 0,
+            Entry(seq, self.db.open(digest, b"digest:" + kind.encode(), where), size, 0, 0, 0,
                   expires_at_ms, committed_at_ms)
             for seq, digest, size, expires_at_ms, committed_at_ms, _ in rows
         ]  # fmt: skip
 
     def read_generation(self, kind: str, doc_id: str, entry: Entry) -> Document:
-        with self._reader() as conn:
-            return self._read_generation_with(conn, kind, doc_id, entry)
+        with self.db.reader() as conn:
+            return self.read_generation_with(conn, kind, doc_id, entry)
 
-    def _read_generation_with(
+    def read_generation_with(
         self, conn: psycopg.Connection[Any], kind: str, doc_id: str, entry: Entry
     ) -> Document:
-        keys = self._keys(kind, doc_id)
+        keys = self.db.keys(kind, doc_id)
         row = conn.execute(
             "SELECT seq, digest, body, expires_at_ms FROM ss_documents"
             " WHERE kind = %s AND key = ANY(%s) AND seq = %s"
@@ -106,7 +111,7 @@ class PgReads(PgConnection):
 
     def read(self, kind: str, doc_id: str, *, cached: bool = True) -> Document | None:
         """The committed generation, None once it expired."""
-        with self._reader() as conn:
+        with self.db.reader() as conn:
             doc = self._read_with(conn, kind, doc_id)
         return None if doc is None or expired(doc.expires_at_ms, epoch_ms()) else doc
 
@@ -134,8 +139,8 @@ class PgReads(PgConnection):
         or expired since."""
         if not found:
             return []
-        named = {key: doc_id for doc_id, _ in found for key in self._keys(kind, doc_id)}
-        with self._reader() as conn:
+        named = {key: doc_id for doc_id, _ in found for key in self.db.keys(kind, doc_id)}
+        with self.db.reader() as conn:
             rows = conn.execute(
                 "SELECT key, seq, digest, body, expires_at_ms FROM ss_documents"
                 " WHERE kind = %s AND key = ANY(%s)",
@@ -158,8 +163,8 @@ class PgReads(PgConnection):
         self, kind: str, doc_id: str, seq: int, digest: Any, body: Any, expires_at_ms: int
     ) -> Document:
         where = f"ss_documents ({kind}, {doc_id!r})"
-        entry = self._entry(kind, doc_id, seq, digest, 0, expires_at_ms)
-        plain = self._open(body, b"body:" + kind.encode(), where)
+        entry = self.db.entry(kind, doc_id, seq, digest, 0, expires_at_ms)
+        plain = self.db.open(body, b"body:" + kind.encode(), where)
         if digest_bytes_of_canonical(plain) != entry.digest:
             raise CorruptRecord(f"postgresql {where}", 0, "body digest mismatch")
         return Document(kind, doc_id, entry.seq, entry.digest, plain, expires_at_ms)
@@ -169,9 +174,9 @@ class PgReads(PgConnection):
         holds up to its limit of the others)."""
         now_ms = epoch_ms()
         found: list[tuple[str, Entry]] = []
-        with self._reader() as conn:
+        with self.db.reader() as conn:
             while True:
-                page, more = self._scan_with(conn, wanted._replace(limit=wanted.limit - len(found)))
+                page, more = self.scan_with(conn, wanted._replace(limit=wanted.limit - len(found)))
                 found += [(i, e) for i, e in page if not expired(e.expires_at_ms, now_ms)]
                 if not more or len(found) == wanted.limit:
                     return found, more
@@ -180,8 +185,8 @@ class PgReads(PgConnection):
                     wanted._replace(before=last) if wanted.reverse else wanted._replace(after=last)
                 )
 
-    def _scan_with(self, conn: psycopg.Connection[Any], wanted: KeyRange) -> Found:
-        if self.sealer.encrypted:
+    def scan_with(self, conn: psycopg.Connection[Any], wanted: KeyRange) -> Found:
+        if self.db.sealer.encrypted:
             return self._scan_sealed(conn, wanted)
         kind, prefix, after, before, limit, reverse = wanted
         low, high = prefix.encode(), prefix.encode() + b"\xff"
@@ -199,7 +204,7 @@ class PgReads(PgConnection):
         ).format(sql.SQL(" AND ").join(clauses), sql.SQL("DESC" if reverse else "ASC"))
         rows = conn.execute(query, [*params, limit + 1]).fetchall()
         found = [
-            (bytes(key).decode(), self._entry(kind, bytes(key).decode(), *rest))
+            (bytes(key).decode(), self.db.entry(kind, bytes(key).decode(), *rest))
             for key, *rest in rows[:limit]
         ]
         return found, len(rows) > limit
@@ -212,7 +217,7 @@ class PgReads(PgConnection):
         ).fetchall()
         named = []
         for name, seq, digest, size, expires_at_ms in rows:
-            doc_id = self._open(bytes(name), b"name:" + kind.encode(), "ss_documents").decode()
+            doc_id = self.db.open(bytes(name), b"name:" + kind.encode(), "ss_documents").decode()
             key = doc_id.encode()
             if not key.startswith(prefix.encode()):
                 continue
@@ -222,7 +227,7 @@ class PgReads(PgConnection):
                 continue
             named.append((key, doc_id, seq, digest, size, expires_at_ms))
         named.sort(reverse=reverse)
-        found = [(i, self._entry(kind, i, s, d, z, x)) for _, i, s, d, z, x in named[:limit]]
+        found = [(i, self.db.entry(kind, i, s, d, z, x)) for _, i, s, d, z, x in named[:limit]]
         return found, len(named) > limit
 
     def list_sessions(
@@ -231,16 +236,16 @@ class PgReads(PgConnection):
         return session_page(self.scan, prefix, after, limit)
 
     def session_count(self) -> int:
-        with self._reader() as conn:
+        with self.db.reader() as conn:
             row = conn.execute(
                 "SELECT count(*) FROM ss_documents WHERE kind = %s", (SESSION,)
             ).fetchone()
         return row[0] if row else 0
 
     def current_lease(self) -> dict[str, Any] | None:
-        with self._reader() as conn:
-            return self._read_lease(conn)
+        with self.db.reader() as conn:
+            return self.read_lease(conn)
 
-    def _read_lease(self, conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+    def read_lease(self, conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
         doc = self._read_with(conn, LEASE, LEASE_ID)
         return cbor2.loads(doc.body) if doc is not None else None

@@ -28,14 +28,12 @@
 # when a daemon dies before its reply.
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import cbor2
 import psycopg
-from psycopg_pool import ConnectionPool
 
 from sessionstore.wire.canonical import digest_bytes_of_canonical
 from sessionstore.wire.codes import ErrorCode
@@ -52,13 +50,15 @@ from ..errors import (
     OlderDaemonsConnected,
     RestoreRefused,
 )
+from ..generations import DEFAULT_KEEP_GENERATIONS
+from ..history import History
 from ..mutations import LEASE, SESSION, Batch, Mutation, refused
-from ..sealing import Key
+from ..sealing import Key, Sealer
+from .backup import PgBackup, snapshot
 from .batch import BatchCommitter
 from .connection import (
-    READ_POOL_CONNECTIONS,
-    READ_TIMEOUT_S,
     CountedConnection,
+    PgDatabase,
     PgReport,
     first_line,
     redacted,
@@ -94,58 +94,108 @@ RESTORE_SESSIONS = (
 )
 
 
-class PgStore(PgReads, PgSweeping, PgFollowing):
-    """The engine itself: its parts by role are PgConnection (connection.py), PgReads
-    (reads.py), PgSweeping (sweeping.py) and PgFollowing (following.py); here are
-    opening, the batches, restore and the maintenance ops."""
+class PgStore:
+    """The engine itself, made of parts that share one PgDatabase (connection.py), db:
+    its connections, sealing and committed state. reads is PgReads (reads.py), expiry
+    is PgSweeping (sweeping.py), follower is PgFollowing (following.py), and the
+    batches are BatchCommitter's (batch.py). Here are opening, committing and publishing
+    the batches, restore, rekey, backup and the maintenance ops."""
 
     blocking_reads = True  # reads are network round trips: the ops run them in threads
     local_commits = False
     maintenance = None  # no segments, checkpoints or spares to keep: the writer skips them
 
-    @functools.cached_property
-    def _batches(self) -> BatchCommitter:
-        return BatchCommitter(self, self._failpoint)
+    def __init__(
+        self,
+        url: str,
+        *,
+        key: Key | None = None,
+        previous_key: Key | None = None,
+        password: str | None = None,
+        history_changes: int = 100_000,
+        keep_generations: int = DEFAULT_KEEP_GENERATIONS,
+        max_document_bytes: int = 256 * 1024 * 1024,
+        failpoint: Callable[[str], None] | None = None,
+        batches_in_flight: int = 1,
+    ) -> None:
+        self.db = PgDatabase(
+            url,
+            key=key,
+            previous_key=previous_key,
+            password=password,
+            history_changes=history_changes,
+            keep_generations=keep_generations,
+            max_document_bytes=max_document_bytes,
+            batches_in_flight=batches_in_flight,
+        )
+        self.reads = PgReads(self.db)
+        self.expiry = PgSweeping(self.db)
+        self.follower = PgFollowing(self.db)  # other daemons commit too: the server follows
+        self._batches = BatchCommitter(self.db, self.reads, failpoint)
+
+    # -- what the daemon reads of the engine ------------------------------------------
+
+    @property
+    def seq(self) -> int:
+        return self.db.seq
+
+    @property
+    def history(self) -> History:
+        return self.db.history
+
+    @property
+    def sealer(self) -> Sealer:
+        return self.db.sealer
+
+    @property
+    def lease(self) -> dict[str, Any] | None:
+        return self.db.lease
+
+    @property
+    def keep_generations(self) -> int:
+        return self.db.keep_generations
+
+    @property
+    def batches_in_flight(self) -> int:
+        return self.db.batches_in_flight
+
+    @property
+    def encrypted(self) -> bool:
+        return self.db.encrypted
+
+    @property
+    def acknowledged_seq(self) -> int:
+        """`stats` reports this: the follower may not have reached this daemon's own
+        commits yet, and a reply's seq must not be ahead of what stats says after it."""
+        return max(self.db.seq, self.db.acknowledged)
+
+    # -- opening ------------------------------------------------------------------------
 
     def open(self) -> PgReport:
         """Connect, create or check the schema, load seq, the lease and the recent history.
         DatabaseUnreachable: retry later; DatabaseRefused: give up."""
+        url = self.db.url
         try:
             return self._open_store()
         except psycopg.OperationalError as error:  # the server went away meanwhile
             self.close()
-            raise DatabaseUnreachable(f"{redacted(self.url)}: {first_line(error)}") from None
+            raise DatabaseUnreachable(f"{redacted(url)}: {first_line(error)}") from None
         except psycopg.Error as error:  # e.g. no right to create the tables
             self.close()
-            raise DatabaseRefused(f"{redacted(self.url)}: {first_line(error)}") from None
+            raise DatabaseRefused(f"{redacted(url)}: {first_line(error)}") from None
         except OlderDaemonsConnected as error:
             self.close()
-            raise DatabaseRefused(f"{redacted(self.url)}: {error}") from None
+            raise DatabaseRefused(f"{redacted(url)}: {error}") from None
 
     def _open_store(self) -> PgReport:
+        db = self.db
         started = time.monotonic()
-        report = PgReport(database=redacted(self.url))
-        conn = self._writer_conn()
-        meta, report.created_schema, epoch = ensure_schema(conn, self.keying.sealed_with)
+        report = PgReport(database=redacted(db.url))
+        conn = db.writer_conn()
+        meta, report.created_schema, epoch = ensure_schema(conn, db.keying.sealed_with)
         self._check_meta(meta)
-        self._key_epoch = epoch
-        # autocommit: each read statement sees what committed before it, as it would in
-        # a READ COMMITTED transaction, and a connection goes back to the pool without
-        # the ROLLBACK round trip that ending such a transaction costs
-        options = {**self._connection_options(), "autocommit": True}
-        if self.password is not None:
-            options["password"] = self.password
-        self._pool = ConnectionPool(
-            self.url,
-            min_size=1,
-            max_size=READ_POOL_CONNECTIONS,
-            kwargs=options,
-            open=True,
-            timeout=READ_TIMEOUT_S,
-            # a pooled connection the server ended (a restart) is replaced before a read
-            # gets it, instead of failing that read: one empty query per checkout
-            check=ConnectionPool.check_connection,
-        )
+        db.key_epoch = epoch
+        db.open_pool()
         row = conn.execute("SELECT seq FROM ss_counter").fetchone()
         first = conn.execute("SELECT min(seq) FROM ss_changes").fetchone()
         conn.commit()
@@ -153,14 +203,14 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
         # the history starts after what ss_changes no longer holds; a restored database
         # holds none of it, and its history starts at the backup's seq
         retained_from = counter if first is None or first[0] is None else first[0] - 1
-        self.seq = max(0, counter - self.history_changes, min(retained_from, counter))
-        self.follow()
-        self.lease = self._read_lease(conn)
+        db.seq = max(0, counter - db.history_changes, min(retained_from, counter))
+        self.follower.follow()
+        db.lease = self.reads.read_lease(conn)
         conn.commit()
         counted = conn.execute("SELECT count(*) FROM ss_documents").fetchone()
         conn.commit()
         report.documents = counted[0] if counted else 0
-        report.seq = self.seq
+        report.seq = db.seq
         report.duration_ms = (time.monotonic() - started) * 1000
         return report
 
@@ -169,12 +219,12 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
     ) -> RekeyResult:
         """Rotates a sealed database from old to new while its daemons serve (rekey.py); this
         store is not open(): it holds both keys, so it is never a daemon that lacks one."""
-        conn = self._writer_conn()
+        conn = self.db.writer_conn()
         exists = schema_exists(conn)
         conn.commit()
         if not exists:  # a wrong URL: never make an empty store there
-            raise DatabaseRefused(f"{redacted(self.url)}: holds no sessionstore tables")
-        meta, _, _ = ensure_schema(conn, self.keying.sealed_with)
+            raise DatabaseRefused(f"{redacted(self.db.url)}: holds no sessionstore tables")
+        meta, _, _ = ensure_schema(conn, self.db.keying.sealed_with)
         self._check_version(meta)
         return rekey_database(
             conn, old, new, rows_per_transaction=rows_per_transaction, progress=progress
@@ -184,7 +234,7 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
         self._check_version(meta)
         keying = Keying(meta.get(SEALED_WITH, ""), meta.get(REKEY_TO, ""))
         try:
-            self._adopt(keying)
+            self.db.adopt(keying)
         except KeyingRefused as error:
             raise DatabaseRefused(str(error)) from None
 
@@ -196,10 +246,8 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
                 f"knows version {SCHEMA_VERSION}"
             )
 
-    @property
-    def follower(self) -> PgStore:
-        """Other daemons commit too: the server follows ss_changes (follow())."""
-        return self
+    def backup_snapshot(self) -> PgBackup:
+        return snapshot(self.db)
 
     # -- the writer ---------------------------------------------------------------
 
@@ -209,7 +257,7 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
         database as it was. Returns how many documents it wrote. Sessions go into
         ss_generations first, where the newest generation of each is then moved to
         ss_documents: the others are its earlier generations."""
-        conn = self._writer_conn()
+        conn = self.db.writer_conn()
         written = 0
         with conn.transaction():
             lock_writers(conn)
@@ -217,12 +265,12 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
             counted = conn.execute("SELECT count(*) FROM ss_documents").fetchone()
             if (row and row[0]) or (counted and counted[0]):
                 raise RestoreRefused(
-                    f"{redacted(self.url)}: not empty (seq {row[0] if row else 0}); "
+                    f"{redacted(self.db.url)}: not empty (seq {row[0] if row else 0}); "
                     "restore builds a new store only"
                 )
             rows: list[tuple[Any, ...]] = []
             for doc in documents:
-                row = self._document_row(doc.kind, doc.id, doc.body, doc.digest, doc.seq)
+                row = self.db.document_row(doc.kind, doc.id, doc.body, doc.digest, doc.seq)
                 rows.append((*row, doc.expires_at_ms, doc.committed_at_ms))
                 if len(rows) >= RESTORE_ROWS:
                     written += self._insert_documents(conn, rows)
@@ -231,7 +279,7 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
             for statement in RESTORE_SESSIONS:
                 conn.execute(statement)
             conn.execute("UPDATE ss_counter SET seq = %s WHERE one = 1", (seq,))
-        self.seq = self._acknowledged = seq
+        self.db.seq = self.db.acknowledged = seq
         return written
 
     @staticmethod
@@ -250,11 +298,11 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
         return len(rows)
 
     def commit_durably(self, mutations: Sequence[Mutation]) -> Batch:
-        if self._failed:
+        if self.db.failed:
             raise FatalStorageError("the store failed earlier; nothing more is committed")
         conn = None
         try:
-            conn = self._batch_conn()
+            conn = self.db.batch_conn()
             return self._commit(conn, mutations)
         except CorruptRecord as error:  # a row it decides on is damaged: nothing written
             failure = refused(ErrorCode.IO_ERROR, str(error))
@@ -271,41 +319,41 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
     def _commit(self, conn: CountedConnection, mutations: Sequence[Mutation]) -> Batch:
         batch = self._batches.commit(conn, mutations, epoch_ms())
         if batch.committed:
-            self.batches += 1
+            self.db.batches += 1
         return batch
-
-    @property
-    def acknowledged_seq(self) -> int:
-        """`stats` reports this: the follower may not have reached this daemon's own
-        commits yet, and a reply's seq must not be ahead of what stats says after it."""
-        return max(self.seq, self._acknowledged)
 
     def publish(self, batch: Batch) -> None:
         """The watch history comes from follow(), in global seq order; a local batch
         only refreshes the lease this daemon shows, and the seq it has acknowledged."""
+        db = self.db
         if batch.committed:
-            self._acknowledged = max(self._acknowledged, batch.last_seq)
-            self._announce = True
+            db.acknowledged = max(db.acknowledged, batch.last_seq)
+            db.announce = True
         if batch.lease_body is not None:
-            self.lease = cbor2.loads(batch.lease_body)
+            db.lease = cbor2.loads(batch.lease_body)
         elif any(c.kind == LEASE and c.digest is None for c in batch.committed):
-            self.lease = None
+            db.lease = None
+
+    def fail(self) -> None:
+        """The daemon is stopping after a fatal error: nothing more is committed."""
+        self.db.failed = True
 
     # -- between batches -------------------------------------------------------------
 
     def verify(self) -> tuple[int, list[Problem]]:
+        db = self.db
         problems: list[Problem] = []
         checked = 0
         # a named cursor lives in a transaction: the pool's connections are autocommit
-        with self._reader() as conn, conn.transaction(), conn.cursor(name="ss_verify") as cursor:
+        with db.reader() as conn, conn.transaction(), conn.cursor(name="ss_verify") as cursor:
             cursor.execute("SELECT kind, name, body, digest FROM ss_documents")
             for kind, name, body, digest in cursor:
                 checked += 1
                 what = kind.encode()
                 try:
-                    doc_id = self._open(bytes(name), b"name:" + what, "ss_documents").decode()
-                    plain = self._open(bytes(body), b"body:" + what, f"ss_documents ({kind})")
-                    stored = self._open(bytes(digest), b"digest:" + what, f"ss_documents ({kind})")
+                    doc_id = db.open(bytes(name), b"name:" + what, "ss_documents").decode()
+                    plain = db.open(bytes(body), b"body:" + what, f"ss_documents ({kind})")
+                    stored = db.open(bytes(digest), b"digest:" + what, f"ss_documents ({kind})")
                 except CorruptRecord as error:
                     problems.append(
                         Problem("unreadable", str(error), error.path, document_kind=kind)
@@ -326,16 +374,16 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
 
     def compact(self) -> CompactResult:
         before = self._bytes_and_seq()[0]
-        conn = self._writer_conn()
+        conn = self.db.writer_conn()
         with conn.transaction():
             row = conn.execute("SELECT seq FROM ss_counter").fetchone()
             seq = row[0] if row else 0
-            removed = self._trim(conn, seq)
+            removed = self.follower.trim(conn, seq)
         return CompactResult(seq, before, self._bytes_and_seq()[0], 0, removed, "")
 
     def _bytes_and_seq(self) -> tuple[int, int]:
         """The tables' bytes, and the database's seq (what every host has committed)."""
-        with self._reader() as conn:
+        with self.db.reader() as conn:
             row = conn.execute(
                 "SELECT pg_total_relation_size('ss_documents')"
                 " + pg_total_relation_size('ss_changes')"
@@ -347,12 +395,18 @@ class PgStore(PgReads, PgSweeping, PgFollowing):
         size, database_seq = self._bytes_and_seq()
         return {
             "backend": "postgresql",
-            "database": redacted(self.url),
+            "database": redacted(self.db.url),
             "wal_bytes": size,
             # commits of any host this daemon has not followed into its watch history yet
             "follower_lag_seqs": max(0, database_seq - self.seq),
             "history_oldest_seq": self.history.oldest_seq(),
             "sealed_with_key_id": self.sealer.key_id_hex,
             "batch_transactions": self._batches.timing.as_dict(),
-            "rekeying_to_key_id": self.keying.rekey_to or None,
+            "rekeying_to_key_id": self.db.keying.rekey_to or None,
         }
+
+    def close(self) -> None:
+        """Every connection: the sweeper's, the follower's and db's."""
+        self.expiry.close()
+        self.follower.close()
+        self.db.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import psycopg
@@ -12,7 +13,7 @@ from ..errors import (
     DatabaseUnreachable,
 )
 from ..mutations import Expire
-from .connection import PgConnection, first_line
+from .connection import PgDatabase, first_line
 from .schema import (
     SWEEPER_LOCK,
 )
@@ -20,13 +21,20 @@ from .schema import (
 log = logging.getLogger("sessionstored.postgres")
 
 
-class PgSweeping(PgConnection):
-    # -- expiry: one daemon sweeps, the one that holds SWEEPER_LOCK --------------------
+class PgSweeping:
+    """The engine's expiry part: one daemon sweeps, the one that holds SWEEPER_LOCK, on a
+    connection of its own."""
 
-    def next_expiry_ms(self) -> int | None:
+    def __init__(self, db: PgDatabase) -> None:
+        self.db = db
+        self._sweep_lock = threading.Lock()
+        self._sweeper: psycopg.Connection[Any] | None = None  # holds SWEEPER_LOCK once taken
+        self._sweeping = False
+
+    def next_ms(self) -> int | None:
         return None  # other hosts write expiries too: the sweep looks again each round
 
-    def due_expirations(self, now_ms: int, limit: int) -> list[Expire]:
+    def due(self, now_ms: int, limit: int) -> list[Expire]:
         """At most limit documents that expired by now_ms, by the partial index on
         expires_at_ms; none unless this daemon is the sweeper (it takes the lock when no
         daemon holds it: the next one takes over once the sweeper's connection ends). A
@@ -48,13 +56,13 @@ class PgSweeping(PgConnection):
                 return []
         due = []
         for kind, name, expires_at_ms in rows:
-            doc_id = self._open(bytes(name), b"name:" + kind.encode(), "ss_documents").decode()
+            doc_id = self.db.open(bytes(name), b"name:" + kind.encode(), "ss_documents").decode()
             due.append(Expire(kind, doc_id, expires_at_ms))
         return due
 
     def _sweeper_connection(self) -> psycopg.Connection[Any] | None:
         if self._sweeper is None or self._sweeper.closed:
-            self._sweeper = self._connect()
+            self._sweeper = self.db.connect()
             self._sweeper.autocommit = True
             self._sweeping = False
         if not self._sweeping:
@@ -68,5 +76,9 @@ class PgSweeping(PgConnection):
             self._sweeper.close()
         self._sweeper, self._sweeping = None, False
 
-    def retry_expiration(self, expire: Expire) -> None:
+    def retry(self, expire: Expire) -> None:
         pass  # the next round's query finds it again
+
+    def close(self) -> None:
+        """Ends the sweeper's connection, and with it SWEEPER_LOCK: another daemon sweeps."""
+        self._drop_sweeper()
