@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml setup.py $(HELPER) client/sessionstore/compiled_modules
 # compiler works it is skipped, and the source runs interpreted; so does a module's
 # source edited since (sessionstore/build.py): make compile again to compile it.
 compile:
+	find client daemon -name '*.so' -delete  # a module gone leaves no stale build behind
 	$(BIN)/pip install --quiet --no-build-isolation --no-deps -e .
 	@$(BIN)/sessionstored --version
 

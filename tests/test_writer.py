@@ -171,20 +171,25 @@ async def test_the_watchdog_pings_on_trios_clock(
 
 
 async def test_a_call_handed_to_the_thread_is_delivered_though_its_caller_is_cancelled() -> None:
-    release = threading.Event()
+    started, release = threading.Event(), threading.Event()
     worker = WriterThread("test-worker")
     delivered: list[str] = []
 
+    def durable_write() -> str:
+        started.set()
+        release.wait()
+        return "durable"
+
     async def cancel_then_release(scope: trio.CancelScope) -> None:
-        await trio.sleep(0.05)
+        await trio.to_thread.run_sync(started.wait)  # the call is in the thread
         scope.cancel()
-        await trio.sleep(0.05)
+        await trio.testing.wait_all_tasks_blocked()  # and its caller saw the cancellation
         release.set()  # the "disk" returns only after the cancellation
 
     async with trio.open_nursery() as nursery:
         with trio.CancelScope() as scope:
             nursery.start_soon(cancel_then_release, scope)
-            delivered.append(await worker.call(lambda: release.wait() and "durable"))
+            delivered.append(await worker.call(durable_write))
             await trio.lowlevel.checkpoint()  # the cancellation is delivered here instead
             delivered.append("not reached")
     worker.close()

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import FatalStorageError
 from ..history import History
 from ..sealing import Sealer
-from .cache import DocumentCache
+from .cache import ReadCache
 from .durable import Failpoint
 from .expiries import Expiries
 from .fs import FileSystem
@@ -31,7 +31,7 @@ class LogState:
     sealer: Sealer
     log: Log
     history: History
-    cache: DocumentCache
+    cache: ReadCache  # a DocumentCache (a test puts a watcher around one)
     keep_generations: int  # earlier generations of each session kept (generations.py)
     failpoint: Failpoint
     index: Index = field(default_factory=Index)
