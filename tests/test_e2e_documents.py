@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,6 +15,7 @@ from sessionstore.wire.canonical import snapshot_digest
 from sessionstore.wire.protocol import NEED_DATA, Connection, Mode
 
 from .conftest import DaemonProcess
+from .racing import race
 from .wire_helpers import exchange, one
 
 MODES = [Mode.CBOR, Mode.JSON]
@@ -370,35 +370,17 @@ def test_a_scan_racing_removals_and_rewrites_pairs_each_key_with_its_own_value(
     error. One client rewrites and removes the range while another scans it."""
     path = running.socket_path
     keys = [f"r/{n:02d}" for n in range(16)]
-    scans: list[dict[str, Any]] = []
-    rounds_done = [0]
-    scanning_over = threading.Event()
 
-    def rewrite_and_remove() -> None:
-        try:
-            while not scanning_over.is_set():
-                rounds = rounds_done[0] + 1
-                ops = [put(key, {"key": key, "round": rounds}) for key in keys]
-                assert one(path, {"op": "txn", "ops": ops}, Mode.CBOR)["ok"]
-                removal = {"op": "delete", "kind": "kv", "key": keys[rounds % len(keys)]}
-                assert one(path, {"op": "txn", "ops": [removal]}, Mode.CBOR)["ok"]
-                rounds_done[0] = rounds
-        finally:
-            scanning_over.set()  # a failed write ends the scans too
+    def rewrite_and_remove(round_: int) -> None:
+        ops = [put(key, {"key": key, "round": round_}) for key in keys]
+        assert one(path, {"op": "txn", "ops": ops}, Mode.CBOR)["ok"]
+        removal = {"op": "delete", "kind": "kv", "key": keys[round_ % len(keys)]}
+        assert one(path, {"op": "txn", "ops": [removal]}, Mode.CBOR)["ok"]
 
-    def scan_until_enough() -> None:
-        """At least 300 scans, over at least 30 rounds of the writer's."""
-        scan = {"op": "checkpoint_scan", "kind": "kv", "prefix": "r/"}
-        try:
-            while not scanning_over.is_set() and (len(scans) < 300 or rounds_done[0] < 30):
-                scans.append(one(path, scan, Mode.CBOR))
-        finally:
-            scanning_over.set()
-
-    with ThreadPoolExecutor(2) as clients:
-        writer = clients.submit(rewrite_and_remove)
-        clients.submit(scan_until_enough).result()
-        writer.result()
+    scan = {"op": "checkpoint_scan", "kind": "kv", "prefix": "r/"}
+    scans = race(
+        rewrite_and_remove, lambda: one(path, scan, Mode.CBOR), reads_wanted=300, rounds_wanted=30
+    )
     for reply in scans:
         assert reply["ok"], reply
         for item in reply["items"]:

@@ -25,6 +25,7 @@ from sessionstored.ops.vectors import Scorer, document_vectors, query_values, to
 from sessionstored.storage.documents import Entry
 
 from .conftest import DaemonProcess
+from .racing import race
 from .wall_clock import advance_past
 
 
@@ -304,34 +305,18 @@ def test_ranking_while_the_range_is_rewritten_and_removed_ranks_what_is_there(
     """A document removed between a page's scan and its read is left out of the
     ranking, never an error; one rewritten is ranked as rewritten."""
     keys = [f"q/{n:02d}" for n in range(16)]
-    rankings: list[dict[str, Any]] = []
-    rounds_done = [0]
-    ranking_over = threading.Event()
+    with running.client() as writer, running.client() as ranker:
 
-    def rewrite_and_remove() -> None:
-        try:
-            with running.client() as client:
-                while not ranking_over.is_set():
-                    rounds = rounds_done[0] + 1
-                    client.txn([_put(key, [_f32([1.0, rounds % 3])]) for key in keys])
-                    client.txn([{"op": "delete", "kind": "kv", "key": keys[rounds % len(keys)]}])
-                    rounds_done[0] = rounds
-        finally:
-            ranking_over.set()  # a failed write ends the rankings too
+        def rewrite_and_remove(round_: int) -> None:
+            writer.txn([_put(key, [_f32([1.0, round_ % 3])]) for key in keys])
+            writer.txn([{"op": "delete", "kind": "kv", "key": keys[round_ % len(keys)]}])
 
-    def rank_until_enough() -> None:
-        """At least 200 rankings, over at least 30 rounds of the writer's."""
-        try:
-            with running.client() as client:
-                while not ranking_over.is_set() and (len(rankings) < 200 or rounds_done[0] < 30):
-                    rankings.append(client.checkpoint_rank("kv", "q/", [1.0, 0.0], limit=16))
-        finally:
-            ranking_over.set()
-
-    with ThreadPoolExecutor(2) as clients:
-        writer = clients.submit(rewrite_and_remove)
-        clients.submit(rank_until_enough).result()
-        writer.result()
+        rankings = race(
+            rewrite_and_remove,
+            lambda: ranker.checkpoint_rank("kv", "q/", [1.0, 0.0], limit=16),
+            reads_wanted=200,
+            rounds_wanted=30,
+        )
     for ranking in rankings:
         assert {item["key"] for item in ranking["items"]} <= set(keys)
         assert len(ranking["items"]) == ranking["ranked"] <= ranking["scanned"]

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -112,6 +112,18 @@ class PgReport:
     def summary(self) -> str:
         made = "created the schema; " if self.created_schema else ""
         return f"{self.database}: {made}{self.documents} documents, seq {self.seq}"
+
+
+class PgSettings(TypedDict, total=False):
+    """PgDatabase's keyword arguments, for PgStore, which passes them on."""
+
+    key: Key | None
+    previous_key: Key | None
+    password: str | None
+    history_changes: int
+    keep_generations: int
+    max_document_bytes: int
+    batches_in_flight: int
 
 
 class PgDatabase:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import cbor2
 import psycopg
@@ -50,7 +50,6 @@ from ..errors import (
     OlderDaemonsConnected,
     RestoreRefused,
 )
-from ..generations import DEFAULT_KEEP_GENERATIONS
 from ..history import History
 from ..mutations import LEASE, SESSION, Batch, Mutation, refused
 from ..sealing import Key, Sealer
@@ -60,6 +59,7 @@ from .connection import (
     CountedConnection,
     PgDatabase,
     PgReport,
+    PgSettings,
     first_line,
     redacted,
 )
@@ -109,25 +109,10 @@ class PgStore:
         self,
         url: str,
         *,
-        key: Key | None = None,
-        previous_key: Key | None = None,
-        password: str | None = None,
-        history_changes: int = 100_000,
-        keep_generations: int = DEFAULT_KEEP_GENERATIONS,
-        max_document_bytes: int = 256 * 1024 * 1024,
         failpoint: Callable[[str], None] | None = None,
-        batches_in_flight: int = 1,
+        **settings: Unpack[PgSettings],
     ) -> None:
-        self.db = PgDatabase(
-            url,
-            key=key,
-            previous_key=previous_key,
-            password=password,
-            history_changes=history_changes,
-            keep_generations=keep_generations,
-            max_document_bytes=max_document_bytes,
-            batches_in_flight=batches_in_flight,
-        )
+        self.db = PgDatabase(url, **settings)
         self.reads = PgReads(self.db)
         self.expiry = PgSweeping(self.db)
         self.follower = PgFollowing(self.db)  # other daemons commit too: the server follows
