@@ -105,7 +105,7 @@ class ImportReport:
         input, 5 for a document there at another digest, ...); 1 for several."""
         if not self.exits:
             return EXIT_OK
-        return min(self.exits) if len(self.exits) == 1 else EXIT_ERROR
+        return next(iter(self.exits)) if len(self.exits) == 1 else EXIT_ERROR
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -47,9 +47,7 @@ class PgFollowing:
             try:
                 return self._follow(self._follower_conn())
             except psycopg.Error as error:
-                if self._follower is not None:
-                    self._follower.close()
-                self._follower = None
+                self.close()  # the next round reconnects
                 raise DatabaseUnavailable(
                     f"{redacted(self.db.url)}: {first_line(error)}"
                 ) from error

@@ -52,7 +52,7 @@ class PgSweeping:
                 ).fetchall()
             except (psycopg.Error, DatabaseUnreachable, DatabaseRefused) as error:
                 log.warning("the expiry sweep waits for the database: %s", first_line(error))
-                self._drop_sweeper()
+                self.close()
                 return []
         due = []
         for kind, name, expires_at_ms in rows:
@@ -71,14 +71,11 @@ class PgSweeping:
             self._sweeping = bool(got and got[0])
         return self._sweeper if self._sweeping else None
 
-    def _drop_sweeper(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.close()
-        self._sweeper, self._sweeping = None, False
-
     def retry(self, expire: Expire) -> None:
         pass  # the next round's query finds it again
 
     def close(self) -> None:
         """Ends the sweeper's connection, and with it SWEEPER_LOCK: another daemon sweeps."""
-        self._drop_sweeper()
+        if self._sweeper is not None:
+            self._sweeper.close()
+        self._sweeper, self._sweeping = None, False
